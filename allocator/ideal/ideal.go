@@ -1,0 +1,136 @@
+// Package ideal implements the physical limit of any allocator: memory reserved equals the bytes the program holds.
+//
+// Every request asks the device for exactly its requested bytes and every
+// free gives them back at once: nothing is rounded, cached or split, so the
+// reserved bytes equal the live requested bytes at every event, and its peak
+// reserved equals the trace's peak live requested bytes. No real allocator
+// reserves less; the distance to it is what rounding, caching and
+// fragmentation cost.
+//
+// A block counts as live from its alloc to its free_requested (as PyTorch's
+// allocated and requested bytes do); with the option
+// hold_until_completed:true it stays until its free_completed, as memory
+// another stream still reads must. A zero-byte request (PyTorch never passes
+// one to its allocator) takes one byte so that its address is its own.
+package ideal
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/fragsim/fragsim/allocator/internal/conf"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// Config configures the ideal policy.
+type Config struct {
+	// HoldUntilCompleted keeps a block's memory until its free completes
+	// instead of releasing it when the program frees it.
+	HoldUntilCompleted bool
+}
+
+// ParseConf reads the policy's options (hold_until_completed:true|false).
+// PYTORCH_CUDA_ALLOC_CONF keys are ignored.
+func ParseConf(s string) (Config, error) {
+	var c Config
+	err := conf.Parse(s, map[string]conf.Setter{
+		"hold_until_completed": conf.Bool(&c.HoldUntilCompleted),
+	})
+	return c, err
+}
+
+// smallMax is the largest block reported in the "small" pool, as PyTorch.
+const smallMax = 1 << 20
+
+type block struct {
+	size    uint64
+	stream  trace.StreamID
+	pending bool // freed by the program, held until the free completes
+}
+
+// Policy is the ideal allocator. It implements replay.Policy and replay.Inspector.
+type Policy struct {
+	dev    replay.Device
+	cfg    Config
+	blocks map[uint64]block // device allocations by address
+}
+
+// New returns an ideal policy that asks dev for its memory.
+func New(dev replay.Device, cfg Config) (*Policy, error) {
+	return &Policy{dev: dev, cfg: cfg, blocks: make(map[uint64]block)}, nil
+}
+
+// Name returns "ideal".
+func (p *Policy) Name() string { return "ideal" }
+
+// Malloc asks the device for exactly sizeBytes (one byte for zero).
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+	n := max(sizeBytes, 1)
+	addr, ok := p.dev.Malloc(n, stream)
+	if !ok {
+		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+			Reason: "the device has not enough free memory (the ideal policy caches nothing to release)"}
+	}
+	if _, dup := p.blocks[addr]; dup {
+		panic("ideal: device returned an address already in use")
+	}
+	p.blocks[addr] = block{size: n, stream: stream}
+	return replay.Block{Addr: addr, SizeBytes: n}, nil
+}
+
+// FreeRequested releases the block unless the policy holds blocks until
+// their frees complete.
+func (p *Policy) FreeRequested(addr uint64) {
+	if !p.cfg.HoldUntilCompleted {
+		p.release(addr)
+		return
+	}
+	if b, ok := p.blocks[addr]; ok {
+		b.pending = true
+		p.blocks[addr] = b
+	}
+}
+
+// FreeCompleted releases the block if FreeRequested did not.
+func (p *Policy) FreeCompleted(addr uint64) { p.release(addr) }
+
+func (p *Policy) release(addr uint64) {
+	b, ok := p.blocks[addr]
+	if !ok {
+		return // already released at FreeRequested, or never handed out
+	}
+	delete(p.blocks, addr)
+	p.dev.Free(addr, b.size)
+}
+
+// EmptyCache does nothing: the policy caches nothing.
+func (p *Policy) EmptyCache() {}
+
+// Stats reports no free or stranded bytes and no retries.
+func (p *Policy) Stats() replay.Stats { return replay.Stats{} }
+
+// Segments lists every live block as a segment of its own, by address.
+func (p *Policy) Segments(fn func(seg trace.Segment) bool) {
+	addrs := make([]uint64, 0, len(p.blocks))
+	for a := range p.blocks {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, cmp.Compare)
+	for _, a := range addrs {
+		b := p.blocks[a]
+		pool := "large"
+		if b.size <= smallMax {
+			pool = "small"
+		}
+		state := trace.BlockAllocated
+		if b.pending {
+			state = trace.BlockPendingFree
+		}
+		seg := trace.Segment{Stream: b.stream, Addr: a, SizeBytes: b.size, Pool: pool,
+			Blocks: []trace.Block{{Addr: a, SizeBytes: b.size, RequestedBytes: b.size, State: state}}}
+		if !fn(seg) {
+			return
+		}
+	}
+}

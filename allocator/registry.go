@@ -1,0 +1,168 @@
+package allocator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/fragsim/fragsim/allocator/caching"
+	"github.com/fragsim/fragsim/allocator/ideal"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// entry is one registered policy.
+type entry struct {
+	name     string
+	describe string
+	build    func(conf string, h *trace.Header) (replay.Factory, error)
+}
+
+// policies lists the policies in the order Names returns them.
+var policies = []entry{
+	{
+		name: "caching",
+		describe: "PyTorch's CUDA caching allocator, exactly (settings from the trace header; " +
+			"--conf replaces them with a PYTORCH_CUDA_ALLOC_CONF string)",
+		build: func(conf string, h *trace.Header) (replay.Factory, error) {
+			return cachingFactory(conf, h, false)
+		},
+	},
+	{
+		name: "expandable",
+		describe: "PyTorch's caching allocator with expandable_segments:True " +
+			"(other settings as for caching)",
+		build: func(conf string, h *trace.Header) (replay.Factory, error) {
+			return cachingFactory(conf, h, true)
+		},
+	},
+	{
+		name:     "ideal",
+		describe: "the physical limit: reserved always equals the live requested bytes",
+		build: func(conf string, _ *trace.Header) (replay.Factory, error) {
+			cfg, err := ideal.ParseConf(conf)
+			if err != nil {
+				return nil, err
+			}
+			return func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
+				return ideal.New(dev, cfg)
+			}, nil
+		},
+	},
+}
+
+// aliases maps other accepted names to registered ones.
+var aliases = map[string]string{}
+
+// Names returns the policy names --policy accepts, in a stable order.
+// Aliases (async for pooled) are accepted by NewFactory but not listed.
+func Names() []string {
+	names := make([]string, len(policies))
+	for i, p := range policies {
+		names[i] = p.name
+	}
+	return names
+}
+
+// Describe returns a one-line description of the named policy (or alias),
+// or "" when the name is unknown.
+func Describe(name string) string {
+	p, ok := lookup(name)
+	if !ok {
+		return ""
+	}
+	return p.describe
+}
+
+// NewFactory returns a factory that builds the named policy for the replay
+// engine. Names are those of Names, or an alias (async = pooled).
+//
+// For caching and expandable, conf is a PYTORCH_CUDA_ALLOC_CONF string. When
+// it is empty the settings recorded in the trace header h are used (PyTorch's
+// defaults when h is nil or records none); when it is not, it replaces the
+// recorded settings entirely: keys it does not set take PyTorch's defaults,
+// not the recorded values. expandable forces expandable_segments:True.
+//
+// For the other policies conf holds that policy's own options as
+// comma-separated key:value pairs (see each package's ParseConf); the keys of
+// PYTORCH_CUDA_ALLOC_CONF are accepted there and ignored, so one --conf can
+// be given to every policy of a comparison. Errors name the policy.
+func NewFactory(name, conf string, h *trace.Header) (replay.Factory, error) {
+	p, ok := lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown allocator policy %q (valid: %s)", name, validNames())
+	}
+	f, err := p.build(conf, h)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", p.name, err)
+	}
+	return f, nil
+}
+
+func lookup(name string) (entry, bool) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if a, ok := aliases[name]; ok {
+		name = a
+	}
+	for _, p := range policies {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return entry{}, false
+}
+
+func validNames() string {
+	names := Names()
+	var al []string
+	for a, to := range aliases {
+		al = append(al, a+" = "+to)
+	}
+	sort.Strings(al)
+	s := strings.Join(names, ", ")
+	if len(al) > 0 {
+		s += "; aliases: " + strings.Join(al, ", ")
+	}
+	return s
+}
+
+// cachingFactory builds caching or expandable. The configuration is parsed
+// once, here, so that a bad --conf fails before any replay starts.
+func cachingFactory(conf string, h *trace.Header, expandable bool) (replay.Factory, error) {
+	resolve := func(h *trace.Header) (caching.Config, error) {
+		var cfg caching.Config
+		var err error
+		switch {
+		case conf != "":
+			cfg, err = caching.ParseConf(conf)
+		case h != nil:
+			cfg, err = caching.FromHeader(h)
+		default:
+			cfg = caching.DefaultConfig()
+		}
+		if err != nil {
+			return cfg, err
+		}
+		if expandable {
+			cfg.Expandable = true
+		}
+		return cfg, nil
+	}
+	cfg, err := resolve(h)
+	if err != nil {
+		return nil, err
+	}
+	fixed := conf != "" || h != nil
+	return func(dev replay.Device, th *trace.Header) (replay.Policy, error) {
+		c := cfg
+		if !fixed && th != nil {
+			// No header was known when the factory was made: take the
+			// settings recorded in the trace being replayed.
+			var err error
+			if c, err = resolve(th); err != nil {
+				return nil, err
+			}
+		}
+		return caching.New(dev, c)
+	}, nil
+}
