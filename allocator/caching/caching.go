@@ -1,0 +1,641 @@
+// Package caching reproduces PyTorch 2.11's CUDA caching allocator, including its expandable-segments mode.
+package caching
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+const (
+	largePool = 0
+	smallPool = 1
+	none      = int32(-1)
+)
+
+// block is one block of a segment's chain.
+type block struct {
+	addr, size uint64
+	requested  uint64
+	gcBase     uint64
+	stream     trace.StreamID
+	prev, next int32
+	seg        int32 // expandable segment index, or -1 for a cudaMalloc segment
+	pool       uint8
+	used       bool // the arena slot holds a block
+	allocated  bool // handed out and not freed by the program
+	pending    bool // freed by the program, waiting for its free to complete
+	mapped     bool // backed by memory (always true outside expandable segments)
+	inSet      bool // in its pool's free set
+}
+
+// streamPool holds the free blocks of one (pool, stream).
+type streamPool struct {
+	stream   trace.StreamID
+	free     freeSet
+	unmapped addrSet
+}
+
+// blockPool is PyTorch's BlockPool: free blocks ordered by (stream, size, addr).
+type blockPool struct {
+	streams []*streamPool // sorted by stream
+	gcCalls uint64        // get_free_blocks_call_count
+}
+
+// expSeg is one expandable segment: a virtual range of whole pages.
+type expSeg struct {
+	base, size, page uint64
+	stream           trace.StreamID
+	pool             uint8
+	alive            bool
+}
+
+// Allocator is PyTorch's DeviceCachingAllocator for one device. It
+// implements replay.Policy, replay.Seeder and replay.Inspector.
+type Allocator struct {
+	cfg    Config
+	dev    replay.Device
+	name   string
+	blocks []block
+	spare  []int32
+	pools  [2]blockPool
+	live   map[uint64]int32 // allocated and pending blocks by address
+	segs   []expSeg
+
+	reserved      uint64
+	stranded      uint64 // inactive_split_bytes
+	strandedCount int64  // inactive_split
+	retries       int64
+	ooms          int64
+
+	// completions are frees completed by the trace but not yet applied:
+	// see FreeCompleted.
+	completions []int32
+	scratch     []entry
+}
+
+// New returns a caching allocator for dev configured by cfg.
+func New(dev replay.Device, cfg Config) (*Allocator, error) {
+	if cfg.LargeSegmentSize == 0 {
+		cfg.LargeSegmentSize = LargeBuffer
+	}
+	if cfg.MaxSplitSize == 0 {
+		cfg.MaxSplitSize = DefaultConfig().MaxSplitSize
+	}
+	if cfg.MaxNonSplitRounding == 0 {
+		cfg.MaxNonSplitRounding = cfg.LargeSegmentSize
+	}
+	if cfg.Backend == "cudaMallocAsync" {
+		return nil, fmt.Errorf("caching: backend:cudaMallocAsync is not the caching allocator (use the async policy)")
+	}
+	name := "caching"
+	if cfg.Expandable {
+		name = "expandable"
+	}
+	a := &Allocator{cfg: cfg, dev: dev, name: name, live: make(map[uint64]int32, 1024)}
+	if cfg.Fraction > 0 {
+		if fs, ok := dev.(replay.FractionSetter); ok {
+			fs.SetFraction(cfg.Fraction)
+		}
+	}
+	return a, nil
+}
+
+// Config returns the allocator's configuration.
+func (a *Allocator) Config() Config { return a.cfg }
+
+// Name returns "caching", or "expandable" in expandable-segments mode.
+func (a *Allocator) Name() string { return a.name }
+
+func (a *Allocator) newBlock() int32 {
+	if n := len(a.spare); n > 0 {
+		id := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return id
+	}
+	a.blocks = append(a.blocks, block{})
+	return int32(len(a.blocks) - 1)
+}
+
+func (a *Allocator) dropBlock(id int32) {
+	a.blocks[id] = block{}
+	a.spare = append(a.spare, id)
+}
+
+func (a *Allocator) isSplit(id int32) bool {
+	b := &a.blocks[id]
+	return b.prev != none || b.next != none
+}
+
+// streamPool returns the (pool, stream) free lists, creating them when create is set.
+func (a *Allocator) streamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
+	bp := &a.pools[pool]
+	ss := bp.streams
+	for _, sp := range ss {
+		if sp.stream == stream {
+			return sp
+		}
+	}
+	if !create {
+		return nil
+	}
+	sp := &streamPool{stream: stream}
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].stream > stream })
+	bp.streams = append(bp.streams, nil)
+	copy(bp.streams[i+1:], bp.streams[i:])
+	bp.streams[i] = sp
+	return sp
+}
+
+func (a *Allocator) insertFree(id int32) {
+	b := &a.blocks[id]
+	b.gcBase = a.pools[b.pool].gcCalls
+	b.inSet = true
+	a.streamPool(b.pool, b.stream, true).free.insert(entry{size: b.size, addr: b.addr, id: id})
+}
+
+func (a *Allocator) eraseFree(id int32) {
+	b := &a.blocks[id]
+	if !b.inSet {
+		panic(fmt.Sprintf("caching: block %#x not in its free set", b.addr))
+	}
+	b.inSet = false
+	if !a.streamPool(b.pool, b.stream, false).free.remove(b.size, b.addr) {
+		panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", b.addr, b.size))
+	}
+}
+
+func (a *Allocator) insertUnmapped(id int32) {
+	b := &a.blocks[id]
+	a.streamPool(b.pool, b.stream, true).unmapped.insert(b.addr, id)
+}
+
+func (a *Allocator) eraseUnmapped(id int32) {
+	b := &a.blocks[id]
+	if !a.streamPool(b.pool, b.stream, false).unmapped.remove(b.addr) {
+		panic(fmt.Sprintf("caching: unmapped block %#x missing from its set", b.addr))
+	}
+}
+
+func (a *Allocator) gcEnabled() bool {
+	if a.cfg.GCThreshold <= 0 {
+		return false
+	}
+	_, capped := a.dev.Cap()
+	return capped
+}
+
+// Malloc serves a request as PyTorch's malloc does (§4 of the spec).
+func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, error) {
+	k := a.chooseReading(size, stream)
+	return a.malloc(size, stream, k)
+}
+
+func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Block, error) {
+	// process_events: the frees that completed before the search.
+	a.applyCompletions(k)
+	s := a.cfg.RoundSize(orig)
+	pool := uint8(largePool)
+	if s <= SmallSize {
+		pool = smallPool
+	}
+	allocSize := a.cfg.AllocationSize(s)
+	id, ok := a.getFreeBlock(pool, stream, s)
+	if !ok {
+		if a.gcEnabled() {
+			a.garbageCollect()
+		}
+		id, ok = a.allocBlock(pool, stream, s, allocSize, false)
+		if !ok && a.releaseAvailable(pool, stream, s) {
+			id, ok = a.allocBlock(pool, stream, s, allocSize, false)
+		}
+		if !ok {
+			a.releaseCached()
+			id, ok = a.allocBlock(pool, stream, s, allocSize, true)
+		}
+	}
+	if !ok {
+		a.ooms++
+		return replay.Block{}, &replay.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
+			Reason: a.oomReason(allocSize)}
+	}
+	return a.allocFound(id, s, orig), nil
+}
+
+func (a *Allocator) oomReason(allocSize uint64) string {
+	allowed, capped := a.dev.Cap()
+	if capped && a.reserved+allocSize > allowed {
+		return fmt.Sprintf("%d bytes reserved + %d would pass the memory-fraction cap of %d bytes", a.reserved, allocSize, allowed)
+	}
+	return fmt.Sprintf("the device refused %d bytes with %d bytes reserved", allocSize, a.reserved)
+}
+
+// getFreeBlock is get_free_block: best fit by (stream, size, addr).
+func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (int32, bool) {
+	if a.gcEnabled() {
+		a.pools[pool].gcCalls++
+	}
+	sp := a.streamPool(pool, stream, false)
+	if sp == nil || sp.free.n == 0 {
+		return none, false
+	}
+	fs := &sp.free
+	p := fs.lowerBound(s, 0)
+	if !fs.valid(p) {
+		return none, false
+	}
+	e := fs.at(p)
+	if a.blocks[e.id].seg != none {
+		if a.cfg.Expandable {
+			for a.blocks[e.id].seg != none {
+				np := fs.next(p)
+				if !fs.valid(np) {
+					break
+				}
+				ne := fs.at(np)
+				if a.expandableSize(ne.id) >= a.expandableSize(e.id) {
+					break
+				}
+				p, e = np, ne
+			}
+		} else {
+			for {
+				p = fs.next(p)
+				if !fs.valid(p) || a.blocks[fs.at(p).id].seg == none {
+					break
+				}
+			}
+			if !fs.valid(p) {
+				return none, false
+			}
+			e = fs.at(p)
+		}
+	}
+	m := a.cfg.MaxSplitSize
+	if s < m && e.size >= m {
+		return none, false
+	}
+	if s >= m && e.size >= s+a.cfg.MaxNonSplitRounding {
+		return none, false
+	}
+	fs.removeAt(p)
+	a.blocks[e.id].inSet = false
+	return e.id, true
+}
+
+func (a *Allocator) expandableSize(id int32) uint64 {
+	b := &a.blocks[id]
+	if b.next != none && !a.blocks[b.next].mapped {
+		return b.size + a.blocks[b.next].size
+	}
+	return b.size
+}
+
+// allocBlock is alloc_block: a new segment, or expandable growth.
+func (a *Allocator) allocBlock(pool uint8, stream trace.StreamID, s, allocSize uint64, retry bool) (int32, bool) {
+	if retry {
+		a.retries++
+	}
+	if allowed, capped := a.dev.Cap(); capped && a.reserved+allocSize > allowed {
+		return none, false
+	}
+	if a.cfg.Expandable {
+		return a.tryAllocateExpandable(pool, stream, s)
+	}
+	addr, ok := a.dev.Malloc(allocSize, stream)
+	if !ok {
+		return none, false
+	}
+	a.reserved += allocSize
+	id := a.newBlock()
+	a.blocks[id] = block{addr: addr, size: allocSize, stream: stream, prev: none, next: none, seg: none,
+		pool: pool, used: true, mapped: true}
+	return id, true
+}
+
+func (a *Allocator) shouldSplit(id int32, s uint64) bool {
+	b := &a.blocks[id]
+	remaining := b.size - s
+	if b.pool == smallPool || a.cfg.Expandable {
+		return remaining >= MinBlockSize
+	}
+	return s < a.cfg.MaxSplitSize && remaining > SmallSize
+}
+
+// allocFound is alloc_found_block: front carving and inactive_split accounting.
+func (a *Allocator) allocFound(id int32, s, orig uint64) replay.Block {
+	split := a.shouldSplit(id, s)
+	alreadySplit := a.isSplit(id)
+	expandable := a.blocks[id].seg != none
+	if split {
+		nid := a.newBlock()
+		rem := &a.blocks[id]
+		a.blocks[nid] = block{addr: rem.addr, size: s, stream: rem.stream, prev: rem.prev, next: id,
+			seg: rem.seg, pool: rem.pool, used: true, mapped: true}
+		if rem.prev != none {
+			a.blocks[rem.prev].next = nid
+		}
+		rem.prev = nid
+		rem.addr += s
+		rem.size -= s
+		remSize := rem.size
+		a.insertFree(id)
+		if !expandable {
+			if alreadySplit {
+				a.stranded -= s
+			} else {
+				a.stranded += remSize
+				a.strandedCount++
+			}
+		}
+		id = nid
+	} else if alreadySplit && !expandable {
+		a.stranded -= a.blocks[id].size
+		a.strandedCount--
+	}
+	b := &a.blocks[id]
+	b.allocated = true
+	b.requested = orig
+	a.live[b.addr] = id
+	return replay.Block{Addr: b.addr, SizeBytes: b.size}
+}
+
+// FreeRequested marks the block at addr freed by the program; it stays
+// active until FreeCompleted.
+func (a *Allocator) FreeRequested(addr uint64) {
+	id, ok := a.live[addr]
+	if !ok {
+		return
+	}
+	b := &a.blocks[id]
+	b.allocated = false
+	b.pending = true
+}
+
+// FreeCompleted returns the block at addr to its free list. When the
+// device's recorded events show that the next request releases memory, the
+// free is held back until that request, which decides whether it completed
+// before the request's search or in its release (spec §12.3-12.4).
+func (a *Allocator) FreeCompleted(addr uint64) {
+	id, ok := a.live[addr]
+	if !ok {
+		return
+	}
+	if a.blocks[id].allocated {
+		a.blocks[id].allocated = false
+		a.blocks[id].pending = true
+	}
+	if len(a.completions) > 0 || recordedRelease(a.dev.Recorded()) {
+		a.completions = append(a.completions, id)
+		return
+	}
+	a.freeBlock(id)
+}
+
+func recordedRelease(rec []trace.Event) bool {
+	for i := range rec {
+		if k := rec[i].Kind; k == trace.KindSegmentFree || k == trace.KindSegmentUnmap {
+			return true
+		}
+	}
+	return false
+}
+
+// applyCompletions applies the first k held-back completions and keeps the rest.
+func (a *Allocator) applyCompletions(k int) {
+	if len(a.completions) == 0 {
+		return
+	}
+	if k > len(a.completions) {
+		k = len(a.completions)
+	}
+	for _, id := range a.completions[:k] {
+		a.freeBlock(id)
+	}
+	n := copy(a.completions, a.completions[k:])
+	a.completions = a.completions[:n]
+}
+
+// freeBlock is free_block: merge with prev, then next, and back to the free set.
+func (a *Allocator) freeBlock(id int32) {
+	b := &a.blocks[id]
+	delete(a.live, b.addr)
+	b.allocated = false
+	b.pending = false
+	b.requested = 0
+	expandable := b.seg != none
+	var netCount int64
+	var netBytes int64
+	prev, next := b.prev, b.next
+	if sub := a.tryMerge(id, prev); sub > 0 {
+		netCount--
+		netBytes -= int64(sub)
+	}
+	if sub := a.tryMerge(id, next); sub > 0 {
+		netCount--
+		netBytes -= int64(sub)
+	}
+	a.insertFree(id)
+	if a.isSplit(id) {
+		netCount++
+		netBytes += int64(a.blocks[id].size)
+	}
+	if !expandable {
+		a.strandedCount += netCount
+		a.stranded = uint64(int64(a.stranded) + netBytes)
+	}
+}
+
+// tryMerge is try_merge_blocks: dst absorbs src when src is free and has
+// the same mapped state. It returns the bytes absorbed.
+func (a *Allocator) tryMerge(dst, src int32) uint64 {
+	if src == none {
+		return 0
+	}
+	s := &a.blocks[src]
+	d := &a.blocks[dst]
+	if s.allocated || s.pending || s.mapped != d.mapped {
+		return 0
+	}
+	if s.mapped {
+		a.eraseFree(src)
+	} else {
+		a.eraseUnmapped(src)
+	}
+	if d.prev == src {
+		d.addr = s.addr
+		d.prev = s.prev
+		if d.prev != none {
+			a.blocks[d.prev].next = dst
+		}
+	} else {
+		d.next = s.next
+		if d.next != none {
+			a.blocks[d.next].prev = dst
+		}
+	}
+	sub := s.size
+	d.size += sub
+	a.dropBlock(src)
+	return sub
+}
+
+// releaseBlock is release_block: cudaFree of a whole free block.
+func (a *Allocator) releaseBlock(id int32) {
+	b := &a.blocks[id]
+	if b.inSet {
+		a.eraseFree(id)
+	}
+	a.dev.Free(b.addr, b.size)
+	a.reserved -= b.size
+	a.dropBlock(id)
+}
+
+// garbageCollect is garbage_collect_cached_blocks (§4 step 4, §12.6).
+func (a *Allocator) garbageCollect() {
+	allowed, _ := a.dev.Cap()
+	threshold := uint64(a.cfg.GCThreshold * float64(allowed))
+	if a.reserved <= threshold {
+		return
+	}
+	target := a.reserved - threshold
+	bp := &a.pools[largePool]
+	var totalAge uint64
+	count := 0
+	cands := a.scratch[:0]
+	for _, sp := range bp.streams {
+		sp.free.each(func(e entry) {
+			if !a.isSplit(e.id) && a.blocks[e.id].seg == none {
+				cands = append(cands, e)
+				totalAge += bp.gcCalls - a.blocks[e.id].gcBase
+				count++
+			}
+		})
+	}
+	if count == 0 {
+		a.scratch = cands
+		return
+	}
+	var reclaimed uint64
+	freed := true
+	for reclaimed < target && freed && count > 0 {
+		threshold := float64(totalAge) / float64(count)
+		freed = false
+		kept := cands[:0]
+		for _, e := range cands {
+			age := bp.gcCalls - a.blocks[e.id].gcBase
+			if float64(age) >= threshold {
+				freed = true
+				reclaimed += e.size
+				totalAge -= age
+				count--
+				a.releaseBlock(e.id)
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		cands = kept
+	}
+	a.scratch = cands[:0]
+}
+
+// releaseAvailable is release_available_cached_blocks (§4 step 5c).
+func (a *Allocator) releaseAvailable(pool uint8, stream trace.StreamID, s uint64) bool {
+	m := a.cfg.MaxSplitSize
+	if m == DefaultConfig().MaxSplitSize {
+		return false
+	}
+	key := s
+	if key < m {
+		key = m
+	}
+	sp := a.streamPool(pool, stream, false)
+	if sp == nil || sp.free.n == 0 {
+		return false
+	}
+	fs := &sp.free
+	p := fs.lowerBound(key, 0)
+	if fs.valid(p) && a.blocks[fs.at(p).id].seg == none {
+		a.releaseBlock(fs.at(p).id)
+		return true
+	}
+	it, ok := fs.prev(p)
+	if !ok {
+		return false
+	}
+	var released uint64
+	for released < key {
+		e := fs.at(it)
+		if e.size < m {
+			break
+		}
+		cur := it
+		prev, hasPrev := fs.prev(it)
+		if a.blocks[e.id].seg == none {
+			// Releasing cur shifts later positions only; prev stays valid.
+			_ = cur
+			a.releaseBlock(e.id)
+			released += e.size
+		}
+		if !hasPrev {
+			break
+		}
+		it = prev
+	}
+	return released >= key
+}
+
+// releaseCached is release_cached_blocks: complete every pending free,
+// release every whole free segment (large pool, then small, each in
+// (stream, size, addr) order), and unmap the free pages of expandable
+// segments after each pool's walk.
+func (a *Allocator) releaseCached() {
+	a.applyCompletions(len(a.completions))
+	for _, pool := range [2]uint8{largePool, smallPool} {
+		bp := &a.pools[pool]
+		ents := a.scratch[:0]
+		for _, sp := range bp.streams {
+			ents = sp.free.entries(ents)
+		}
+		var unmap []int32
+		for _, e := range ents {
+			b := &a.blocks[e.id]
+			if b.seg != none {
+				unmap = append(unmap, e.id)
+			} else if b.prev == none && b.next == none {
+				a.releaseBlock(e.id)
+			}
+		}
+		a.scratch = ents[:0]
+		for _, id := range unmap {
+			a.unmapBlock(id)
+			b := &a.blocks[id]
+			if !b.mapped && b.prev == none && b.next == none {
+				a.eraseUnmapped(id)
+				a.segs[b.seg].alive = false
+				a.dropBlock(id)
+			}
+		}
+	}
+}
+
+// EmptyCache is torch.cuda.empty_cache().
+func (a *Allocator) EmptyCache() { a.releaseCached() }
+
+// Stats returns the allocator's counters; it walks only the per-stream set heads.
+func (a *Allocator) Stats() replay.Stats {
+	var largest uint64
+	for p := range a.pools {
+		for _, sp := range a.pools[p].streams {
+			if e, ok := sp.free.last(); ok && e.size > largest {
+				largest = e.size
+			}
+		}
+	}
+	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: a.stranded, AllocRetries: a.retries}
+}
+
+// ReservedBytes is the allocator's reserved memory (segments plus mapped pages).
+func (a *Allocator) ReservedBytes() uint64 { return a.reserved }

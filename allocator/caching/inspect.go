@@ -1,0 +1,186 @@
+package caching
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+func poolName(p uint8) string {
+	if p == smallPool {
+		return "small"
+	}
+	return "large"
+}
+
+// Segments lists the allocator's segments in address order: each
+// cudaMalloc segment, and each contiguous mapped range of an expandable
+// segment, with its blocks.
+func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
+	var heads []int32
+	for i := range a.blocks {
+		b := &a.blocks[i]
+		if b.used && b.prev == none {
+			heads = append(heads, int32(i))
+		}
+	}
+	sort.Slice(heads, func(i, j int) bool { return a.blocks[heads[i]].addr < a.blocks[heads[j]].addr })
+	for _, h := range heads {
+		var cur *trace.Segment
+		for id := h; id != none; id = a.blocks[id].next {
+			b := &a.blocks[id]
+			if !b.mapped {
+				if cur != nil {
+					if !fn(*cur) {
+						return
+					}
+					cur = nil
+				}
+				continue
+			}
+			if cur == nil {
+				cur = &trace.Segment{Stream: b.stream, Addr: b.addr, Pool: poolName(b.pool), Expandable: b.seg != none}
+			}
+			st := trace.BlockInactive
+			var req uint64
+			switch {
+			case b.allocated:
+				st, req = trace.BlockAllocated, b.requested
+			case b.pending:
+				st, req = trace.BlockPendingFree, b.requested
+			}
+			cur.SizeBytes += b.size
+			cur.Blocks = append(cur.Blocks, trace.Block{Addr: b.addr, SizeBytes: b.size, RequestedBytes: req, State: st})
+		}
+		if cur != nil && !fn(*cur) {
+			return
+		}
+	}
+}
+
+// Seed starts the allocator from a trace's initial state. Expandable
+// ranges of one (pool, stream) are placed in one virtual segment that
+// begins at the lowest range.
+func (a *Allocator) Seed(segs []trace.Segment) error {
+	if len(a.blocks)-len(a.spare) > 0 {
+		return fmt.Errorf("caching: Seed on an allocator in use")
+	}
+	type key struct {
+		pool   uint8
+		stream trace.StreamID
+	}
+	expGroups := map[key][]trace.Segment{}
+	var order []key
+	for i, sg := range segs {
+		pool := uint8(largePool)
+		if sg.Pool == "small" {
+			pool = smallPool
+		}
+		var sum uint64
+		for _, bl := range sg.Blocks {
+			sum += bl.SizeBytes
+		}
+		if sum != sg.SizeBytes || len(sg.Blocks) == 0 {
+			return fmt.Errorf("initial segment %d at %#x: blocks sum to %d bytes, segment is %d", i, sg.Addr, sum, sg.SizeBytes)
+		}
+		if sg.Expandable {
+			k := key{pool, sg.Stream}
+			if _, ok := expGroups[k]; !ok {
+				order = append(order, k)
+			}
+			expGroups[k] = append(expGroups[k], sg)
+			continue
+		}
+		a.seedChain(sg, pool, none, none)
+		a.reserved += sg.SizeBytes
+	}
+	for _, k := range order {
+		g := expGroups[k]
+		sort.Slice(g, func(i, j int) bool { return g[i].Addr < g[j].Addr })
+		page := uint64(SmallBuffer)
+		if k.pool == largePool {
+			page = a.cfg.LargeSegmentSize
+		}
+		total := a.dev.TotalBytes()
+		size := (total + total/8 + page - 1) / page * page
+		base := g[0].Addr
+		end := g[len(g)-1].Addr + g[len(g)-1].SizeBytes
+		if end-base > size {
+			return fmt.Errorf("initial expandable ranges of stream %#x span %d bytes, more than one segment's %d", uint64(k.stream), end-base, size)
+		}
+		a.segs = append(a.segs, expSeg{base: base, size: size, page: page, stream: k.stream, pool: k.pool, alive: true})
+		si := int32(len(a.segs) - 1)
+		pos := base
+		last := none
+		addGap := func(to uint64) {
+			if to <= pos {
+				return
+			}
+			id := a.newBlock()
+			a.blocks[id] = block{addr: pos, size: to - pos, stream: k.stream, prev: last, next: none, seg: si, pool: k.pool, used: true}
+			if last != none {
+				a.blocks[last].next = id
+			}
+			a.insertUnmapped(id)
+			last = id
+		}
+		for _, sg := range g {
+			if sg.Addr < pos || (sg.Addr-base)%page != 0 || sg.SizeBytes%page != 0 {
+				return fmt.Errorf("initial expandable range at %#x (%d bytes) is not page-aligned or overlaps", sg.Addr, sg.SizeBytes)
+			}
+			addGap(sg.Addr)
+			last = a.seedChain(sg, k.pool, si, last)
+			a.reserved += sg.SizeBytes
+			pos = sg.Addr + sg.SizeBytes
+		}
+		addGap(base + size)
+	}
+	return nil
+}
+
+// seedChain adds the blocks of one initial segment after block last and
+// returns the last block added.
+func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int32 {
+	first := last
+	var ids []int32
+	for _, bl := range sg.Blocks {
+		id := a.newBlock()
+		a.blocks[id] = block{addr: bl.Addr, size: bl.SizeBytes, stream: sg.Stream, prev: last, next: none,
+			seg: seg, pool: pool, used: true, mapped: true}
+		if last != none {
+			a.blocks[last].next = id
+		}
+		switch bl.State {
+		case trace.BlockAllocated:
+			a.blocks[id].allocated = true
+			a.blocks[id].requested = bl.RequestedBytes
+			a.live[bl.Addr] = id
+		case trace.BlockPendingFree:
+			a.blocks[id].pending = true
+			a.blocks[id].requested = bl.RequestedBytes
+			a.live[bl.Addr] = id
+		}
+		ids = append(ids, id)
+		last = id
+	}
+	_ = first
+	for _, id := range ids {
+		b := &a.blocks[id]
+		if b.allocated || b.pending {
+			continue
+		}
+		a.insertFree(id)
+		if seg == none && a.isSplit(id) {
+			a.stranded += b.size
+			a.strandedCount++
+		}
+	}
+	return last
+}
+
+// chooseReading returns how many held-back completions took effect before
+// the search of the next malloc (spec §12.4).
+func (a *Allocator) chooseReading(size uint64, stream trace.StreamID) int {
+	return len(a.completions)
+}

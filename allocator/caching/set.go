@@ -1,0 +1,209 @@
+package caching
+
+import "sort"
+
+// entry is one free block in a freeSet, ordered by (size, addr).
+type entry struct {
+	size, addr uint64
+	id         int32
+}
+
+func (e entry) less(size, addr uint64) bool {
+	return e.size < size || (e.size == size && e.addr < addr)
+}
+
+// maxChunk is the largest chunk a freeSet keeps before splitting it.
+const maxChunk = 128
+
+// freeSet is a sorted set of free blocks of one (pool, stream), ordered by
+// (size, addr): a list of sorted chunks, so that inserts and deletes move
+// at most maxChunk entries.
+type freeSet struct {
+	chunks [][]entry
+	n      int
+}
+
+// pos is a position in a freeSet.
+type pos struct{ c, i int }
+
+// lowerBound returns the position of the first entry >= (size, addr).
+func (s *freeSet) lowerBound(size, addr uint64) pos {
+	cs := s.chunks
+	// first chunk whose last entry is >= key
+	lo, hi := 0, len(cs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		ch := cs[m]
+		if ch[len(ch)-1].less(size, addr) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(cs) {
+		return pos{lo, 0}
+	}
+	ch := cs[lo]
+	i, j := 0, len(ch)
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if ch[m].less(size, addr) {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	return pos{lo, i}
+}
+
+func (s *freeSet) valid(p pos) bool { return p.c < len(s.chunks) }
+
+func (s *freeSet) at(p pos) entry { return s.chunks[p.c][p.i] }
+
+func (s *freeSet) next(p pos) pos {
+	p.i++
+	if p.i == len(s.chunks[p.c]) {
+		return pos{p.c + 1, 0}
+	}
+	return p
+}
+
+// prev returns the position before p; ok is false at the beginning.
+func (s *freeSet) prev(p pos) (pos, bool) {
+	if p.i > 0 {
+		return pos{p.c, p.i - 1}, true
+	}
+	if p.c == 0 {
+		return p, false
+	}
+	return pos{p.c - 1, len(s.chunks[p.c-1]) - 1}, true
+}
+
+func (s *freeSet) first() pos { return pos{0, 0} }
+
+func (s *freeSet) last() (entry, bool) {
+	if len(s.chunks) == 0 {
+		return entry{}, false
+	}
+	ch := s.chunks[len(s.chunks)-1]
+	return ch[len(ch)-1], true
+}
+
+func (s *freeSet) insert(e entry) {
+	s.n++
+	if len(s.chunks) == 0 {
+		ch := make([]entry, 1, maxChunk+1)
+		ch[0] = e
+		s.chunks = append(s.chunks, ch)
+		return
+	}
+	p := s.lowerBound(e.size, e.addr)
+	if p.c == len(s.chunks) {
+		p.c--
+		p.i = len(s.chunks[p.c])
+	}
+	ch := s.chunks[p.c]
+	ch = append(ch, entry{})
+	copy(ch[p.i+1:], ch[p.i:])
+	ch[p.i] = e
+	if len(ch) > maxChunk {
+		half := len(ch) / 2
+		nc := make([]entry, len(ch)-half, maxChunk+1)
+		copy(nc, ch[half:])
+		ch = ch[:half]
+		s.chunks = append(s.chunks, nil)
+		copy(s.chunks[p.c+2:], s.chunks[p.c+1:])
+		s.chunks[p.c+1] = nc
+	}
+	s.chunks[p.c] = ch
+}
+
+// remove deletes the entry (size, addr); it reports whether it was there.
+func (s *freeSet) remove(size, addr uint64) bool {
+	p := s.lowerBound(size, addr)
+	if !s.valid(p) {
+		return false
+	}
+	e := s.at(p)
+	if e.size != size || e.addr != addr {
+		return false
+	}
+	s.removeAt(p)
+	return true
+}
+
+func (s *freeSet) removeAt(p pos) {
+	s.n--
+	ch := s.chunks[p.c]
+	copy(ch[p.i:], ch[p.i+1:])
+	ch = ch[:len(ch)-1]
+	if len(ch) == 0 {
+		copy(s.chunks[p.c:], s.chunks[p.c+1:])
+		s.chunks[len(s.chunks)-1] = nil
+		s.chunks = s.chunks[:len(s.chunks)-1]
+		return
+	}
+	s.chunks[p.c] = ch
+}
+
+// each calls fn for every entry in order.
+func (s *freeSet) each(fn func(e entry)) {
+	for _, ch := range s.chunks {
+		for _, e := range ch {
+			fn(e)
+		}
+	}
+}
+
+// entries returns a copy of all entries in order.
+func (s *freeSet) entries(dst []entry) []entry {
+	for _, ch := range s.chunks {
+		dst = append(dst, ch...)
+	}
+	return dst
+}
+
+func (s *freeSet) clone() freeSet {
+	c := freeSet{n: s.n, chunks: make([][]entry, len(s.chunks))}
+	for i, ch := range s.chunks {
+		nc := make([]entry, len(ch), maxChunk+1)
+		copy(nc, ch)
+		c.chunks[i] = nc
+	}
+	return c
+}
+
+// addrSet is a sorted set of block ids keyed by address (unmapped blocks of
+// expandable segments for one (pool, stream)).
+type addrSet struct {
+	addrs []uint64
+	ids   []int32
+}
+
+func (s *addrSet) search(addr uint64) int {
+	return sort.Search(len(s.addrs), func(i int) bool { return s.addrs[i] >= addr })
+}
+
+func (s *addrSet) insert(addr uint64, id int32) {
+	i := s.search(addr)
+	s.addrs = append(s.addrs, 0)
+	s.ids = append(s.ids, 0)
+	copy(s.addrs[i+1:], s.addrs[i:])
+	copy(s.ids[i+1:], s.ids[i:])
+	s.addrs[i] = addr
+	s.ids[i] = id
+}
+
+func (s *addrSet) remove(addr uint64) bool {
+	i := s.search(addr)
+	if i == len(s.addrs) || s.addrs[i] != addr {
+		return false
+	}
+	s.addrs = append(s.addrs[:i], s.addrs[i+1:]...)
+	s.ids = append(s.ids[:i], s.ids[i+1:]...)
+	return true
+}
+
+func (s *addrSet) clone() addrSet {
+	return addrSet{addrs: append([]uint64(nil), s.addrs...), ids: append([]int32(nil), s.ids...)}
+}
