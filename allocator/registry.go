@@ -5,8 +5,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fragsim/fragsim/allocator/async"
+	"github.com/fragsim/fragsim/allocator/bfc"
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/allocator/ideal"
+	"github.com/fragsim/fragsim/allocator/paged"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -37,22 +40,49 @@ var policies = []entry{
 		},
 	},
 	{
+		name: "pooled",
+		describe: "a documented model of CUDA's stream-ordered pool (cudaMallocAsync, " +
+			"PyTorch's backend:cudaMallocAsync); alias async",
+		build: simple(async.ParseConf, async.New),
+	},
+	{
+		name: "bfc",
+		describe: "TensorFlow/XLA's best-fit-with-coalescing allocator (JAX's GPU default), " +
+			"allow_growth behaviour",
+		build: simple(bfc.ParseConf, bfc.New),
+	},
+	{
 		name:     "ideal",
 		describe: "the physical limit: reserved always equals the live requested bytes",
-		build: func(conf string, _ *trace.Header) (replay.Factory, error) {
-			cfg, err := ideal.ParseConf(conf)
-			if err != nil {
-				return nil, err
-			}
-			return func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
-				return ideal.New(dev, cfg)
-			}, nil
-		},
+		build:    simple(ideal.ParseConf, ideal.New),
+	},
+	{
+		name: "paged",
+		describe: "fixed-size pages, a request served by any free pages (as KV-cache " +
+			"managers do); for workloads whose tensors can be split",
+		build: simple(paged.ParseConf, paged.New),
 	},
 }
 
+// simple adapts a policy package whose options do not depend on the trace.
+func simple[C any, P replay.Policy](parse func(string) (C, error), build func(replay.Device, C) (P, error)) func(string, *trace.Header) (replay.Factory, error) {
+	return func(conf string, _ *trace.Header) (replay.Factory, error) {
+		cfg, err := parse(conf)
+		if err != nil {
+			return nil, err
+		}
+		return func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
+			p, err := build(dev, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		}, nil
+	}
+}
+
 // aliases maps other accepted names to registered ones.
-var aliases = map[string]string{}
+var aliases = map[string]string{"async": "pooled"}
 
 // Names returns the policy names --policy accepts, in a stable order.
 // Aliases (async for pooled) are accepted by NewFactory but not listed.

@@ -1,0 +1,216 @@
+// Package async models CUDA's stream-ordered memory pool (cudaMallocAsync), which PyTorch uses with backend:cudaMallocAsync.
+//
+// The pool's internals are not public. This package implements a documented
+// model of it, built from what NVIDIA and PyTorch publish:
+//
+//   - PyTorch passes every request unchanged to cudaMallocAsync on the
+//     current stream and every free to cudaFreeAsync; it does no rounding,
+//     splitting or caching of its own. The pool's release threshold is set
+//     to UINT64_MAX (nothing is returned to the device on its own) and all
+//     reuse policies are on; empty_cache synchronizes and calls
+//     cudaMemPoolTrimTo(pool, 0).
+//   - Physical memory: the pool holds chunks of device memory whose sizes
+//     are multiples of the allocation granularity G (2 MiB on current GPUs,
+//     cuMemGetAllocationGranularity; option granularity_mb). A request that
+//     no free range can hold adds a chunk of the request rounded up to G (at
+//     least min_chunk_mb, default 2 MiB).
+//   - Sub-allocation: requests are rounded up to 512 bytes and placed at the
+//     best fit, by (size, address), among the free ranges of all chunks, the
+//     rest of the range staying free; freed ranges merge with free
+//     neighbours of their chunk.
+//   - Remapping: the pool lives in virtual address space, and the driver
+//     "defragments the pool by remapping unused memory to a contiguous
+//     portion of the virtual address space" (NVIDIA's blog on the
+//     stream-ordered allocator). Modelled as: when no free range fits, every
+//     chunk with nothing in use is merged, with new memory if they are not
+//     enough, into one chunk the request fits in. Free pages of a chunk that
+//     still holds a live allocation are not remapped: this is where the model
+//     still fragments, as the pool does in practice (rapidsai/rmm#1245,
+//     pytorch/pytorch#110194 report reserved far above used).
+//   - Streams: a range freed with cudaFreeAsync is reusable by its own stream
+//     at once and by other streams once the free has run (opportunistic
+//     reuse). The trace's free_completed marks the moment the memory is safe
+//     for every stream, so the model returns a range to the pool there and
+//     lets every stream reuse it; it cannot tell a same-stream reuse that the
+//     real pool would make earlier, before other streams are done.
+//   - Release: with the default threshold (max) nothing goes back but on
+//     empty_cache, which returns every chunk with nothing in use (TrimTo 0).
+//     Option release_threshold_mb returns such chunks after a free whenever
+//     the pool holds more than the threshold.
+//
+// What it cannot model: the driver's real placement and chunk sizes,
+// remapping of free pages inside partly used chunks, the graph-memory pool,
+// and PyTorch's memory-fraction check (made against live bytes, while the
+// replay device caps reserved bytes). Its peak reserved is to be compared
+// with a real backend:cudaMallocAsync run (bench/async).
+package async
+
+import (
+	"fmt"
+
+	"github.com/fragsim/fragsim/allocator/internal/arena"
+	"github.com/fragsim/fragsim/allocator/internal/conf"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// Model constants.
+const (
+	DefaultGranularity = 2 << 20 // physical allocation granularity
+	Alignment          = 512     // sub-allocation rounding
+)
+
+// Config configures the pool model.
+type Config struct {
+	Granularity      uint64 // chunk sizes are multiples of this (bytes)
+	MinChunk         uint64 // smallest chunk added (bytes)
+	ReleaseThreshold uint64 // bytes kept after a free; 0 means unlimited (UINT64_MAX)
+	NoRemap          bool   // turn off merging of fully free chunks
+}
+
+// DefaultConfig returns the model as PyTorch configures the pool.
+func DefaultConfig() Config {
+	return Config{Granularity: DefaultGranularity, MinChunk: DefaultGranularity}
+}
+
+// ParseConf reads the model's options: granularity_mb, min_chunk_mb,
+// release_threshold_mb (MiB) and remap (true|false). Keys of
+// PYTORCH_CUDA_ALLOC_CONF are ignored.
+func ParseConf(s string) (Config, error) {
+	c := DefaultConfig()
+	remap := true
+	err := conf.Parse(s, map[string]conf.Setter{
+		"granularity_mb":       conf.MiB(&c.Granularity, Alignment, Alignment),
+		"min_chunk_mb":         conf.MiB(&c.MinChunk, Alignment, Alignment),
+		"release_threshold_mb": conf.MiB(&c.ReleaseThreshold, 1, 1),
+		"remap":                conf.Bool(&remap),
+	})
+	c.NoRemap = !remap
+	return c, err
+}
+
+// Policy is the pool model. It implements replay.Policy and replay.Inspector.
+type Policy struct {
+	dev     replay.Device
+	cfg     Config
+	a       *arena.Arena
+	remaps  int64
+	retries int64
+}
+
+// New returns a pool model that asks dev for its chunks.
+func New(dev replay.Device, cfg Config) (*Policy, error) {
+	if cfg.Granularity == 0 {
+		cfg.Granularity = DefaultGranularity
+	}
+	if cfg.Granularity%Alignment != 0 {
+		return nil, fmt.Errorf("granularity %d is not a multiple of %d bytes", cfg.Granularity, Alignment)
+	}
+	cfg.MinChunk = roundUp(max(cfg.MinChunk, 1), cfg.Granularity)
+	return &Policy{dev: dev, cfg: cfg, a: arena.New()}, nil
+}
+
+func roundUp(n, m uint64) uint64 { return (n + m - 1) / m * m }
+
+// Name returns "pooled".
+func (p *Policy) Name() string { return "pooled" }
+
+// Malloc serves a request from the pool, growing or remapping it if needed.
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+	size := roundUp(max(sizeBytes, 1), Alignment)
+	if r := p.a.BestFit(size); r != nil {
+		return p.take(r, size, sizeBytes, stream), nil
+	}
+	need := max(roundUp(size, p.cfg.Granularity), p.cfg.MinChunk)
+	var merged uint64
+	if !p.cfg.NoRemap {
+		merged = p.releaseFullyFree()
+		if merged > 0 {
+			p.remaps++
+		}
+	}
+	chunk := max(need, merged)
+	addr, ok := p.dev.Malloc(chunk, stream)
+	if !ok && merged > 0 {
+		// Keep what the pool held; the request cannot be served.
+		p.retries++
+		if a, ok2 := p.dev.Malloc(merged, stream); ok2 {
+			p.a.AddSegment(a, merged, stream, "large")
+		}
+	}
+	if !ok {
+		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: chunk, Stream: stream,
+			Reason: fmt.Sprintf("the pool holds %d bytes (%d free) and the device refused %d more",
+				p.a.ReservedBytes(), p.a.FreeBytes(), chunk-merged)}
+	}
+	p.a.AddSegment(addr, chunk, stream, "large")
+	return p.take(p.a.BestFit(size), size, sizeBytes, stream), nil
+}
+
+func (p *Policy) take(r *arena.Range, size, requested uint64, stream trace.StreamID) replay.Block {
+	r = p.a.Take(r, size, requested, stream, true)
+	return replay.Block{Addr: r.Addr, SizeBytes: r.Size}
+}
+
+// releaseFullyFree returns every chunk with nothing in use to the device
+// and the bytes returned.
+func (p *Policy) releaseFullyFree() uint64 {
+	var n uint64
+	for _, s := range p.a.FullyFreeSegs() {
+		addr, size := s.Addr, s.Size
+		p.a.RemoveSegment(s)
+		p.dev.Free(addr, size)
+		n += size
+	}
+	return n
+}
+
+// FreeRequested marks the range as freed by the program; the pool reuses
+// it once the free completes.
+func (p *Policy) FreeRequested(addr uint64) {
+	if r, ok := p.a.Lookup(addr); ok {
+		r.Pending = true
+	}
+}
+
+// FreeCompleted returns the range to the pool.
+func (p *Policy) FreeCompleted(addr uint64) {
+	r, ok := p.a.Lookup(addr)
+	if !ok {
+		return
+	}
+	p.a.Release(r)
+	if t := p.cfg.ReleaseThreshold; t > 0 && p.a.ReservedBytes() > t {
+		for _, s := range p.a.FullyFreeSegs() {
+			if p.a.ReservedBytes() <= t {
+				break
+			}
+			addr, size := s.Addr, s.Size
+			p.a.RemoveSegment(s)
+			p.dev.Free(addr, size)
+		}
+	}
+}
+
+// EmptyCache trims the pool to zero: every chunk with nothing in use goes back.
+func (p *Policy) EmptyCache() { p.releaseFullyFree() }
+
+// Stats reports the largest request the pool can serve without new memory
+// (a free range, or the fully free chunks remapped together) and the free
+// bytes of chunks that hold live allocations.
+func (p *Policy) Stats() replay.Stats {
+	largest := p.a.LargestFree()
+	if !p.cfg.NoRemap {
+		largest = max(largest, p.a.FullyFreeBytes())
+	}
+	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
+}
+
+// Remaps returns how many times fully free chunks were merged to serve a request.
+func (p *Policy) Remaps() int64 { return p.remaps }
+
+// Segments lists the pool's chunks and their ranges, by address.
+func (p *Policy) Segments(fn func(seg trace.Segment) bool) { p.a.Segments(fn) }
+
+// Check verifies the policy's internal invariants (for tests); "" when sound.
+func (p *Policy) Check() string { return p.a.Check() }
