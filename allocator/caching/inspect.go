@@ -184,3 +184,21 @@ func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int
 func (a *Allocator) chooseReading(size uint64, stream trace.StreamID) int {
 	return len(a.completions)
 }
+
+// Reproduces reports whether the allocator runs with the settings the
+// trace was recorded with, by PyTorch's caching allocator (a PyTorch
+// snapshot or a live recording): then the replay can be checked against
+// the recorded device events.
+func (a *Allocator) Reproduces(h *trace.Header) bool {
+	if h == nil || (h.Producer != trace.ProducerPyTorch && h.Producer != trace.ProducerLive) {
+		return false
+	}
+	rc, err := FromHeader(h)
+	if err != nil {
+		return false
+	}
+	c := a.cfg
+	return rc.Backend != "cudaMallocAsync" && rc.MaxSplitSize == c.MaxSplitSize && rc.MaxNonSplitRounding == c.MaxNonSplitRounding &&
+		rc.RoundupPower2Divisions == c.RoundupPower2Divisions && rc.GCThreshold == c.GCThreshold &&
+		rc.Expandable == c.Expandable && rc.LargeSegmentSize == c.LargeSegmentSize
+}

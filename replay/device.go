@@ -1,0 +1,218 @@
+package replay
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// Deterministic layout: segments that have no recorded address are placed
+// by a bump allocator from LayoutBase, aligned to LayoutAlign, never
+// reusing a range.
+const (
+	LayoutBase  = 0x7f0000000000
+	LayoutAlign = 2 << 20
+)
+
+// span is a live device range [addr, addr+size).
+type span struct {
+	addr, size uint64
+	mapped     uint64 // bytes mapped inside a reserved range
+}
+
+// device is the simulated GPU of one trace device. It implements Device
+// and FractionSetter.
+//
+// Malloc refuses a segment over the memory-fraction cap or over physical
+// capacity (capacity − outside bytes); Map refuses only over physical
+// capacity, since PyTorch checks its cap itself before mapping, with the
+// allocation size (spec §12.7).
+type device struct {
+	e        *engine
+	id       trace.DeviceID
+	total    uint64 // totalGlobalMem (capacity), 0 = unlimited
+	outside  uint64
+	fraction float64
+	allowed  uint64
+	capped   bool
+
+	reserved uint64
+	allocs   int64
+	frees    int64
+
+	// rec holds the recorded device events not matched yet, oldest first.
+	rec []trace.Event
+
+	bump     uint64
+	segs     []span // live cudaMalloc segments, by address
+	ranges   []span // live reserved (expandable) ranges, by address
+	compare  bool   // compare calls with rec
+	matched  int64
+	mismatch bool // a mismatch was seen during the current request
+}
+
+func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
+	d := &device{e: e, id: id, total: total, outside: outside, bump: LayoutBase, compare: true}
+	d.SetFraction(fraction)
+	return d
+}
+
+// SetFraction sets the per-process memory fraction (0 or >= 1: no cap).
+func (d *device) SetFraction(f float64) {
+	d.fraction = f
+	d.capped = f > 0 && f < 1
+	if d.capped {
+		t := d.total
+		if t == 0 {
+			t = d.TotalBytes()
+		}
+		d.allowed = uint64(f * float64(t))
+	} else {
+		d.allowed = 0
+	}
+}
+
+func (d *device) Cap() (uint64, bool) { return d.allowed, d.capped }
+
+// unlimitedTotal is the total reported for a device without capacity.
+const unlimitedTotal = 1 << 46
+
+func (d *device) TotalBytes() uint64 {
+	if d.total == 0 {
+		return unlimitedTotal
+	}
+	return d.total
+}
+
+func (d *device) Recorded() []trace.Event { return d.rec }
+
+func (d *device) fits(size uint64) bool {
+	if d.total == 0 {
+		return true
+	}
+	limit := uint64(0)
+	if d.total > d.outside {
+		limit = d.total - d.outside
+	}
+	return d.reserved+size <= limit
+}
+
+// expect matches a device call with the oldest recorded event.
+func (d *device) expect(kind trace.Kind, addr, size uint64, useAddr bool) (trace.Event, bool) {
+	if !d.compare {
+		return trace.Event{}, false
+	}
+	if len(d.rec) > 0 {
+		h := d.rec[0]
+		if h.Kind == kind && h.SizeBytes == size && (!useAddr || h.Addr == addr) {
+			d.rec = d.rec[1:]
+			d.matched++
+			return h, true
+		}
+	}
+	d.e.deviceMismatch(d, kind, addr, size)
+	return trace.Event{}, false
+}
+
+func overlaps(ss []span, addr, size uint64) bool {
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr+ss[i].size > addr })
+	return i < len(ss) && ss[i].addr < addr+size
+}
+
+func insertSpan(ss []span, s span) []span {
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr > s.addr })
+	ss = append(ss, span{})
+	copy(ss[i+1:], ss[i:])
+	ss[i] = s
+	return ss
+}
+
+func findSpan(ss []span, addr uint64) int {
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr+ss[i].size > addr })
+	if i < len(ss) && ss[i].addr <= addr {
+		return i
+	}
+	return -1
+}
+
+func (d *device) bumpAlloc(size uint64) uint64 {
+	for {
+		a := d.bump
+		d.bump = (a + size + LayoutAlign - 1) / LayoutAlign * LayoutAlign
+		if !overlaps(d.segs, a, size) && !overlaps(d.ranges, a, size) {
+			return a
+		}
+	}
+}
+
+func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
+	if d.capped && d.reserved+size > d.allowed {
+		return 0, false
+	}
+	if !d.fits(size) {
+		return 0, false
+	}
+	var addr uint64
+	if ev, ok := d.expect(trace.KindSegmentAlloc, 0, size, false); ok && !overlaps(d.segs, ev.Addr, size) && !overlaps(d.ranges, ev.Addr, size) {
+		addr = ev.Addr
+	} else {
+		addr = d.bumpAlloc(size)
+	}
+	d.segs = insertSpan(d.segs, span{addr: addr, size: size})
+	d.reserved += size
+	d.allocs++
+	return addr, true
+}
+
+func (d *device) Free(addr, size uint64) {
+	d.expect(trace.KindSegmentFree, addr, size, true)
+	if i := findSpan(d.segs, addr); i >= 0 && d.segs[i].addr == addr {
+		d.segs = append(d.segs[:i], d.segs[i+1:]...)
+	} else {
+		panic(fmt.Sprintf("replay: policy freed unknown segment %#x", addr))
+	}
+	d.reserved -= size
+	d.frees++
+}
+
+func (d *device) Reserve(size uint64, stream trace.StreamID) uint64 {
+	if d.compare {
+		for _, ev := range d.rec {
+			if ev.Kind == trace.KindSegmentMap && findSpan(d.ranges, ev.Addr) < 0 &&
+				!overlaps(d.segs, ev.Addr, size) && !overlaps(d.ranges, ev.Addr, size) {
+				d.ranges = insertSpan(d.ranges, span{addr: ev.Addr, size: size})
+				return ev.Addr
+			}
+		}
+	}
+	a := d.bumpAlloc(size)
+	d.ranges = insertSpan(d.ranges, span{addr: a, size: size})
+	return a
+}
+
+func (d *device) Map(addr, size uint64) bool {
+	if !d.fits(size) {
+		return false
+	}
+	d.expect(trace.KindSegmentMap, addr, size, true)
+	if i := findSpan(d.ranges, addr); i >= 0 {
+		d.ranges[i].mapped += size
+	}
+	d.reserved += size
+	d.allocs++
+	return true
+}
+
+func (d *device) Unmap(addr, size uint64) {
+	d.expect(trace.KindSegmentUnmap, addr, size, true)
+	if i := findSpan(d.ranges, addr); i >= 0 {
+		d.ranges[i].mapped -= size
+		if d.ranges[i].mapped == 0 {
+			// PyTorch destroys a segment once nothing in it is mapped.
+			d.ranges = append(d.ranges[:i], d.ranges[i+1:]...)
+		}
+	}
+	d.reserved -= size
+	d.frees++
+}

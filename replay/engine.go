@@ -1,0 +1,689 @@
+// Package replay feeds a trace's requests through an allocator policy and measures what the device would hold.
+package replay
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// Reproducer is implemented by policies that claim to reproduce the
+// allocator a trace was recorded with. The engine checks fidelity (every
+// device call and every allocation's address against the recorded ones)
+// only when the trace carries device events and the policy's Reproduces
+// returns true for the trace's header.
+type Reproducer interface {
+	Reproduces(h *trace.Header) bool
+}
+
+// live is a block the program holds (or whose free has not completed),
+// keyed by its recorded address.
+type live struct {
+	addr  uint64 // the replayed address
+	size  uint64 // the block size the policy handed out
+	req   uint64 // requested bytes
+	freed bool   // free requested
+}
+
+// devState is the replay of one trace device.
+type devState struct {
+	id       trace.DeviceID
+	policy   Policy
+	dev      *device
+	live     map[uint64]live
+	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
+	fc       []uint64            // completed frees not yet passed to the policy (replayed addresses)
+
+	active, allocated, requested uint64
+}
+
+// maxOOMEvents caps the OOMs a Result lists (all are counted).
+const maxOOMEvents = 1000
+
+type engine struct {
+	cfg     Config
+	factory Factory
+	hdr     *trace.Header
+	devs    []*devState
+	last    *devState
+	res     Result
+	index   int64 // index of the event being processed
+	ev      trace.Event
+	exact   bool
+	sawDev  bool
+
+	// immediate frees: decided from the header or from the first free.
+	immediate  int8 // 0 undecided, 1 immediate, -1 deferred
+	heldFree   bool // a free_requested waits for the decision
+	heldEvent  trace.Event
+	requests   int64
+	lastDefrag uint64
+
+	// totals over devices
+	reserved, active, allocated, requested uint64
+
+	// metrics
+	peakReserved      uint64
+	atPeakActive      uint64
+	twSumTime, twTime float64
+	twSumCount        float64
+	twCount           int64
+	prevTime          int64
+	prevFrag          float64
+	haveTime          bool
+	stranded          uint64
+	sample            Sample
+	err               error
+}
+
+// Run replays the trace r to its end through policies built by f.
+func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
+	e := &engine{cfg: cfg, factory: f, hdr: r.Header()}
+	if e.hdr == nil {
+		e.hdr = &trace.Header{}
+	}
+	if err := e.start(); err != nil {
+		return nil, err
+	}
+	buf := make([]trace.Event, 4096)
+	for {
+		n, err := r.ReadEvents(buf)
+		for i := 0; i < n; i++ {
+			if err := e.step(buf[i]); err != nil {
+				return e.partial(), err
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return e.partial(), fmt.Errorf("replay: after event %d: %w", e.index, err)
+		}
+	}
+	if err := e.finish(); err != nil {
+		return e.partial(), err
+	}
+	return &e.res, nil
+}
+
+// RunFile replays the trace file at path.
+func RunFile(path string, f Factory, cfg Config) (*Result, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	res, err := Run(r, f, cfg)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
+}
+
+// OpenFile returns an opener of the trace at path, for MinCapacity.
+func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
+	return func() (*trace.Reader, io.Closer, error) {
+		fh, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
+		if err != nil {
+			fh.Close()
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return r, fh, nil
+	}
+}
+
+// MinCapacity returns the smallest device capacity, to 2 MiB, on which the
+// trace completes with no OOM under the policies f builds (cfg's other
+// settings apply; its CapacityBytes is ignored).
+func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg Config) (uint64, error) {
+	run := func(capacity uint64) (*Result, error) {
+		r, c, err := open()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		cc := cfg
+		cc.CapacityBytes = capacity
+		cc.Observer = nil
+		return Run(r, f, cc)
+	}
+	free, err := run(math.MaxUint64 / 2)
+	if err != nil {
+		return 0, err
+	}
+	if free.OOMs > 0 {
+		return 0, fmt.Errorf("replay: the trace has OOMs even on an unlimited device")
+	}
+	const step = 2 << 20
+	hi := (free.PeakReservedBytes + cfg.OutsideBytes + step - 1) / step * step
+	if hi == 0 {
+		return 0, nil
+	}
+	lo := uint64(0) // infeasible (or zero)
+	for hi-lo > step {
+		mid := (lo + (hi-lo)/2) / step * step
+		if mid <= lo {
+			mid = lo + step
+		}
+		res, err := run(mid)
+		if err != nil {
+			return 0, err
+		}
+		if res.OOMs == 0 {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
+}
+
+func (e *engine) start() error {
+	h := e.hdr
+	switch {
+	case h.Producer == trace.ProducerRMM:
+		e.immediate = 1
+	default:
+		for _, a := range h.Approximate {
+			if strings.Contains(a, "free_completed") {
+				e.immediate = 1
+			}
+		}
+	}
+	if h.Initial != nil {
+		byDev := map[trace.DeviceID][]trace.Segment{}
+		var order []trace.DeviceID
+		for _, s := range h.Initial.Segments {
+			if _, ok := byDev[s.Device]; !ok {
+				order = append(order, s.Device)
+			}
+			byDev[s.Device] = append(byDev[s.Device], s)
+		}
+		for _, id := range order {
+			ds, err := e.device(id)
+			if err != nil {
+				return err
+			}
+			if err := e.seed(ds, byDev[id]); err != nil {
+				return err
+			}
+		}
+	}
+	e.res.Fidelity.Checked = false
+	return nil
+}
+
+// seed gives a device its initial state: through Seeder when the policy
+// has it, else by serving the live blocks as requests.
+func (e *engine) seed(ds *devState, segs []trace.Segment) error {
+	if sd, ok := ds.policy.(Seeder); ok {
+		if err := sd.Seed(segs); err != nil {
+			return fmt.Errorf("replay: initial state of device %d: %w", ds.id, err)
+		}
+		for _, s := range segs {
+			ds.dev.reserved += s.SizeBytes
+			e.reserved += s.SizeBytes
+			if s.Expandable {
+				ds.dev.ranges = insertSpan(ds.dev.ranges, span{addr: s.Addr, size: s.SizeBytes, mapped: s.SizeBytes})
+			} else {
+				ds.dev.segs = insertSpan(ds.dev.segs, span{addr: s.Addr, size: s.SizeBytes})
+			}
+			for _, b := range s.Blocks {
+				if b.State == trace.BlockInactive {
+					continue
+				}
+				l := live{addr: b.Addr, size: b.SizeBytes, req: b.RequestedBytes, freed: b.State == trace.BlockPendingFree}
+				ds.live[b.Addr] = l
+				e.addActive(ds, l)
+			}
+		}
+		return nil
+	}
+	ds.dev.compare = false
+	for _, s := range segs {
+		for _, b := range s.Blocks {
+			if b.State == trace.BlockInactive {
+				continue
+			}
+			req := b.RequestedBytes
+			if req == 0 {
+				req = b.SizeBytes
+			}
+			blk, err := ds.policy.Malloc(req, s.Stream)
+			if err != nil {
+				return fmt.Errorf("replay: initial block %#x of device %d: %w", b.Addr, ds.id, err)
+			}
+			l := live{addr: blk.Addr, size: blk.SizeBytes, req: req}
+			ds.live[b.Addr] = l
+			e.addActive(ds, l)
+			if b.State == trace.BlockPendingFree {
+				ds.policy.FreeRequested(blk.Addr)
+				l.freed = true
+				ds.live[b.Addr] = l
+				ds.allocated -= l.size
+				e.allocated -= l.size
+			}
+		}
+	}
+	e.syncReserved(ds)
+	ds.dev.compare = true
+	return nil
+}
+
+func (e *engine) addActive(ds *devState, l live) {
+	ds.active += l.size
+	e.active += l.size
+	ds.requested += l.req
+	e.requested += l.req
+	if !l.freed {
+		ds.allocated += l.size
+		e.allocated += l.size
+	}
+}
+
+// syncReserved recomputes the total reserved bytes.
+func (e *engine) syncReserved(_ *devState) {
+	var r uint64
+	for _, d := range e.devs {
+		r += d.dev.reserved
+	}
+	e.reserved = r
+}
+
+func (e *engine) device(id trace.DeviceID) (*devState, error) {
+	if l := e.last; l != nil && l.id == id {
+		return l, nil
+	}
+	for _, d := range e.devs {
+		if d.id == id {
+			e.last = d
+			return d, nil
+		}
+	}
+	total := e.cfg.CapacityBytes
+	if total == 0 {
+		total = e.hdr.GPUTotalBytes
+	}
+	frac := e.cfg.Fraction
+	if frac == 0 {
+		frac = e.hdr.MemoryFraction
+	}
+	ds := &devState{id: id, live: make(map[uint64]live, 1024), unserved: map[uint64]struct{}{}}
+	ds.dev = newDevice(e, id, total, e.cfg.OutsideBytes, frac)
+	p, err := e.factory(ds.dev, e.hdr)
+	if err != nil {
+		return nil, fmt.Errorf("replay: device %d: %w", id, err)
+	}
+	ds.policy = p
+	if e.res.Policy == "" {
+		e.res.Policy = p.Name()
+		if rp, ok := p.(Reproducer); ok {
+			e.exact = rp.Reproduces(e.hdr)
+		}
+	}
+	if e.cfg.EmptyCacheEvery > 0 || e.cfg.DefragThresholdPct > 0 {
+		e.exact = false
+	}
+	e.devs = append(e.devs, ds)
+	e.last = ds
+	return ds, nil
+}
+
+func (e *engine) partial() *Result {
+	r := e.res
+	return &r
+}
+
+// step processes one event.
+func (e *engine) step(ev trace.Event) error {
+	if e.heldFree {
+		e.heldFree = false
+		if e.immediate == 0 {
+			if ev.Kind == trace.KindFreeCompleted && ev.Addr == e.heldEvent.Addr {
+				e.immediate = -1
+			} else {
+				e.immediate = 1
+			}
+		}
+		if e.immediate == 1 {
+			held := e.heldEvent
+			held.Kind = trace.KindFreeCompleted
+			if err := e.apply(held, e.index-1); err != nil {
+				return err
+			}
+		}
+	}
+	idx := e.index
+	e.index++
+	if err := e.apply(ev, idx); err != nil {
+		return err
+	}
+	if ev.Kind == trace.KindFreeRequested && e.immediate == 0 {
+		e.heldFree = true
+		e.heldEvent = ev
+	}
+	e.res.Events++
+	e.measure(ev, idx)
+	return nil
+}
+
+func (e *engine) finish() error {
+	if e.heldFree {
+		e.heldFree = false
+		held := e.heldEvent
+		held.Kind = trace.KindFreeCompleted
+		if err := e.apply(held, e.index-1); err != nil {
+			return err
+		}
+	}
+	var final uint64
+	for _, ds := range e.devs {
+		e.dispatch(ds)
+		e.endRequest(ds)
+		final += ds.dev.reserved
+		e.res.DeviceAllocs += ds.dev.allocs
+		e.res.DeviceFrees += ds.dev.frees
+		e.res.AllocRetries += ds.policy.Stats().AllocRetries
+		e.res.Fidelity.DeviceEventsMatched += ds.dev.matched
+	}
+	e.res.FinalReservedBytes = final
+	fr := &e.res.Fragmentation
+	fr.AtPeakPct = pct(e.atPeakActive, e.peakReserved)
+	fr.PeakRatioPct = pct(e.res.PeakActiveBytes, e.res.PeakReservedBytes)
+	if e.twTime > 0 {
+		fr.TimeWeightedPct = e.twSumTime / e.twTime
+	} else if e.twCount > 0 {
+		fr.TimeWeightedPct = e.twSumCount / float64(e.twCount)
+	}
+	if e.res.PeakRequestedBytes > 0 {
+		fr.OverheadRatio = float64(e.res.PeakReservedBytes) / float64(e.res.PeakRequestedBytes)
+	}
+	e.res.Fidelity.Checked = e.exact && e.sawDev
+	if !e.res.Fidelity.Checked {
+		e.res.Fidelity.Allocs = 0
+		e.res.Fidelity.AllocsAtRecordedAddress = 0
+		e.res.Fidelity.DeviceEvents = 0
+		e.res.Fidelity.DeviceEventsMatched = 0
+		e.res.Fidelity.FirstMismatch = ""
+	}
+	return nil
+}
+
+func pct(active, reserved uint64) float64 {
+	if reserved == 0 {
+		return 0
+	}
+	return 100 * (1 - float64(active)/float64(reserved))
+}
+
+// dispatch passes the completed frees held back to the policy. They are
+// held until the next request so that the recorded device events of that
+// request are known to the policy when it applies them (spec §12.3-12.4).
+func (e *engine) dispatch(ds *devState) {
+	if len(ds.fc) == 0 {
+		return
+	}
+	for _, a := range ds.fc {
+		ds.policy.FreeCompleted(a)
+	}
+	ds.fc = ds.fc[:0]
+}
+
+// endRequest closes a request: recorded device events it did not match
+// are mismatches.
+func (e *engine) endRequest(ds *devState) {
+	if len(ds.dev.rec) > 0 {
+		if ds.dev.compare {
+			e.deviceMismatch(ds.dev, trace.KindInvalid, 0, 0)
+		}
+		ds.dev.rec = ds.dev.rec[:0]
+	}
+}
+
+func (e *engine) apply(ev trace.Event, idx int64) error {
+	ds, err := e.device(ev.Device)
+	if err != nil {
+		return err
+	}
+	e.ev = ev
+	switch ev.Kind {
+	case trace.KindAlloc:
+		e.requests++
+		e.dispatch(ds)
+		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
+		e.endRequest(ds)
+		e.res.Allocs++
+		if err != nil {
+			if !errors.Is(err, ErrOOM) {
+				return fmt.Errorf("event %d: %w", idx, err)
+			}
+			e.oom(ds, ev, idx)
+			ds.unserved[ev.Addr] = struct{}{}
+			break
+		}
+		if _, dup := ds.live[ev.Addr]; dup {
+			return fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
+		}
+		delete(ds.unserved, ev.Addr)
+		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes}
+		ds.live[ev.Addr] = l
+		e.addActive(ds, l)
+		e.res.Fidelity.Allocs++
+		if blk.Addr == ev.Addr {
+			e.res.Fidelity.AllocsAtRecordedAddress++
+		} else if e.res.Fidelity.FirstMismatch == "" && e.exact {
+			e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: alloc of %d bytes on stream %#x: recorded at %#x, replayed at %#x (block of %d bytes)%s",
+				idx, ev.SizeBytes, uint64(ev.Stream), ev.Addr, blk.Addr, blk.SizeBytes, e.context(ds, ev.SizeBytes))
+		}
+		e.updateStats(ds)
+	case trace.KindFreeRequested:
+		e.requests++
+		l, ok := ds.live[ev.Addr]
+		if !ok {
+			if _, skip := ds.unserved[ev.Addr]; skip {
+				break
+			}
+			return fmt.Errorf("event %d: free of unknown address %#x", idx, ev.Addr)
+		}
+		if l.freed {
+			return fmt.Errorf("event %d: second free of address %#x", idx, ev.Addr)
+		}
+		l.freed = true
+		ds.live[ev.Addr] = l
+		ds.allocated -= l.size
+		e.allocated -= l.size
+		ds.policy.FreeRequested(l.addr)
+	case trace.KindFreeCompleted:
+		e.requests++
+		l, ok := ds.live[ev.Addr]
+		if !ok {
+			if _, skip := ds.unserved[ev.Addr]; skip {
+				delete(ds.unserved, ev.Addr)
+				break
+			}
+			return fmt.Errorf("event %d: free of unknown address %#x", idx, ev.Addr)
+		}
+		if !l.freed {
+			ds.allocated -= l.size
+			e.allocated -= l.size
+			ds.policy.FreeRequested(l.addr)
+		}
+		delete(ds.live, ev.Addr)
+		ds.active -= l.size
+		e.active -= l.size
+		ds.requested -= l.req
+		e.requested -= l.req
+		ds.fc = append(ds.fc, l.addr)
+	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
+		e.sawDev = true
+		e.res.Fidelity.DeviceEvents++
+		ds.dev.rec = append(ds.dev.rec, ev)
+		return nil
+	case trace.KindEmptyCache:
+		e.requests++
+		e.dispatch(ds)
+		ds.policy.EmptyCache()
+		e.endRequest(ds)
+		e.updateStats(ds)
+	case trace.KindOOM:
+		e.requests++
+		e.dispatch(ds)
+		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
+		e.endRequest(ds)
+		if err == nil {
+			ds.policy.FreeRequested(blk.Addr)
+			ds.policy.FreeCompleted(blk.Addr)
+		} else if !errors.Is(err, ErrOOM) {
+			return fmt.Errorf("event %d: %w", idx, err)
+		} else {
+			e.oom(ds, ev, idx)
+		}
+		e.updateStats(ds)
+	case trace.KindSetFraction:
+		ds.dev.SetFraction(math.Float64frombits(ev.Aux))
+	default:
+		// markers and snapshots pass through
+	}
+	e.reserved = 0
+	for _, d := range e.devs {
+		e.reserved += d.dev.reserved
+	}
+	e.inject(ds)
+	return nil
+}
+
+// inject carries out the actions Config asks for.
+func (e *engine) inject(ds *devState) {
+	if n := e.cfg.EmptyCacheEvery; n > 0 && e.requests >= n {
+		e.requests = 0
+		e.dispatch(ds)
+		ds.policy.EmptyCache()
+		e.endRequest(ds)
+		e.syncReserved(ds)
+		e.updateStats(ds)
+	}
+	if t := e.cfg.DefragThresholdPct; t > 0 && e.reserved > 0 && e.reserved != e.lastDefrag && pct(e.active, e.reserved) > t {
+		e.dispatch(ds)
+		ds.policy.EmptyCache()
+		e.endRequest(ds)
+		e.syncReserved(ds)
+		e.lastDefrag = e.reserved
+		e.updateStats(ds)
+	}
+}
+
+func (e *engine) updateStats(ds *devState) {
+	var st uint64
+	for _, d := range e.devs {
+		st += d.policy.Stats().StrandedBytes
+	}
+	e.stranded = st
+	if st > e.res.Fragmentation.MaxStrandedBytes {
+		e.res.Fragmentation.MaxStrandedBytes = st
+	}
+}
+
+func (e *engine) oom(ds *devState, ev trace.Event, idx int64) {
+	e.res.OOMs++
+	if len(e.res.OOMEvents) >= maxOOMEvents {
+		return
+	}
+	st := ds.policy.Stats()
+	freeCached := ds.dev.reserved - ds.active
+	e.res.OOMEvents = append(e.res.OOMEvents, OOM{
+		Index: idx, TimeNS: ev.TimeNS, Device: ds.id, Stream: ev.Stream, SizeBytes: ev.SizeBytes,
+		ReservedBytes: ds.dev.reserved, FreeCachedBytes: freeCached, LargestFreeBytes: st.LargestFreeBytes,
+		StrandedBytes: st.StrandedBytes,
+		Fragmentation: freeCached >= ev.SizeBytes && st.LargestFreeBytes < ev.SizeBytes,
+	})
+}
+
+// measure updates the metrics after event idx.
+func (e *engine) measure(ev trace.Event, idx int64) {
+	r := &e.res
+	if e.reserved > e.peakReserved {
+		e.peakReserved = e.reserved
+		r.PeakReservedBytes = e.reserved
+		r.Fragmentation.PeakIndex = idx
+		e.atPeak()
+	}
+	if e.active > r.PeakActiveBytes {
+		r.PeakActiveBytes = e.active
+	}
+	if e.allocated > r.PeakAllocatedBytes {
+		r.PeakAllocatedBytes = e.allocated
+	}
+	if e.requested > r.PeakRequestedBytes {
+		r.PeakRequestedBytes = e.requested
+	}
+	// time-weighted fragmentation: the state before this event held
+	// from the previous event's time to this one's.
+	if e.haveTime && ev.TimeNS > e.prevTime {
+		dt := float64(ev.TimeNS - e.prevTime)
+		e.twSumTime += e.prevFrag * dt
+		e.twTime += dt
+	}
+	if ev.TimeNS != 0 {
+		e.prevTime = ev.TimeNS
+		e.haveTime = true
+	}
+	f := pct(e.active, e.reserved)
+	e.prevFrag = f
+	e.twSumCount += f
+	e.twCount++
+	if e.cfg.Observer != nil {
+		s := &e.sample
+		s.Index = idx
+		s.TimeNS = ev.TimeNS
+		s.Event = ev
+		s.ReservedBytes = e.reserved
+		s.ActiveBytes = e.active
+		s.AllocatedBytes = e.allocated
+		s.RequestedBytes = e.requested
+		if ds, err := e.device(ev.Device); err == nil {
+			s.Policy = ds.policy
+		}
+		e.cfg.Observer(s)
+	}
+	if e.cfg.Progress != nil && e.res.Events&(1<<20-1) == 0 {
+		e.cfg.Progress(e.res.Events)
+	}
+}
+
+func (e *engine) atPeak() {
+	var largest, stranded uint64
+	for _, d := range e.devs {
+		st := d.policy.Stats()
+		if st.LargestFreeBytes > largest {
+			largest = st.LargestFreeBytes
+		}
+		stranded += st.StrandedBytes
+	}
+	e.atPeakActive = e.active
+	fr := &e.res.Fragmentation
+	freeCached := e.reserved - e.active
+	if freeCached > 0 {
+		fr.ExternalPct = 100 * (1 - float64(largest)/float64(freeCached))
+		if fr.ExternalPct < 0 {
+			fr.ExternalPct = 0
+		}
+	} else {
+		fr.ExternalPct = 0
+	}
+	fr.InternalBytes = e.allocated - min(e.allocated, e.requested)
+	fr.StrandedBytes = stranded
+}
