@@ -1,0 +1,444 @@
+package trace
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+)
+
+// The raw codec: varints, chunk framing and the column layout of event
+// chunks. It knows the wire format and nothing of files or validation
+// beyond what decoding needs.
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func zigzag(v int64) uint64   { return uint64(v<<1) ^ uint64(v>>63) }
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
+
+// errVarint reports a malformed or cut varint inside a chunk payload.
+var errVarint = errors.New("bad varint")
+
+// uvarint decodes the uvarint at b[i:] and returns it with the index past
+// it; the index is negative when b holds no valid uvarint at i.
+func uvarint(b []byte, i int) (uint64, int) {
+	var v uint64
+	for s := uint(0); s < 64; s += 7 {
+		if i >= len(b) {
+			return 0, -1
+		}
+		c := b[i]
+		i++
+		if c < 0x80 {
+			if s == 63 && c > 1 {
+				return 0, -1
+			}
+			return v | uint64(c)<<s, i
+		}
+		v |= uint64(c&0x7f) << s
+	}
+	return 0, -1
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func absDelta(d int64) uint64 {
+	if d < 0 {
+		return uint64(-d) // -MinInt64 wraps to MinInt64, whose uint64 is its magnitude
+	}
+	return uint64(d)
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// unitOf turns a gcd into a usable unit: 1 when nothing divides, and at
+// most MaxInt64 so that signed division stays exact.
+func unitOf(g uint64) uint64 {
+	if g == 0 || g > math.MaxInt64 {
+		return 1
+	}
+	return g
+}
+
+// eventEncoder encodes event chunks; its buffers are reused chunk to chunk.
+type eventEncoder struct {
+	timeCol, addrCol, sizeCol, miscCol, kinds []byte
+}
+
+// encode appends the payload of an events chunk holding evs to dst.
+//
+// Layout (all integers uvarints):
+//
+//	n timeUnit addrUnit sizeUnit len(time) len(addr) len(size) len(misc)
+//	kinds[n] time addr size misc
+//
+// Delta state (time, address, device, stream) starts at zero in every chunk.
+func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
+	sp := &spec[version]
+	var tg, ag, sg uint64
+	var pt, pa uint64
+	for i := range evs {
+		e := &evs[i]
+		if tg != 1 {
+			tg = gcd(tg, absDelta(int64(uint64(e.TimeNS)-pt)))
+		}
+		pt = uint64(e.TimeNS)
+		f := sp[e.Kind] | fieldsOf(e)
+		if f&fieldAddr != 0 {
+			if ag != 1 {
+				ag = gcd(ag, absDelta(int64(e.Addr-pa)))
+			}
+			pa = e.Addr
+		}
+		if f&fieldSize != 0 && sg != 1 {
+			sg = gcd(sg, e.SizeBytes)
+		}
+	}
+	tu, au, su := unitOf(tg), unitOf(ag), unitOf(sg)
+
+	kinds, tc, ac, sc, mc := c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0]
+	pt, pa = 0, 0
+	var dev DeviceID
+	var stream StreamID
+	for i := range evs {
+		e := &evs[i]
+		f := sp[e.Kind]
+		extra := fieldsOf(e) &^ f
+		f |= extra
+		tb := byte(e.Kind)
+		if e.Device != dev || e.Stream != stream {
+			tb |= flagDS
+			dev, stream = e.Device, e.Stream
+			mc = binary.AppendUvarint(mc, zigzag(int64(dev)))
+			mc = binary.AppendUvarint(mc, uint64(stream))
+		}
+		if extra != 0 {
+			tb |= flagExtra
+			mc = binary.AppendUvarint(mc, uint64(extra))
+		}
+		if e.Stack != NoStack {
+			tb |= flagStack
+			mc = binary.AppendUvarint(mc, uint64(e.Stack))
+		}
+		kinds = append(kinds, tb)
+		tc = binary.AppendUvarint(tc, zigzag(int64(uint64(e.TimeNS)-pt)/int64(tu)))
+		pt = uint64(e.TimeNS)
+		if f&fieldAddr != 0 {
+			ac = binary.AppendUvarint(ac, zigzag(int64(e.Addr-pa)/int64(au)))
+			pa = e.Addr
+		}
+		if f&fieldSize != 0 {
+			sc = binary.AppendUvarint(sc, e.SizeBytes/su)
+		}
+		if f&fieldAux != 0 {
+			mc = binary.AppendUvarint(mc, e.Aux)
+		}
+		if f&fieldText != 0 {
+			mc = binary.AppendUvarint(mc, uint64(e.Text))
+		}
+		if f&fieldMarker != 0 {
+			mc = binary.AppendUvarint(mc, uint64(e.Marker))
+		}
+	}
+	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol = kinds, tc, ac, sc, mc
+
+	for _, v := range [...]uint64{uint64(len(evs)), tu, au, su,
+		uint64(len(tc)), uint64(len(ac)), uint64(len(sc)), uint64(len(mc))} {
+		dst = binary.AppendUvarint(dst, v)
+	}
+	dst = append(dst, kinds...)
+	dst = append(dst, tc...)
+	dst = append(dst, ac...)
+	dst = append(dst, sc...)
+	return append(dst, mc...)
+}
+
+// estimateEvent bounds the bytes e adds to an events chunk, for the
+// writer's flush threshold.
+func estimateEvent(e *Event) int {
+	n := 1 + uvarintLen(uint64(e.TimeNS)&0xffffffff) + uvarintLen(e.SizeBytes) + uvarintLen(e.Addr&0xffffffff)
+	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack) != 0 {
+		n += 16
+	}
+	return n
+}
+
+// decodeError is an error found while decoding a chunk payload; the
+// reader adds file, offset and chunk.
+type decodeError struct {
+	event int // index within the chunk, -1 for the chunk as a whole
+	msg   string
+}
+
+func (e *decodeError) Error() string { return e.msg }
+
+// eventDecoder decodes event chunks into a reused slice of events.
+type eventDecoder struct {
+	events []Event
+}
+
+// decode decodes the payload of an events chunk. nStrings and nStacks
+// bound the string and stack IDs events may use.
+func (d *eventDecoder) decode(p []byte, version int, nStrings, nStacks int) ([]Event, *decodeError) {
+	var hdr [8]uint64
+	i := 0
+	for j := range hdr {
+		hdr[j], i = uvarint(p, i)
+		if i < 0 {
+			return nil, &decodeError{-1, "events chunk: bad varint in column header"}
+		}
+	}
+	n, tu, au, su := hdr[0], hdr[1], hdr[2], hdr[3]
+	if n > maxChunkEvents {
+		return nil, &decodeError{-1, "events chunk: " + itoa(n) + " events, more than the limit " + itoa(maxChunkEvents)}
+	}
+	if tu == 0 || au == 0 || su == 0 || tu > math.MaxInt64 || au > math.MaxInt64 {
+		return nil, &decodeError{-1, "events chunk: bad delta unit"}
+	}
+	rest := uint64(len(p) - i)
+	var total uint64
+	for _, l := range hdr[4:] {
+		if l > rest {
+			return nil, &decodeError{-1, "events chunk: column lengths exceed the chunk"}
+		}
+		total += l
+	}
+	if total+n != rest {
+		return nil, &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
+	}
+	kinds := p[i : i+int(n)]
+	i += int(n)
+	tc := p[i : i+int(hdr[4])]
+	i += int(hdr[4])
+	ac := p[i : i+int(hdr[5])]
+	i += int(hdr[5])
+	sc := p[i : i+int(hdr[6])]
+	i += int(hdr[6])
+	mc := p[i:]
+
+	if cap(d.events) < int(n) {
+		d.events = make([]Event, n)
+	}
+	evs := d.events[:n]
+	sp := &spec[version]
+	nk := numKindsIn[version]
+	var t, a uint64
+	var dev DeviceID
+	var stream StreamID
+	ti, ai, si, mi := 0, 0, 0, 0
+	var v uint64
+	for j := range evs {
+		tb := kinds[j]
+		k := Kind(tb & kindMask)
+		if k == KindInvalid || k >= nk {
+			return nil, &decodeError{j, "unknown event kind " + itoa(uint64(k))}
+		}
+		f := sp[k]
+		e := &evs[j]
+		*e = Event{Kind: k}
+		if tb&(flagDS|flagExtra|flagStack) != 0 {
+			if tb&flagDS != 0 {
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in device"}
+				}
+				dv := unzigzag(v)
+				if dv != int64(int32(dv)) {
+					return nil, &decodeError{j, "device " + itoa(v) + " out of range"}
+				}
+				dev = DeviceID(dv)
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in stream"}
+				}
+				stream = StreamID(v)
+			}
+			if tb&flagExtra != 0 {
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in field mask"}
+				}
+				if v&^uint64(allFields) != 0 || v == 0 {
+					return nil, &decodeError{j, "bad field mask " + itoa(v)}
+				}
+				f |= field(v)
+			}
+			if tb&flagStack != 0 {
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in stack"}
+				}
+				if v == 0 || v >= uint64(nStacks) {
+					return nil, &decodeError{j, "stack " + itoa(v) + " not defined"}
+				}
+				e.Stack = StackID(v)
+			}
+		}
+		e.Device, e.Stream = dev, stream
+
+		if ti < len(tc) && tc[ti] < 0x80 {
+			v = uint64(tc[ti])
+			ti++
+		} else if v, ti = uvarint(tc, ti); ti < 0 {
+			return nil, &decodeError{j, "bad varint in time"}
+		}
+		t += uint64(unzigzag(v) * int64(tu))
+		e.TimeNS = int64(t)
+
+		if f&fieldAddr != 0 {
+			if ai < len(ac) && ac[ai] < 0x80 {
+				v = uint64(ac[ai])
+				ai++
+			} else if v, ai = uvarint(ac, ai); ai < 0 {
+				return nil, &decodeError{j, "bad varint in address"}
+			}
+			a += uint64(unzigzag(v) * int64(au))
+			e.Addr = a
+		}
+		if f&fieldSize != 0 {
+			if si < len(sc) && sc[si] < 0x80 {
+				v = uint64(sc[si])
+				si++
+			} else if v, si = uvarint(sc, si); si < 0 {
+				return nil, &decodeError{j, "bad varint in size"}
+			}
+			e.SizeBytes = v * su
+		}
+		if f&(fieldAux|fieldText|fieldMarker) != 0 {
+			if f&fieldAux != 0 {
+				if e.Aux, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in aux"}
+				}
+			}
+			if f&fieldText != 0 {
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in text"}
+				}
+				if v >= uint64(nStrings) {
+					return nil, &decodeError{j, "string " + itoa(v) + " not defined"}
+				}
+				e.Text = StringID(v)
+			}
+			if f&fieldMarker != 0 {
+				if v, mi = uvarint(mc, mi); mi < 0 {
+					return nil, &decodeError{j, "bad varint in marker"}
+				}
+				if v > math.MaxUint8 {
+					return nil, &decodeError{j, "marker kind " + itoa(v) + " out of range"}
+				}
+				e.Marker = MarkerKind(v)
+			}
+		}
+	}
+	if ti != len(tc) || ai != len(ac) || si != len(sc) || mi != len(mc) {
+		return nil, &decodeError{-1, "events chunk: columns hold more data than its events use"}
+	}
+	return evs, nil
+}
+
+// Table records.
+const (
+	recString = 1 // id len bytes
+	recStack  = 2 // id nframes (func file line)...
+)
+
+func appendStringRecord(dst []byte, id StringID, s string) []byte {
+	dst = append(dst, recString)
+	dst = binary.AppendUvarint(dst, uint64(id))
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendStackRecord(dst []byte, id StackID, frames []Frame) []byte {
+	dst = append(dst, recStack)
+	dst = binary.AppendUvarint(dst, uint64(id))
+	dst = binary.AppendUvarint(dst, uint64(len(frames)))
+	for _, f := range frames {
+		dst = binary.AppendUvarint(dst, uint64(f.Func))
+		dst = binary.AppendUvarint(dst, uint64(f.File))
+		dst = binary.AppendUvarint(dst, uint64(f.Line))
+	}
+	return dst
+}
+
+// decodeTable appends the definitions of a table chunk to strings and
+// stacks; each must define the next ID in order.
+func decodeTable(p []byte, strings []string, stacks [][]Frame) ([]string, [][]Frame, *decodeError) {
+	i := 0
+	var v uint64
+	for i < len(p) {
+		tag := p[i]
+		i++
+		if v, i = uvarint(p, i); i < 0 {
+			return strings, stacks, &decodeError{-1, "table chunk: bad varint in id"}
+		}
+		switch tag {
+		case recString:
+			if v != uint64(len(strings)) || len(strings) >= maxTableIDs {
+				return strings, stacks, &decodeError{-1, "table chunk: string " + itoa(v) + " defined where " + itoa(uint64(len(strings))) + " was expected"}
+			}
+			var l uint64
+			if l, i = uvarint(p, i); i < 0 {
+				return strings, stacks, &decodeError{-1, "table chunk: bad varint in string length"}
+			}
+			if l > maxStringLen || l > uint64(len(p)-i) {
+				return strings, stacks, &decodeError{-1, "table chunk: string " + itoa(v) + " of " + itoa(l) + " bytes overruns the chunk"}
+			}
+			strings = append(strings, string(p[i:i+int(l)]))
+			i += int(l)
+		case recStack:
+			if v != uint64(len(stacks)) || len(stacks) >= maxTableIDs {
+				return strings, stacks, &decodeError{-1, "table chunk: stack " + itoa(v) + " defined where " + itoa(uint64(len(stacks))) + " was expected"}
+			}
+			var n uint64
+			if n, i = uvarint(p, i); i < 0 {
+				return strings, stacks, &decodeError{-1, "table chunk: bad varint in frame count"}
+			}
+			if n > maxStackFrames || n > uint64(len(p)-i)/3 {
+				return strings, stacks, &decodeError{-1, "table chunk: stack " + itoa(v) + " of " + itoa(n) + " frames overruns the chunk"}
+			}
+			frames := make([]Frame, n)
+			for k := range frames {
+				var fn, file, line uint64
+				if fn, i = uvarint(p, i); i < 0 {
+					return strings, stacks, &decodeError{-1, "table chunk: bad varint in frame"}
+				}
+				if file, i = uvarint(p, i); i < 0 {
+					return strings, stacks, &decodeError{-1, "table chunk: bad varint in frame"}
+				}
+				if line, i = uvarint(p, i); i < 0 {
+					return strings, stacks, &decodeError{-1, "table chunk: bad varint in frame"}
+				}
+				if fn >= uint64(len(strings)) || file >= uint64(len(strings)) || line > math.MaxUint32 {
+					return strings, stacks, &decodeError{-1, "table chunk: stack " + itoa(v) + " uses an undefined string or a bad line"}
+				}
+				frames[k] = Frame{Func: StringID(fn), File: StringID(file), Line: uint32(line)}
+			}
+			stacks = append(stacks, frames)
+		default:
+			return strings, stacks, &decodeError{-1, "table chunk: unknown record type " + itoa(uint64(tag))}
+		}
+	}
+	return strings, stacks, nil
+}
+
+func itoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}

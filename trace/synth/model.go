@@ -1,0 +1,558 @@
+package synth
+
+import "github.com/fragsim/fragsim/trace"
+
+// op is the operator that allocates a tensor (it names the synthetic stack).
+type op uint8
+
+const (
+	opParam op = iota
+	opBuffer
+	opRandint
+	opOnes
+	opEq
+	opAll
+	opRsub
+	opMul
+	opEmbedding
+	opAdd
+	opLayerNorm
+	opLinear
+	opMatmul
+	opDiv
+	opSoftmax
+	opSDPA
+	opContiguous
+	opGELU
+	opTanh
+	opPow
+	opDropout
+	opCat
+	opArgmax
+	opLogSoftmax
+	opNLLLoss
+	opGrad
+	opZerosLike
+	opForeachSqrt
+	numOps
+)
+
+var opNames = [numOps]string{
+	opParam: "aten::_to_copy", opBuffer: "aten::_to_copy", opRandint: "aten::randint",
+	opOnes: "aten::ones", opEq: "aten::eq", opAll: "aten::all", opRsub: "aten::rsub", opMul: "aten::mul",
+	opEmbedding: "aten::embedding", opAdd: "aten::add", opLayerNorm: "aten::native_layer_norm",
+	opLinear: "aten::linear", opMatmul: "aten::matmul", opDiv: "aten::div", opSoftmax: "aten::_softmax",
+	opSDPA: "aten::scaled_dot_product_attention", opContiguous: "aten::clone", opGELU: "aten::gelu",
+	opTanh: "aten::tanh", opPow: "aten::pow", opDropout: "aten::native_dropout", opCat: "aten::cat",
+	opArgmax: "aten::argmax", opLogSoftmax: "aten::_log_softmax", opNLLLoss: "aten::nll_loss_forward",
+	opGrad: "autograd::backward", opZerosLike: "aten::zeros_like", opForeachSqrt: "aten::_foreach_sqrt",
+}
+
+const (
+	int64Bytes = 8
+	numLabels  = 4 // classification head of training agents
+)
+
+// params calls f with the element count of every parameter and buffer of
+// a model of kind k, in the order Module.cuda() moves them, with the layer
+// they belong to (-1 for none).
+func params(m *ModelShape, k AgentKind, f func(elems int, layer int, buffer bool)) {
+	H, I, V, P := m.Hidden, m.Intermediate, m.Vocab, m.MaxPositions
+	if k == Decode { // GPT-2
+		f(V*H, -1, false)
+		f(P*H, -1, false)
+		for l := range m.Layers {
+			f(H, l, false) // ln_1
+			f(H, l, false)
+			f(H*3*H, l, false) // c_attn
+			f(3*H, l, false)
+			f(H*H, l, false) // c_proj
+			f(H, l, false)
+			f(H, l, false) // ln_2
+			f(H, l, false)
+			f(H*I, l, false) // c_fc
+			f(I, l, false)
+			f(I*H, l, false) // c_proj
+			f(H, l, false)
+		}
+		f(H, -1, false) // ln_f
+		f(H, -1, false)
+		return
+	}
+	f(V*H, -1, false) // word embeddings
+	f(P*H, -1, false) // position embeddings
+	if m.TypeVocab > 0 {
+		f(m.TypeVocab*H, -1, false)
+	}
+	f(H, -1, false) // LayerNorm
+	f(H, -1, false)
+	f(P*2, -1, true) // position_ids (int64 as two elements of 4 bytes)
+	if m.TypeVocab > 0 {
+		f(P*2, -1, true) // token_type_ids
+	}
+	for l := range m.Layers {
+		for range 3 { // query, key, value
+			f(H*H, l, false)
+			f(H, l, false)
+		}
+		f(H*H, l, false) // attention output dense
+		f(H, l, false)
+		f(H, l, false) // LayerNorm
+		f(H, l, false)
+		f(I*H, l, false) // intermediate
+		f(I, l, false)
+		f(H*I, l, false) // output
+		f(H, l, false)
+		f(H, l, false) // LayerNorm
+		f(H, l, false)
+	}
+	f(H*H, -1, false) // pooler
+	f(H, -1, false)
+	if k == Train {
+		f(numLabels*H, -1, false) // classifier
+		f(numLabels, -1, false)
+	}
+}
+
+// loadWeights moves agent a's model to the device.
+func (g *gen) loadWeights(a *agent) {
+	m := a.model
+	f := m.DTypeBytes
+	params(m, a.kind, func(elems, layer int, buffer bool) {
+		if buffer {
+			a.weights = append(a.weights, g.out(elems, 4, opBuffer, layer))
+			return
+		}
+		a.weights = append(a.weights, g.out(elems, f, opParam, layer))
+	})
+}
+
+// drop frees t now, or, when training and autograd saves it, keeps it for
+// backward (grad says whether a gradient flows back into it).
+func (g *gen) drop(t tensor, train, saved, grad bool) {
+	if train && saved {
+		g.saved = append(g.saved, t)
+		g.savedGrad = append(g.savedGrad, grad)
+		return
+	}
+	g.freeT(t)
+}
+
+// dropout applies dropout to x: nothing in eval, an output and a byte mask
+// when training (the mask is saved; x is freed unless keepX).
+func (g *gen) dropout(x tensor, elems int, train bool, layer int) tensor {
+	if !train {
+		return x
+	}
+	f := g.cfg.Encoder.DTypeBytes
+	out := g.out(elems, f, opDropout, layer)
+	mask := g.alloc(uint64(elems), opDropout, layer)
+	g.drop(mask, train, true, false)
+	return out
+}
+
+// encoderForward runs a BERT forward pass of batch b and length s on the
+// current agent; it returns the last hidden state and the pooled output.
+// When training, the activations autograd saves are kept in g.saved.
+func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, pooled tensor) {
+	H, I, A := m.Hidden, m.Intermediate, m.Heads
+	f := m.DTypeBytes
+	bs := b * s
+	eager := g.cfg.EagerAttention
+
+	// Attention mask: none given, so all ones.
+	ones := g.out(bs, f, opOnes, -1)
+	var ext tensor
+	if eager {
+		t := g.out(bs, f, opRsub, -1)
+		ext = g.out(bs, f, opMul, -1)
+		g.freeT(t)
+	} else {
+		eq := g.out(bs, 1, opEq, -1)
+		all := g.out(1, 1, opAll, -1)
+		g.sync() // the all-ones check reads the result on the host
+		g.freeT(all)
+		g.freeT(eq)
+	}
+
+	// Embeddings.
+	words := g.out(bs*H, f, opEmbedding, -1)
+	types := g.out(bs*H, f, opEmbedding, -1)
+	sum := g.out(bs*H, f, opAdd, -1)
+	pos := g.out(s*H, f, opEmbedding, -1)
+	g.op(float64(bs*H), float64(bs*H*f*2)) // embeddings += position_embeddings
+	ln := g.out(bs*H, f, opLayerNorm, -1)
+	if train {
+		g.drop(g.out(bs, 4, opLayerNorm, -1), true, true, false) // mean
+		g.drop(g.out(bs, 4, opLayerNorm, -1), true, true, false) // rstd
+	}
+	g.freeT(words)
+	g.freeT(types)
+	g.drop(sum, train, true, true)
+	g.freeT(pos)
+	embOut := g.dropout(ln, bs*H, train, -1)
+	if train {
+		g.drop(ln, train, false, false)
+	}
+	hidden = embOut
+
+	for l := range m.Layers {
+		if train {
+			g.savedAt = append(g.savedAt, len(g.saved))
+		}
+		// Self-attention.
+		q := g.matmul(bs, H, H, f, opLinear, l)
+		k := g.matmul(bs, H, H, f, opLinear, l)
+		v := g.matmul(bs, H, H, f, opLinear, l)
+		var ctx tensor
+		if eager {
+			sc := g.matmul(b*A*s, H/A, s, f, opMatmul, l)
+			sc2 := g.out(b*A*s*s, f, opDiv, l)
+			g.freeT(sc)
+			sc3 := g.out(b*A*s*s, f, opAdd, l)
+			g.freeT(sc2)
+			p := g.out(b*A*s*s, f, opSoftmax, l)
+			pd := g.dropout(p, b*A*s*s, train, l)
+			c := g.matmul(b*A*s, s, H/A, f, opMatmul, l)
+			ctx = g.out(bs*H, f, opContiguous, l)
+			g.freeT(c)
+			g.drop(q, train, true, true)
+			g.drop(k, train, true, true)
+			g.drop(v, train, true, true)
+			g.freeT(sc3)
+			g.drop(p, train, true, false)
+			if train {
+				g.drop(pd, train, true, true)
+			}
+		} else {
+			c := g.matmul(b*A*s, s, H/A, f, opSDPA, l)
+			if train {
+				g.drop(g.out(b*A*s, 4, opSDPA, l), true, true, false) // logsumexp
+			}
+			ctx = g.out(bs*H, f, opContiguous, l)
+			g.drop(c, train, true, false)
+			g.drop(q, train, true, true)
+			g.drop(k, train, true, true)
+			g.drop(v, train, true, true)
+		}
+		// Self-output: dense, dropout, residual, LayerNorm.
+		d := g.matmul(bs, H, H, f, opLinear, l)
+		dd := g.dropout(d, bs*H, train, l)
+		r := g.out(bs*H, f, opAdd, l)
+		ln1 := g.out(bs*H, f, opLayerNorm, l)
+		if train {
+			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
+			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
+			g.freeT(dd)
+		}
+		g.drop(r, train, true, true)
+		g.freeT(d)
+		g.drop(ctx, train, true, true)
+		// Feed-forward.
+		i1 := g.matmul(bs, H, I, f, opLinear, l)
+		i2 := g.out(bs*I, f, opGELU, l)
+		g.drop(i1, train, true, true)
+		o := g.matmul(bs, I, H, f, opLinear, l)
+		od := g.dropout(o, bs*H, train, l)
+		r2 := g.out(bs*H, f, opAdd, l)
+		ln2 := g.out(bs*H, f, opLayerNorm, l)
+		if train {
+			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
+			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
+			g.freeT(od)
+		}
+		g.drop(r2, train, true, true)
+		g.freeT(o)
+		g.drop(i2, train, true, true)
+		g.drop(ln1, train, true, true)
+		// The layer's input is dropped when the loop moves on (the
+		// embeddings' output stays referenced until the model returns).
+		if l > 0 {
+			g.drop(hidden, train, true, true)
+		} else if train {
+			g.drop(embOut, true, true, true)
+		}
+		hidden = ln2
+	}
+
+	// Pooler: dense and tanh on the first token.
+	pd := g.matmul(b, H, H, f, opLinear, -1)
+	pooled = g.out(b*H, f, opTanh, -1)
+	g.drop(pd, train, false, false)
+	if !train {
+		g.freeT(embOut)
+	}
+	if eager {
+		g.freeT(ext)
+	}
+	g.freeT(ones)
+	return hidden, pooled
+}
+
+// encodeRequest serves one inference request of an Encode agent: input ids
+// to the device, a forward pass; the last hidden state is held, the rest
+// freed.
+func (g *gen) encodeRequest(a *agent) {
+	b, s := g.batch(), g.seqLen()
+	g.st.Requests++
+	g.marker(trace.MarkerStep, g.stepText[0], uint64(g.st.Requests))
+	ids := g.out(b*s, int64Bytes, opRandint, -1)
+	hidden, pooled := g.encoderForward(a.model, b, s, false)
+	g.freeT(pooled)
+	g.freeT(ids)
+	g.hold(hidden)
+}
+
+// trainStep runs one training step of a Train agent: forward with the
+// activations autograd saves kept, a classification loss, backward (saved
+// activations freed layer by layer, gradients allocated), an AdamW step,
+// and zero_grad(set_to_none=True).
+func (g *gen) trainStep(a *agent) {
+	m := a.model
+	H, f := m.Hidden, m.DTypeBytes
+	b, s := g.batch(), g.seqLen()
+	g.st.Requests++
+	g.marker(trace.MarkerStep, g.stepText[2], uint64(g.st.Requests))
+	ids := g.out(b*s, int64Bytes, opRandint, -1)
+	labels := g.out(b, int64Bytes, opRandint, -1)
+	g.saved, g.savedGrad, g.savedAt = g.saved[:0], g.savedGrad[:0], g.savedAt[:0]
+
+	hidden, pooled := g.encoderForward(m, b, s, true)
+	g.savedAt = append(g.savedAt, len(g.saved)) // the head
+	g.drop(hidden, true, true, true)            // the pooler reads its first token
+	g.drop(pooled, true, true, true)            // tanh saves its output
+	pdrop := g.dropout(pooled, b*H, true, -1)
+	logits := g.matmul(b, H, numLabels, f, opLinear, -1)
+	g.drop(pdrop, true, true, true)
+	ls := g.out(b*numLabels, f, opLogSoftmax, -1)
+	loss := g.out(1, f, opNLLLoss, -1)
+	tw := g.out(1, f, opNLLLoss, -1)
+	g.drop(ls, true, true, true)
+	g.drop(tw, true, true, false)
+	g.freeT(logits)
+
+	// Backward: the head first, then the layers from the last, then the
+	// embeddings (saved before the first layer).
+	if a.layerParams == nil {
+		a.layerParams = make([][]int, m.Layers+2) // [0] embeddings, [l+1] layer l, [Layers+1] head
+		inHead := false
+		params(m, a.kind, func(elems, layer int, buffer bool) {
+			switch {
+			case buffer:
+				return
+			case layer >= 0:
+				inHead = true
+				a.layerParams[layer+1] = append(a.layerParams[layer+1], elems)
+			case inHead:
+				a.layerParams[m.Layers+1] = append(a.layerParams[m.Layers+1], elems)
+			default:
+				a.layerParams[0] = append(a.layerParams[0], elems)
+			}
+		})
+	}
+	grad := g.out(1, f, opGrad, -1) // d loss / d loss
+	end := len(g.saved)
+	for seg := len(g.savedAt); seg >= 0; seg-- {
+		start := 0
+		if seg > 0 {
+			start = g.savedAt[seg-1]
+		}
+		layer := seg - 1 // -1: embeddings; Layers: head
+		if layer == m.Layers {
+			layer = -1
+		}
+		for i := end - 1; i >= start; i-- {
+			t := g.saved[i]
+			if g.savedGrad[i] {
+				ng := g.out(int(t.size), 1, opGrad, layer)
+				g.freeT(grad)
+				grad = ng
+			}
+			g.freeT(t)
+		}
+		end = start
+		ps := a.layerParams[seg]
+		for j := len(ps) - 1; j >= 0; j-- {
+			g.grads = append(g.grads, g.out(ps[j], f, opGrad, layer))
+		}
+	}
+	g.freeT(grad)
+	g.saved, g.savedGrad, g.savedAt = g.saved[:0], g.savedGrad[:0], g.savedAt[:0]
+
+	// AdamW (foreach): state on the first step, one temporary per
+	// parameter (the square root of the second moment) every step.
+	if a.optState == nil {
+		for j := len(g.grads) - 1; j >= 0; j-- {
+			n := int(g.grads[j].size) / f
+			a.optState = append(a.optState, g.out(n, f, opZerosLike, -1), g.out(n, f, opZerosLike, -1))
+			g.st.PersistentBytes += 2 * uint64(n*f)
+		}
+	}
+	g.scratch = g.scratch[:0]
+	for j := len(g.grads) - 1; j >= 0; j-- {
+		g.scratch = append(g.scratch, g.out(int(g.grads[j].size)/f, f, opForeachSqrt, -1))
+	}
+	for _, t := range g.scratch {
+		g.freeT(t)
+	}
+	g.scratch = g.scratch[:0]
+	// zero_grad(set_to_none=True), in parameter order.
+	for j := len(g.grads) - 1; j >= 0; j-- {
+		g.freeT(g.grads[j])
+	}
+	g.grads = g.grads[:0]
+	g.freeT(loss)
+	g.freeT(labels)
+	g.freeT(ids)
+	g.sync()
+}
+
+// decodeStep runs one step of a Decode agent: a new request's prompt
+// forward pass, or one generated token.
+func (g *gen) decodeStep(a *agent) {
+	m := a.model
+	if !a.busy {
+		a.busy = true
+		a.batch = g.batch()
+		p := g.seqLen()
+		a.left = g.cfg.DecodeMin + g.rng.IntN(g.cfg.DecodeMax-g.cfg.DecodeMin+1)
+		a.length = 0
+		g.st.Requests++
+		g.marker(trace.MarkerStep, g.stepText[1], uint64(g.st.Requests))
+		if a.kv == nil {
+			a.kv = make([]kvCache, m.Layers)
+		}
+		a.nextIDs = g.out(a.batch*p, int64Bytes, opRandint, -1)
+		g.decoderForward(a, p)
+		return
+	}
+	g.decoderForward(a, 1)
+	a.left--
+	if a.left <= 0 {
+		g.endDecode(a)
+	}
+}
+
+// endDecode drops a decode request's KV cache and last token.
+func (g *gen) endDecode(a *agent) {
+	for l := range a.kv {
+		c := &a.kv[l]
+		if c.base.size != 0 {
+			g.freeT(c.base)
+		} else {
+			g.freeT(c.k)
+			g.freeT(c.v)
+		}
+		*c = kvCache{}
+	}
+	g.freeT(a.nextIDs)
+	a.nextIDs = tensor{}
+	a.busy = false
+}
+
+// decoderForward runs a GPT-2 forward pass of n new tokens with the KV
+// cache, computes the logits of every position, and takes the argmax of
+// the last one as the next input.
+func (g *gen) decoderForward(a *agent, n int) {
+	m := a.model
+	H, I, A, V, f := m.Hidden, m.Intermediate, m.Heads, m.Vocab, m.DTypeBytes
+	b := a.batch
+	bn := b * n
+	lc := a.length + n // context after this step
+	eager := g.cfg.EagerAttention
+
+	cachePos := g.out(n, int64Bytes, opEmbedding, -1)
+	emb := g.out(bn*H, f, opEmbedding, -1)
+	pos := g.out(n*H, f, opEmbedding, -1)
+	hidden := g.out(bn*H, f, opAdd, -1)
+	for l := range m.Layers {
+		h1 := g.out(bn*H, f, opLayerNorm, l)
+		qkv := g.matmul(bn, H, 3*H, f, opLinear, l)
+		c := &a.kv[l]
+		qkvHeld := false
+		if a.length == 0 { // the cache keeps views of this step's keys and values
+			c.base = qkv
+			qkvHeld = true
+		} else {
+			nk := g.out(b*lc*H, f, opCat, l)
+			if c.base.size == 0 {
+				g.freeT(c.k)
+			}
+			nv := g.out(b*lc*H, f, opCat, l)
+			if c.base.size == 0 {
+				g.freeT(c.v)
+			}
+			if c.base.size != 0 {
+				g.freeT(c.base)
+				c.base = tensor{}
+			}
+			c.k, c.v = nk, nv
+		}
+		var ctx tensor
+		if eager {
+			sc := g.matmul(b*A*n, H/A, lc, f, opMatmul, l)
+			sc2 := g.out(b*A*n*lc, f, opDiv, l)
+			g.freeT(sc)
+			p := g.out(b*A*n*lc, f, opSoftmax, l)
+			g.freeT(sc2)
+			cx := g.matmul(b*A*n, lc, H/A, f, opMatmul, l)
+			g.freeT(p)
+			ctx = g.out(bn*H, f, opContiguous, l)
+			g.freeT(cx)
+		} else {
+			ctx = g.matmul(b*A*n, lc, H/A, f, opSDPA, l)
+			if n > 1 {
+				cx := g.out(bn*H, f, opContiguous, l)
+				g.freeT(ctx)
+				ctx = cx
+			}
+		}
+		proj := g.matmul(bn, H, H, f, opLinear, l)
+		g.freeT(ctx)
+		if !qkvHeld {
+			g.freeT(qkv)
+		}
+		h2 := g.out(bn*H, f, opAdd, l)
+		g.freeT(proj)
+		g.freeT(h1)
+		h3 := g.out(bn*H, f, opLayerNorm, l)
+		fc := g.matmul(bn, H, I, f, opLinear, l)
+		// gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))
+		t := g.out(bn*I, f, opPow, l)
+		t2 := g.out(bn*I, f, opMul, l)
+		g.freeT(t)
+		t3 := g.out(bn*I, f, opAdd, l)
+		g.freeT(t2)
+		t4 := g.out(bn*I, f, opMul, l)
+		g.freeT(t3)
+		t5 := g.out(bn*I, f, opTanh, l)
+		g.freeT(t4)
+		t6 := g.out(bn*I, f, opAdd, l)
+		g.freeT(t5)
+		t7 := g.out(bn*I, f, opMul, l)
+		act := g.out(bn*I, f, opMul, l)
+		g.freeT(t7)
+		g.freeT(t6)
+		out := g.matmul(bn, I, H, f, opLinear, l)
+		g.freeT(act)
+		g.freeT(fc)
+		g.freeT(h3)
+		h4 := g.out(bn*H, f, opAdd, l)
+		g.freeT(out)
+		g.freeT(h2)
+		g.freeT(hidden)
+		hidden = h4
+	}
+	lnf := g.out(bn*H, f, opLayerNorm, -1)
+	g.freeT(hidden)
+	logits := g.matmul(bn, H, V, f, opLinear, -1)
+	g.freeT(lnf)
+	g.freeT(pos)
+	g.freeT(emb)
+	g.freeT(cachePos)
+	next := g.out(b, int64Bytes, opArgmax, -1)
+	g.freeT(a.nextIDs)
+	a.nextIDs = next
+	g.freeT(logits)
+	a.length = lc
+}

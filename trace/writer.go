@@ -1,0 +1,315 @@
+package trace
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Sink receives a trace: the Writer, or anything that consumes events as a
+// Writer would (the text reader feeds one).
+type Sink interface {
+	// WriteEvent appends e. Its Text and Stack must come from String and Stack.
+	WriteEvent(e Event) error
+	// String returns the ID of s, defining it on first use; "" is NoString.
+	String(s string) StringID
+	// Stack returns the ID of frames, defining it on first use; no frames is NoStack.
+	Stack(frames []Frame) StackID
+}
+
+// Defaults for the writer's chunk size.
+const (
+	DefaultChunkEvents = 64 << 10
+	DefaultChunkBytes  = 1 << 20
+)
+
+// WriterOption configures a Writer.
+type WriterOption func(*writerOptions)
+
+type writerOptions struct {
+	chunkEvents int
+	chunkBytes  int
+	level       zstd.EncoderLevel
+}
+
+// ChunkEvents makes the writer end a chunk after n events (at most 1<<20).
+func ChunkEvents(n int) WriterOption {
+	return func(o *writerOptions) { o.chunkEvents = min(max(n, 1), maxChunkEvents) }
+}
+
+// ChunkBytes makes the writer end a chunk once it holds about n bytes
+// before compression (at most 32 MiB).
+func ChunkBytes(n int) WriterOption {
+	return func(o *writerOptions) { o.chunkBytes = min(max(n, 1), maxChunkRaw/2) }
+}
+
+// Writer writes a trace file in chunks; its memory does not grow with the
+// trace beyond the string and stack tables. It is not safe for concurrent use.
+type Writer struct {
+	w    io.Writer
+	opts writerOptions
+	err  error // sticky
+	done bool
+
+	events   []Event
+	estBytes int
+	tab      []byte // table records not yet written
+
+	strings map[string]StringID
+	stacks  map[string]StackID
+	nStr    int // strings defined, including ""
+	nStk    int // stacks defined, including NoStack
+	stkKey  []byte
+
+	enc     *zstd.Encoder
+	ee      eventEncoder
+	raw     []byte
+	comp    []byte
+	frame   []byte
+	nEvents int64
+	nChunks int64
+}
+
+var errClosed = errors.New("trace: writer closed")
+
+// NewWriter writes the file's magic, version and header to w and returns a
+// Writer for its events. h may be nil.
+func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
+	if h == nil {
+		h = &Header{}
+	}
+	hj, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("trace: encoding header: %w", err)
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	if err != nil {
+		return nil, err
+	}
+	wr := &Writer{
+		w:       w,
+		opts:    writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes},
+		strings: map[string]StringID{},
+		stacks:  map[string]StackID{},
+		nStr:    1,
+		nStk:    1,
+		enc:     enc,
+	}
+	for _, o := range opts {
+		o(&wr.opts)
+	}
+	wr.events = make([]Event, 0, min(wr.opts.chunkEvents, 4096))
+	start := append([]byte(Magic), Version)
+	if _, err := w.Write(start); err != nil {
+		return nil, err
+	}
+	if err := wr.writeChunk(chunkHeader, hj); err != nil {
+		return nil, err
+	}
+	return wr, nil
+}
+
+// WriteEvent appends e to the trace.
+func (w *Writer) WriteEvent(e Event) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return errClosed
+	}
+	if !e.Kind.Valid() {
+		return fmt.Errorf("trace: event %d: invalid kind %d", w.nEvents+int64(len(w.events)), e.Kind)
+	}
+	if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
+		return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(len(w.events)), e.Text, e.Stack)
+	}
+	w.events = append(w.events, e)
+	w.estBytes += estimateEvent(&e)
+	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
+		return w.Flush()
+	}
+	return nil
+}
+
+// String returns the ID of s, defining it on first use.
+func (w *Writer) String(s string) StringID {
+	if s == "" {
+		return NoString
+	}
+	if id, ok := w.strings[s]; ok {
+		return id
+	}
+	if len(s) > maxStringLen {
+		s = s[:maxStringLen]
+		if id, ok := w.strings[s]; ok {
+			return id
+		}
+	}
+	id := StringID(w.nStr)
+	w.nStr++
+	w.strings[s] = id
+	w.tab = appendStringRecord(w.tab, id, s)
+	w.flushTableIfBig()
+	return id
+}
+
+// Stack returns the ID of frames, defining it on first use. Frames must
+// use IDs returned by String.
+func (w *Writer) Stack(frames []Frame) StackID {
+	if len(frames) == 0 {
+		return NoStack
+	}
+	if len(frames) > maxStackFrames {
+		frames = frames[:maxStackFrames]
+	}
+	key := w.stkKey[:0]
+	for _, f := range frames {
+		if int(f.Func) >= w.nStr || int(f.File) >= w.nStr {
+			if w.err == nil {
+				w.err = fmt.Errorf("trace: stack frame uses undefined string %d or %d", f.Func, f.File)
+			}
+			return NoStack
+		}
+		key = binary.AppendUvarint(key, uint64(f.Func))
+		key = binary.AppendUvarint(key, uint64(f.File))
+		key = binary.AppendUvarint(key, uint64(f.Line))
+	}
+	w.stkKey = key
+	if id, ok := w.stacks[string(key)]; ok {
+		return id
+	}
+	id := StackID(w.nStk)
+	w.nStk++
+	w.stacks[string(key)] = id
+	w.tab = appendStackRecord(w.tab, id, frames)
+	w.flushTableIfBig()
+	return id
+}
+
+// flushTableIfBig writes the pending definitions alone once they fill a chunk.
+func (w *Writer) flushTableIfBig() {
+	if len(w.tab) >= w.opts.chunkBytes && w.err == nil {
+		if err := w.writeChunk(chunkTable, w.tab); err != nil {
+			w.err = err
+		}
+		w.tab = w.tab[:0]
+	}
+}
+
+// Flush ends the current chunk: everything written so far is in w's
+// io.Writer, readable even if the process dies before Close.
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.tab) > 0 {
+		if err := w.writeChunk(chunkTable, w.tab); err != nil {
+			return err
+		}
+		w.tab = w.tab[:0]
+	}
+	if len(w.events) > 0 {
+		w.raw = w.ee.encode(w.raw[:0], w.events, Version)
+		if err := w.writeChunk(chunkEvents, w.raw); err != nil {
+			return err
+		}
+		w.nEvents += int64(len(w.events))
+		w.events = w.events[:0]
+		w.estBytes = 0
+	}
+	return nil
+}
+
+// Close flushes and ends the trace with its end chunk. It does not close
+// the underlying io.Writer. A trace without its end chunk reads as truncated.
+func (w *Writer) Close() error {
+	if w.done {
+		return w.err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	w.done = true
+	var p []byte
+	p = binary.AppendUvarint(p, uint64(w.nEvents))
+	p = binary.AppendUvarint(p, uint64(w.nChunks)) // chunks before this one
+	p = binary.AppendUvarint(p, uint64(w.nStr))
+	p = binary.AppendUvarint(p, uint64(w.nStk))
+	if err := w.writeChunk(chunkEnd, p); err != nil {
+		return err
+	}
+	w.enc.Close()
+	return nil
+}
+
+// Events returns the number of events written so far.
+func (w *Writer) Events() int64 { return w.nEvents + int64(len(w.events)) }
+
+// writeChunk frames, compresses and writes one chunk:
+//
+//	type uvarint(rawLen) uvarint(storedLen) crc32c payload
+func (w *Writer) writeChunk(typ byte, raw []byte) error {
+	if len(raw) > maxChunkRaw {
+		w.err = fmt.Errorf("trace: chunk of %d bytes exceeds the %d-byte limit", len(raw), maxChunkRaw)
+		return w.err
+	}
+	w.comp = w.enc.EncodeAll(raw, w.comp[:0])
+	payload := w.comp
+	if len(payload) >= len(raw) {
+		typ |= chunkStored
+		payload = raw
+	}
+	f := append(w.frame[:0], typ)
+	f = binary.AppendUvarint(f, uint64(len(raw)))
+	f = binary.AppendUvarint(f, uint64(len(payload)))
+	crc := crc32.Update(0, castagnoli, f)
+	crc = crc32.Update(crc, castagnoli, payload)
+	f = binary.LittleEndian.AppendUint32(f, crc)
+	f = append(f, payload...)
+	w.frame = f
+	if _, err := w.w.Write(f); err != nil {
+		w.err = err
+		return err
+	}
+	w.nChunks++
+	return nil
+}
+
+// FileWriter is a Writer to a file it owns.
+type FileWriter struct {
+	*Writer
+	f *os.File
+}
+
+// Create creates the trace file path and writes its header.
+func Create(path string, h *Header, opts ...WriterOption) (*FileWriter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := NewWriter(f, h, opts...)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &FileWriter{Writer: w, f: f}, nil
+}
+
+// Close ends the trace and closes the file.
+func (fw *FileWriter) Close() error {
+	err := fw.Writer.Close()
+	if cerr := fw.f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", fw.f.Name(), err)
+	}
+	return nil
+}
