@@ -1,0 +1,145 @@
+package plot
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/replay"
+)
+
+const mib = 1 << 20
+
+// comparison returns a hand-made comparison of three runs.
+func comparison() *analysis.Comparison {
+	mk := func(label string, peak uint64, pct float64) *analysis.Run {
+		r := &analysis.Run{Label: label, Policy: label,
+			Result: &replay.Result{Policy: label, PeakReservedBytes: peak}}
+		r.Result.Fragmentation.AtPeakPct = pct
+		r.Series = []analysis.Series{
+			{Name: "reserved", Unit: "GiB", TimeS: []float64{0, 1, 2}, Index: []int64{0, 1, 2}, Value: []float64{0, float64(peak) / (1 << 30), 0.5}},
+			{Name: "active", Unit: "GiB", TimeS: []float64{0, 1, 2}, Index: []int64{0, 1, 2}, Value: []float64{0, 0.25, 0.25}},
+			{Name: "requested", Unit: "GiB", TimeS: []float64{0, 1, 2}, Index: []int64{0, 1, 2}, Value: []float64{0, 0.2, 0.2}},
+			{Name: "fragmentation", Unit: "%", TimeS: []float64{0, 1, 2}, Index: []int64{0, 1, 2}, Value: []float64{0, pct, 50}},
+		}
+		return r
+	}
+	c := &analysis.Comparison{Runs: []*analysis.Run{
+		mk("caching", 3<<30, 40), mk("expandable", 2<<30, 8.5), mk("ideal", 1<<30, 0),
+	}, Before: "caching", After: "expandable"}
+	c.Runs[2].Limit = true
+	c.Runs[0].FreeHist = &analysis.FreeHistogram{Policy: "caching", Index: 1, ReservedBytes: 3 << 30, Bins: []analysis.HistBin{
+		{Log2: 19, LowBytes: 512 << 10, HighBytes: 1 << 20, Blocks: 3, StrandedBlocks: 2},
+		{Log2: 20, LowBytes: 1 << 20, HighBytes: 2 << 20},
+		{Log2: 21, LowBytes: 2 << 20, HighBytes: 4 << 20, Blocks: 5, StrandedBlocks: 1},
+	}}
+	return c
+}
+
+func TestHistogramData(t *testing.T) {
+	d := HistogramData(comparison().Runs[0].FreeHist)
+	want := HistData{Labels: []string{"1/2", "1", "2"}, Stranded: []float64{2, 0, 1}, Releasable: []float64{1, 0, 4}}
+	if strings.Join(d.Labels, " ") != strings.Join(want.Labels, " ") {
+		t.Errorf("labels %v, want %v", d.Labels, want.Labels)
+	}
+	for i := range want.Stranded {
+		if d.Stranded[i] != want.Stranded[i] || d.Releasable[i] != want.Releasable[i] {
+			t.Errorf("bin %d: stranded %v releasable %v, want %v %v", i, d.Stranded[i], d.Releasable[i], want.Stranded[i], want.Releasable[i])
+		}
+	}
+}
+
+func TestMiBLabel(t *testing.T) {
+	for b, want := range map[uint64]string{512: "1/2048", 1 << 19: "1/2", 1 << 20: "1", 64 << 20: "64", 1 << 30: "1024"} {
+		if got := MiBLabel(b); got != want {
+			t.Errorf("MiBLabel(%d) = %q, want %q", b, got, want)
+		}
+	}
+}
+
+func TestPoliciesData(t *testing.T) {
+	c := comparison()
+	c.Runs = append(c.Runs, &analysis.Run{Label: "broken", Error: "boom"})
+	d := PoliciesData(c)
+	if strings.Join(d.Labels, ",") != "caching,expandable,ideal" {
+		t.Fatalf("labels %v: failed runs must be left out", d.Labels)
+	}
+	wantGB := []float64{3, 2, 1}
+	wantPct := []float64{40, 8.5, 0}
+	for i := range wantGB {
+		if d.PeakReservedGB[i] != wantGB[i] || d.AtPeakPct[i] != wantPct[i] {
+			t.Errorf("bar %d: %v GiB %v%%, want %v %v", i, d.PeakReservedGB[i], d.AtPeakPct[i], wantGB[i], wantPct[i])
+		}
+	}
+	l := barLabels(d.AtPeakPct, "at_peak_pct (%)")
+	if l.Labels[1] != "8.5%" || l.XYs[1].X != 1 || l.XYs[1].Y != 8.5 {
+		t.Errorf("bar label %q at %v", l.Labels[1], l.XYs[1])
+	}
+}
+
+func TestTimelineSeries(t *testing.T) {
+	c := comparison()
+	// A setting variant is drawn only when it is the verdict's "after".
+	c.Runs = append(c.Runs, &analysis.Run{Label: "caching+x", Setting: "x", Result: &replay.Result{}, Series: c.Runs[0].Series})
+	runs := timelineRuns(c)
+	if len(runs) != 3 {
+		t.Fatalf("%d timeline runs, want 3", len(runs))
+	}
+	xy := XY(runs[0].SeriesNamed("reserved"))
+	if len(xy) != 3 || xy[1].X != 1 || xy[1].Y != 3 {
+		t.Errorf("reserved points %v, want (1 s, 3 GiB) second", xy)
+	}
+	c.After = "caching+x"
+	if len(timelineRuns(c)) != 4 {
+		t.Errorf("the after setting must be drawn")
+	}
+}
+
+func TestFiguresDecodeAtSize(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := WriteAll(dir, comparison())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]int{
+		"fragmentation_hist.png": {1200, 700},
+		"timeline.png":           {1200, 60 + 260*3},
+		"views.png":              {1200, 600},
+		"policies.png":           {1400, 650},
+	}
+	seen := map[string]bool{}
+	for _, p := range paths {
+		seen[filepath.Base(p)] = true
+	}
+	for name, size := range want {
+		if !seen[name] || !seen[strings.TrimSuffix(name, ".png")+".svg"] {
+			t.Errorf("%s (or its SVG) not written; wrote %v", name, paths)
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() != size[0] || b.Dy() != size[1] {
+			t.Errorf("%s is %dx%d, want %dx%d", name, b.Dx(), b.Dy(), size[0], size[1])
+		}
+		svg, err := os.ReadFile(filepath.Join(dir, strings.TrimSuffix(name, ".png")+".svg"))
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+			t.Errorf("%s: SVG unreadable or not SVG (%v)", name, err)
+		}
+	}
+	if os.Getenv("FRAGSIM_PLOT_DIR") != "" {
+		for _, p := range paths {
+			data, _ := os.ReadFile(p)
+			os.WriteFile(filepath.Join(os.Getenv("FRAGSIM_PLOT_DIR"), filepath.Base(p)), data, 0o644)
+		}
+	}
+}
