@@ -87,8 +87,11 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 	for len(a.pages) < n {
 		addr, ok := p.dev.Malloc(p.page, stream)
 		if !ok {
-			// Give the pages back to the cache: nothing else could be released.
-			p.free = append(p.free, a.pages...)
+			// Give the pages back to the cache in their order: nothing else
+			// could be released.
+			for i := len(a.pages) - 1; i >= 0; i-- {
+				p.free = append(p.free, a.pages[i])
+			}
 			return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: uint64(n) * p.page, Stream: stream,
 				Reason: fmt.Sprintf("%d pages of %d bytes needed, the device refused a new page", n, p.page)}
 		}

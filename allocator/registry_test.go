@@ -1,0 +1,256 @@
+package allocator
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/allocator/internal/fakedev"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+func TestNames(t *testing.T) {
+	want := []string{"caching", "expandable", "pooled", "bfc", "ideal", "paged"}
+	if got := Names(); !slices.Equal(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	for _, n := range want {
+		if Describe(n) == "" {
+			t.Errorf("Describe(%q) is empty", n)
+		}
+	}
+	if Describe("async") != Describe("pooled") || Describe("ASYNC") != Describe("pooled") {
+		t.Errorf("async is not an alias of pooled in Describe")
+	}
+	if Describe("nope") != "" {
+		t.Errorf("Describe of an unknown name = %q, want empty", Describe("nope"))
+	}
+}
+
+func TestNewFactoryErrors(t *testing.T) {
+	_, err := NewFactory("tlsf", "", nil)
+	if err == nil {
+		t.Fatal("unknown policy: no error")
+	}
+	for _, n := range append(Names(), "async") {
+		if !strings.Contains(err.Error(), n) {
+			t.Errorf("error %q does not list %q", err, n)
+		}
+	}
+	for _, tt := range []struct{ name, conf, want string }{
+		{"bfc", "initial_region:2", "policy bfc: unknown option"},
+		{"async", "granularity_mb:x", "policy pooled: option granularity_mb"},
+		{"paged", "page_mb", "policy paged"},
+		{"caching", "max_split_size_mb:nope", "policy caching"},
+		{"expandable", "bogus_key:1", "policy expandable"},
+	} {
+		if _, err := NewFactory(tt.name, tt.conf, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewFactory(%q, %q) error = %v, want one containing %q", tt.name, tt.conf, err, tt.want)
+		}
+	}
+}
+
+// build makes the named policy on a fresh fake device.
+func build(t *testing.T, name, conf string, h *trace.Header) (replay.Policy, *fakedev.Device) {
+	t.Helper()
+	f, err := NewFactory(name, conf, h)
+	if err != nil {
+		t.Fatalf("NewFactory(%q, %q): %v", name, conf, err)
+	}
+	d := &fakedev.Device{Total: 80 << 30}
+	p, err := f(d, h)
+	if err != nil {
+		t.Fatalf("factory %q: %v", name, err)
+	}
+	return p, d
+}
+
+// TestCachingSettings checks where caching and expandable take their
+// settings: the header when conf is empty, conf alone otherwise, and
+// expandable forcing expandable segments on. Expandable segments show as
+// mapped pages on the device, plain segments as device mallocs.
+func TestCachingSettings(t *testing.T) {
+	recordedExpandable := &trace.Header{AllocConf: "expandable_segments:True"}
+	for _, tt := range []struct {
+		name, conf string
+		h          *trace.Header
+		maps       bool
+	}{
+		{"caching", "", nil, false},
+		{"caching", "", recordedExpandable, true},
+		{"caching", "max_split_size_mb:200", recordedExpandable, false}, // conf replaces the header
+		{"expandable", "", nil, true},
+		{"expandable", "expandable_segments:False", nil, true},
+	} {
+		p, d := build(t, tt.name, tt.conf, tt.h)
+		if _, err := p.Malloc(5<<20, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Maps > 0; got != tt.maps || (d.Mallocs > 0) == tt.maps {
+			t.Errorf("%s conf %q header %v: %d maps, %d mallocs; want expandable=%v", tt.name, tt.conf, tt.h, d.Maps, d.Mallocs, tt.maps)
+		}
+		if p.Name() != tt.name && !(tt.name == "caching" && tt.maps) {
+			t.Errorf("policy name %q, want %q", p.Name(), tt.name)
+		}
+	}
+	// The factory made without a header takes the replayed trace's settings.
+	f, err := NewFactory("caching", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakedev.Device{Total: 80 << 30}
+	p, err := f(d, recordedExpandable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Malloc(5<<20, 0); err != nil || d.Maps == 0 {
+		t.Errorf("caching factory without a header ignored the replayed trace's settings (maps %d, err %v)", d.Maps, err)
+	}
+}
+
+func TestAliasBuildsPooled(t *testing.T) {
+	p, _ := build(t, "async", "", nil)
+	if p.Name() != "pooled" {
+		t.Errorf("async built %q, want pooled", p.Name())
+	}
+}
+
+// TestNoPolicyBelowIdeal replays random request streams through every
+// policy: none may reserve less at its peak than ideal, whose peak must be
+// the stream's peak live requested bytes; live blocks of contiguous
+// policies never overlap.
+func TestNoPolicyBelowIdeal(t *testing.T) {
+	seeds := 12
+	if testing.Short() {
+		seeds = 3
+	}
+	for seed := range uint64(seeds) {
+		ops, peakLive := randomStream(seed, 1500)
+		var idealPeak uint64
+		peaks := map[string]uint64{}
+		for _, name := range Names() {
+			p, d := build(t, name, "", nil)
+			replayOps(t, name, seed, p, d, ops)
+			peaks[name] = d.Peak
+			if name == "ideal" {
+				idealPeak = d.Peak
+			}
+		}
+		if idealPeak != peakLive {
+			t.Errorf("seed %d: ideal peak %d, want the peak live requested bytes %d", seed, idealPeak, peakLive)
+		}
+		for name, pk := range peaks {
+			if pk < idealPeak {
+				t.Errorf("seed %d: %s peak reserved %d is below ideal's %d", seed, name, pk, idealPeak)
+			}
+		}
+	}
+}
+
+type rop struct {
+	kind   byte // 'm' malloc, 'r' free requested, 'c' free completed, 'e' empty cache
+	id     int
+	size   uint64
+	stream trace.StreamID
+}
+
+// randomStream returns a request stream with transformer-like sizes, two
+// streams and delayed free completions, and its peak live requested bytes.
+func randomStream(seed uint64, n int) ([]rop, uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	var ops []rop
+	var live, pending []int
+	sizes := map[int]uint64{}
+	var cur, peak uint64
+	next := 0
+	for len(ops) < n {
+		switch x := rng.IntN(100); {
+		case x < 50 || len(live) == 0:
+			var size uint64
+			switch y := rng.IntN(10); {
+			case y < 5:
+				size = uint64(1 + rng.IntN(1<<20))
+			case y < 8:
+				size = uint64(1<<20 + rng.IntN(20<<20))
+			default:
+				size = uint64(20<<20 + rng.IntN(200<<20))
+			}
+			ops = append(ops, rop{kind: 'm', id: next, size: size, stream: trace.StreamID(rng.IntN(2))})
+			sizes[next] = size
+			live = append(live, next)
+			next++
+			cur += size
+			peak = max(peak, cur)
+		case x < 90:
+			i := rng.IntN(len(live))
+			id := live[i]
+			live = slices.Delete(live, i, i+1)
+			ops = append(ops, rop{kind: 'r', id: id})
+			cur -= sizes[id]
+			if rng.IntN(4) == 0 {
+				pending = append(pending, id)
+			} else {
+				ops = append(ops, rop{kind: 'c', id: id})
+			}
+		case x < 99:
+			if len(pending) > 0 {
+				ops = append(ops, rop{kind: 'c', id: pending[0]})
+				pending = pending[1:]
+			}
+		default:
+			ops = append(ops, rop{kind: 'e'})
+		}
+	}
+	for _, id := range pending {
+		ops = append(ops, rop{kind: 'c', id: id})
+	}
+	return ops, peak
+}
+
+func replayOps(t *testing.T, name string, seed uint64, p replay.Policy, d *fakedev.Device, ops []rop) {
+	t.Helper()
+	type span struct{ addr, size uint64 }
+	blocks := map[int]span{}
+	for i, o := range ops {
+		switch o.kind {
+		case 'm':
+			b, err := p.Malloc(o.size, o.stream)
+			if err != nil {
+				if errors.Is(err, replay.ErrOOM) {
+					t.Fatalf("%s seed %d op %d: out of memory on an unlimited device: %v", name, seed, i, err)
+				}
+				t.Fatalf("%s seed %d op %d: %v", name, seed, i, err)
+			}
+			if b.SizeBytes < o.size {
+				t.Fatalf("%s seed %d op %d: block of %d bytes for a request of %d", name, seed, i, b.SizeBytes, o.size)
+			}
+			if name != "paged" { // paged blocks are not contiguous
+				for id, s := range blocks {
+					if b.Addr < s.addr+s.size && s.addr < b.Addr+b.SizeBytes {
+						t.Fatalf("%s seed %d op %d: block [%#x,+%d) overlaps live block %d [%#x,+%d)",
+							name, seed, i, b.Addr, b.SizeBytes, id, s.addr, s.size)
+					}
+				}
+			}
+			blocks[o.id] = span{b.Addr, b.SizeBytes}
+		case 'r':
+			p.FreeRequested(blocks[o.id].addr)
+		case 'c':
+			p.FreeCompleted(blocks[o.id].addr)
+			delete(blocks, o.id)
+		case 'e':
+			p.EmptyCache()
+		}
+		if len(d.Errors) > 0 {
+			t.Fatalf("%s seed %d op %d: device misuse: %v", name, seed, i, d.Errors)
+		}
+		if c, ok := p.(fakedev.Checker); ok {
+			if msg := c.Check(); msg != "" {
+				t.Fatalf("%s seed %d op %d: %s", name, seed, i, msg)
+			}
+		}
+	}
+}
