@@ -1,17 +1,194 @@
 package cli
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
 
+	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
 
 func replayCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "replay",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("replay: not built yet")
+		Name:      "replay",
+		Usage:     "replay a trace through an allocator policy and measure fragmentation",
+		ArgsUsage: "TRACE",
+		Description: "Feeds the trace's requests to the policy, event by event, and reports what the\n" +
+			"device would hold: peak and final reserved memory, every fragmentation view, OOMs, and,\n" +
+			"when the trace carries the real allocator's device events and the policy reproduces it,\n" +
+			"how faithfully (allocations at their recorded address, device events matched).\n\n" +
+			"Policies: " + strings.Join(allocator.Names(), ", ") + ".\n" +
+			"Capacity presets: " + strings.Join(replay.PresetNames(), ", ") + ".",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Value: "caching", Usage: "allocator policy (" + strings.Join(allocator.Names(), ", ") + ")"},
+			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (caching, expandable) or the policy's options; default: the trace's recorded settings"},
+			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (24GiB, 80G) or a preset; default: the trace's GPU total, else unlimited"},
+			&cli.Float64Flag{Name: "fraction", Usage: "per-process memory fraction (0 < F <= 1); default: the trace's"},
+			&cli.StringFlag{Name: "outside", Usage: "device memory held outside the allocator (bytes or a size)"},
+			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N requests"},
+			&cli.Float64Flag{Name: "defrag-threshold", Usage: "inject empty_cache whenever 100*(1-active/reserved) passes PCT"},
+			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity with no OOM (bisection to 2 MiB)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
+		Action: runReplay,
 	}
+}
+
+func runReplay(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return exitCode(2, fmt.Errorf("replay: want one TRACE argument, got %d", c.NArg()))
+	}
+	path := c.Args().First()
+	var cfg replay.Config
+	if s := c.String("capacity"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("replay: --capacity: %w", err))
+		}
+		cfg.CapacityBytes = v
+	}
+	if s := c.String("outside"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("replay: --outside: %w", err))
+		}
+		cfg.OutsideBytes = v
+	}
+	cfg.Fraction = c.Float64("fraction")
+	if cfg.Fraction < 0 || cfg.Fraction > 1 {
+		return exitCode(2, fmt.Errorf("replay: --fraction %g: want a number in (0, 1]", cfg.Fraction))
+	}
+	cfg.EmptyCacheEvery = c.Int64("empty-cache-every")
+	cfg.DefragThresholdPct = c.Float64("defrag-threshold")
+	if cfg.EmptyCacheEvery < 0 || cfg.DefragThresholdPct < 0 {
+		return exitCode(2, fmt.Errorf("replay: --empty-cache-every and --defrag-threshold must not be negative"))
+	}
+	if cfg.EmptyCacheEvery > 0 && cfg.DefragThresholdPct > 0 {
+		return exitCode(2, fmt.Errorf("replay: give --empty-cache-every or --defrag-threshold, not both"))
+	}
+
+	open := replay.OpenFile(path)
+	r, closer, err := open()
+	if err != nil {
+		return err
+	}
+	hdr := r.Header()
+	f, err := allocator.NewFactory(c.String("policy"), c.String("conf"), hdr)
+	if err != nil {
+		closer.Close()
+		return exitCode(2, fmt.Errorf("replay: %w", err))
+	}
+	var done func()
+	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay")
+	res, err := replay.Run(r, f, cfg)
+	done()
+	closer.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	res.Conf = c.String("conf")
+	if c.Bool("min-capacity") {
+		mc := cfg
+		mc.Progress = nil
+		v, err := replay.MinCapacity(open, f, mc)
+		if err != nil {
+			return fmt.Errorf("%s: min capacity: %w", path, err)
+		}
+		res.MinCapacityBytes = v
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	writeResult(w, res, hdr)
+	return nil
+}
+
+// replayProgress returns a Progress callback that reports on w once a run
+// has taken more than a second, and a function that ends the report line.
+func replayProgress(w io.Writer, what string) (func(int64), func()) {
+	start := time.Now()
+	shown := false
+	return func(n int64) {
+			if d := time.Since(start); d > time.Second {
+				fmt.Fprintf(w, "\r%s: %d events (%.1f M/s)", what, n, float64(n)/d.Seconds()/1e6)
+				shown = true
+			}
+		}, func() {
+			if shown {
+				fmt.Fprintln(w)
+			}
+		}
+}
+
+func writeResult(w io.Writer, r *replay.Result, h *trace.Header) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	b := func(v uint64) string { return fmt.Sprintf("%s\t(%d B)", replay.FormatBytes(v), v) }
+	fmt.Fprintf(tw, "policy\t%s\n", r.Policy)
+	if r.Conf != "" {
+		fmt.Fprintf(tw, "conf\t%s\n", r.Conf)
+	}
+	fmt.Fprintf(tw, "events\t%d\n", r.Events)
+	fmt.Fprintf(tw, "allocs\t%d\n", r.Allocs)
+	fmt.Fprintf(tw, "peak reserved\t%s\n", b(r.PeakReservedBytes))
+	fmt.Fprintf(tw, "final reserved\t%s\n", b(r.FinalReservedBytes))
+	fmt.Fprintf(tw, "peak active\t%s\n", b(r.PeakActiveBytes))
+	fmt.Fprintf(tw, "peak allocated\t%s\n", b(r.PeakAllocatedBytes))
+	fmt.Fprintf(tw, "peak requested\t%s\n", b(r.PeakRequestedBytes))
+	fmt.Fprintf(tw, "device allocs/frees\t%d / %d\n", r.DeviceAllocs, r.DeviceFrees)
+	fmt.Fprintf(tw, "alloc retries\t%d\n", r.AllocRetries)
+	fmt.Fprintf(tw, "OOMs\t%d\n", r.OOMs)
+	fr := r.Fragmentation
+	fmt.Fprintf(tw, "frag at peak\t%.2f%%\t(event %d)\n", fr.AtPeakPct, fr.PeakIndex)
+	fmt.Fprintf(tw, "frag peak ratio\t%.2f%%\n", fr.PeakRatioPct)
+	fmt.Fprintf(tw, "frag time-weighted\t%.2f%%\n", fr.TimeWeightedPct)
+	fmt.Fprintf(tw, "external at peak\t%.2f%%\n", fr.ExternalPct)
+	fmt.Fprintf(tw, "internal at peak\t%s\n", b(fr.InternalBytes))
+	fmt.Fprintf(tw, "stranded at peak/max\t%s / %s\n", replay.FormatBytes(fr.StrandedBytes), replay.FormatBytes(fr.MaxStrandedBytes))
+	fmt.Fprintf(tw, "overhead ratio\t%.3f\n", fr.OverheadRatio)
+	if r.MinCapacityBytes > 0 {
+		fmt.Fprintf(tw, "min capacity\t%s\n", b(r.MinCapacityBytes))
+	}
+	tw.Flush()
+	for i, o := range r.OOMEvents {
+		if i == 5 {
+			fmt.Fprintf(w, "... %d more OOMs\n", r.OOMs-5)
+			break
+		}
+		kind := "capacity"
+		if o.Fragmentation {
+			kind = "fragmentation"
+		}
+		fmt.Fprintf(w, "OOM at event %d: %s on stream %#x (%s): reserved %s, free cached %s, largest free %s, stranded %s\n",
+			o.Index, replay.FormatBytes(o.SizeBytes), uint64(o.Stream), kind, replay.FormatBytes(o.ReservedBytes),
+			replay.FormatBytes(o.FreeCachedBytes), replay.FormatBytes(o.LargestFreeBytes), replay.FormatBytes(o.StrandedBytes))
+	}
+	fd := r.Fidelity
+	if fd.Checked {
+		fmt.Fprintf(w, "fidelity: %d/%d allocs at recorded address, %d/%d device events matched\n",
+			fd.AllocsAtRecordedAddress, fd.Allocs, fd.DeviceEventsMatched, fd.DeviceEvents)
+		if fd.FirstMismatch != "" {
+			fmt.Fprintf(w, "first mismatch: %s\n", fd.FirstMismatch)
+		}
+	} else {
+		fmt.Fprintf(w, "fidelity: not checked (%s)\n", fidelityReason(r, h))
+	}
+}
+
+func fidelityReason(r *replay.Result, h *trace.Header) string {
+	if h == nil || (h.Producer != trace.ProducerPyTorch && h.Producer != trace.ProducerLive) {
+		return "the trace was not recorded from PyTorch's allocator"
+	}
+	if r.Fidelity.DeviceEvents == 0 && r.Fidelity.Allocs == 0 {
+		return "the trace has no device events, or the policy or settings differ from the recorded ones"
+	}
+	return "the policy or settings differ from the recorded ones"
 }
