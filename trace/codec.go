@@ -22,6 +22,67 @@ var errVarint = errors.New("bad varint")
 // uvarint decodes the uvarint at b[i:] and returns it with the index past
 // it; the index is negative when b holds no valid uvarint at i.
 func uvarint(b []byte, i int) (uint64, int) {
+	if i < 0 || i+binary.MaxVarintLen64 > len(b) {
+		return uvarintTail(b, i)
+	}
+	b = b[i : i+binary.MaxVarintLen64]
+	c := uint64(b[0])
+	if c < 0x80 {
+		return c, i + 1
+	}
+	v := c & 0x7f
+	c = uint64(b[1])
+	if c < 0x80 {
+		return v | c<<7, i + 2
+	}
+	v |= (c & 0x7f) << 7
+	c = uint64(b[2])
+	if c < 0x80 {
+		return v | c<<14, i + 3
+	}
+	v |= (c & 0x7f) << 14
+	c = uint64(b[3])
+	if c < 0x80 {
+		return v | c<<21, i + 4
+	}
+	v |= (c & 0x7f) << 21
+	c = uint64(b[4])
+	if c < 0x80 {
+		return v | c<<28, i + 5
+	}
+	v |= (c & 0x7f) << 28
+	c = uint64(b[5])
+	if c < 0x80 {
+		return v | c<<35, i + 6
+	}
+	v |= (c & 0x7f) << 35
+	c = uint64(b[6])
+	if c < 0x80 {
+		return v | c<<42, i + 7
+	}
+	v |= (c & 0x7f) << 42
+	c = uint64(b[7])
+	if c < 0x80 {
+		return v | c<<49, i + 8
+	}
+	v |= (c & 0x7f) << 49
+	c = uint64(b[8])
+	if c < 0x80 {
+		return v | c<<56, i + 9
+	}
+	v |= (c & 0x7f) << 56
+	c = uint64(b[9])
+	if c > 1 {
+		return 0, -1
+	}
+	return v | c<<63, i + 10
+}
+
+// uvarintTail decodes a uvarint near the end of b.
+func uvarintTail(b []byte, i int) (uint64, int) {
+	if i < 0 {
+		return 0, -1
+	}
 	var v uint64
 	for s := uint(0); s < 64; s += 7 {
 		if i >= len(b) {
@@ -184,164 +245,215 @@ type decodeError struct {
 
 func (e *decodeError) Error() string { return e.msg }
 
-// eventDecoder decodes event chunks into a reused slice of events.
+// eventDecoder decodes an events chunk a batch of events at a time, so
+// that decoded events stay in cache until they are read.
 type eventDecoder struct {
-	events []Event
+	kinds, tc, ac, sc, mc []byte
+	j                     int // index of the next event of the chunk
+	ti, ai, si, mi        int
+	tu, au, su            uint64
+	t, a                  uint64
+	dev                   DeviceID
+	stream                StreamID
+	sp                    *[32]field
+	nk                    Kind
+	nStrings, nStacks     uint64
 }
 
-// decode decodes the payload of an events chunk. nStrings and nStacks
-// bound the string and stack IDs events may use.
-func (d *eventDecoder) decode(p []byte, version int, nStrings, nStacks int) ([]Event, *decodeError) {
+// start checks the column header of an events chunk payload p and makes
+// the decoder ready to decode its events. nStrings and nStacks bound the
+// string and stack IDs the events may use.
+func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *decodeError {
 	var hdr [8]uint64
 	i := 0
 	for j := range hdr {
 		hdr[j], i = uvarint(p, i)
 		if i < 0 {
-			return nil, &decodeError{-1, "events chunk: bad varint in column header"}
+			return &decodeError{-1, "events chunk: bad varint in column header"}
 		}
 	}
 	n, tu, au, su := hdr[0], hdr[1], hdr[2], hdr[3]
 	if n > maxChunkEvents {
-		return nil, &decodeError{-1, "events chunk: " + itoa(n) + " events, more than the limit " + itoa(maxChunkEvents)}
+		return &decodeError{-1, "events chunk: " + itoa(n) + " events, more than the limit " + itoa(maxChunkEvents)}
 	}
 	if tu == 0 || au == 0 || su == 0 || tu > math.MaxInt64 || au > math.MaxInt64 {
-		return nil, &decodeError{-1, "events chunk: bad delta unit"}
+		return &decodeError{-1, "events chunk: bad delta unit"}
 	}
 	rest := uint64(len(p) - i)
 	var total uint64
 	for _, l := range hdr[4:] {
 		if l > rest {
-			return nil, &decodeError{-1, "events chunk: column lengths exceed the chunk"}
+			return &decodeError{-1, "events chunk: column lengths exceed the chunk"}
 		}
 		total += l
 	}
 	if total+n != rest {
-		return nil, &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
+		return &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
 	}
-	kinds := p[i : i+int(n)]
+	*d = eventDecoder{tu: tu, au: au, su: su, sp: &spec[version], nk: numKindsIn[version],
+		nStrings: uint64(nStrings), nStacks: uint64(nStacks)}
+	d.kinds = p[i : i+int(n)]
 	i += int(n)
-	tc := p[i : i+int(hdr[4])]
+	d.tc = p[i : i+int(hdr[4])]
 	i += int(hdr[4])
-	ac := p[i : i+int(hdr[5])]
+	d.ac = p[i : i+int(hdr[5])]
 	i += int(hdr[5])
-	sc := p[i : i+int(hdr[6])]
+	d.sc = p[i : i+int(hdr[6])]
 	i += int(hdr[6])
-	mc := p[i:]
+	d.mc = p[i:]
+	return nil
+}
 
-	if cap(d.events) < int(n) {
-		d.events = make([]Event, n)
+// remaining returns the number of events of the chunk not yet decoded.
+func (d *eventDecoder) remaining() int { return len(d.kinds) - d.j }
+
+// next decodes up to len(dst) events into dst. After the chunk's last
+// event it checks that the columns hold nothing more.
+func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
+	kinds := d.kinds[d.j:]
+	if len(dst) > len(kinds) {
+		dst = dst[:len(kinds)]
 	}
-	evs := d.events[:n]
-	sp := &spec[version]
-	nk := numKindsIn[version]
-	var t, a uint64
-	var dev DeviceID
-	var stream StreamID
-	ti, ai, si, mi := 0, 0, 0, 0
+	tc, ac, sc, mc := d.tc, d.ac, d.sc, d.mc
+	ti, ai, si, mi := d.ti, d.ai, d.si, d.mi
+	tu, au, su := d.tu, d.au, d.su
+	t, a := d.t, d.a
+	dev, stream := d.dev, d.stream
+	sp, nk := d.sp, d.nk
 	var v uint64
-	for j := range evs {
-		tb := kinds[j]
+	var err *decodeError
+	n := 0
+	for ; n < len(dst); n++ {
+		tb := kinds[n]
 		k := Kind(tb & kindMask)
 		if k == KindInvalid || k >= nk {
-			return nil, &decodeError{j, "unknown event kind " + itoa(uint64(k))}
+			err = &decodeError{d.j + n, "unknown event kind " + itoa(uint64(k))}
+			break
 		}
 		f := sp[k]
-		e := &evs[j]
-		*e = Event{Kind: k}
+		var stack StackID
 		if tb&(flagDS|flagExtra|flagStack) != 0 {
 			if tb&flagDS != 0 {
 				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in device"}
+					err = &decodeError{d.j + n, "bad varint in device"}
+					break
 				}
 				dv := unzigzag(v)
 				if dv != int64(int32(dv)) {
-					return nil, &decodeError{j, "device " + itoa(v) + " out of range"}
+					err = &decodeError{d.j + n, "device " + itoa(v) + " out of range"}
+					break
 				}
 				dev = DeviceID(dv)
 				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in stream"}
+					err = &decodeError{d.j + n, "bad varint in stream"}
+					break
 				}
 				stream = StreamID(v)
 			}
 			if tb&flagExtra != 0 {
 				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in field mask"}
+					err = &decodeError{d.j + n, "bad varint in field mask"}
+					break
 				}
 				if v&^uint64(allFields) != 0 || v == 0 {
-					return nil, &decodeError{j, "bad field mask " + itoa(v)}
+					err = &decodeError{d.j + n, "bad field mask " + itoa(v)}
+					break
 				}
 				f |= field(v)
 			}
 			if tb&flagStack != 0 {
 				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in stack"}
+					err = &decodeError{d.j + n, "bad varint in stack"}
+					break
 				}
-				if v == 0 || v >= uint64(nStacks) {
-					return nil, &decodeError{j, "stack " + itoa(v) + " not defined"}
+				if v == 0 || v >= d.nStacks {
+					err = &decodeError{d.j + n, "stack " + itoa(v) + " not defined"}
+					break
 				}
-				e.Stack = StackID(v)
+				stack = StackID(v)
 			}
 		}
-		e.Device, e.Stream = dev, stream
 
 		if ti < len(tc) && tc[ti] < 0x80 {
 			v = uint64(tc[ti])
 			ti++
 		} else if v, ti = uvarint(tc, ti); ti < 0 {
-			return nil, &decodeError{j, "bad varint in time"}
+			err = &decodeError{d.j + n, "bad varint in time"}
+			break
 		}
 		t += uint64(unzigzag(v) * int64(tu))
-		e.TimeNS = int64(t)
 
+		var size, addr uint64
 		if f&fieldAddr != 0 {
 			if ai < len(ac) && ac[ai] < 0x80 {
 				v = uint64(ac[ai])
 				ai++
 			} else if v, ai = uvarint(ac, ai); ai < 0 {
-				return nil, &decodeError{j, "bad varint in address"}
+				err = &decodeError{d.j + n, "bad varint in address"}
+				break
 			}
 			a += uint64(unzigzag(v) * int64(au))
-			e.Addr = a
+			addr = a
 		}
 		if f&fieldSize != 0 {
 			if si < len(sc) && sc[si] < 0x80 {
 				v = uint64(sc[si])
 				si++
 			} else if v, si = uvarint(sc, si); si < 0 {
-				return nil, &decodeError{j, "bad varint in size"}
+				err = &decodeError{d.j + n, "bad varint in size"}
+				break
 			}
-			e.SizeBytes = v * su
+			size = v * su
 		}
-		if f&(fieldAux|fieldText|fieldMarker) != 0 {
-			if f&fieldAux != 0 {
-				if e.Aux, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in aux"}
-				}
-			}
-			if f&fieldText != 0 {
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in text"}
-				}
-				if v >= uint64(nStrings) {
-					return nil, &decodeError{j, "string " + itoa(v) + " not defined"}
-				}
-				e.Text = StringID(v)
-			}
-			if f&fieldMarker != 0 {
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					return nil, &decodeError{j, "bad varint in marker"}
-				}
-				if v > math.MaxUint8 {
-					return nil, &decodeError{j, "marker kind " + itoa(v) + " out of range"}
-				}
-				e.Marker = MarkerKind(v)
+		if f&(fieldAux|fieldText|fieldMarker) == 0 {
+			dst[n] = Event{Kind: k, Device: dev, Stream: stream, TimeNS: int64(t), Addr: addr, SizeBytes: size, Stack: stack}
+			continue
+		}
+		var aux uint64
+		var text StringID
+		var marker MarkerKind
+		if f&fieldAux != 0 {
+			if aux, mi = uvarint(mc, mi); mi < 0 {
+				err = &decodeError{d.j + n, "bad varint in aux"}
+				break
 			}
 		}
+		if f&fieldText != 0 {
+			if v, mi = uvarint(mc, mi); mi < 0 {
+				err = &decodeError{d.j + n, "bad varint in text"}
+				break
+			}
+			if v >= d.nStrings {
+				err = &decodeError{d.j + n, "string " + itoa(v) + " not defined"}
+				break
+			}
+			text = StringID(v)
+		}
+		if f&fieldMarker != 0 {
+			if v, mi = uvarint(mc, mi); mi < 0 {
+				err = &decodeError{d.j + n, "bad varint in marker"}
+				break
+			}
+			if v > math.MaxUint8 {
+				err = &decodeError{d.j + n, "marker kind " + itoa(v) + " out of range"}
+				break
+			}
+			marker = MarkerKind(v)
+		}
+		dst[n] = Event{Kind: k, Marker: marker, Device: dev, Stream: stream, TimeNS: int64(t),
+			Addr: addr, SizeBytes: size, Aux: aux, Text: text, Stack: stack}
 	}
-	if ti != len(tc) || ai != len(ac) || si != len(sc) || mi != len(mc) {
-		return nil, &decodeError{-1, "events chunk: columns hold more data than its events use"}
+	d.ti, d.ai, d.si, d.mi = ti, ai, si, mi
+	d.t, d.a = t, a
+	d.dev, d.stream = dev, stream
+	d.j += n
+	if err != nil {
+		return n, err
 	}
-	return evs, nil
+	if d.j == len(d.kinds) && (ti != len(tc) || ai != len(ac) || si != len(sc) || mi != len(mc)) {
+		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
+	}
+	return n, nil
 }
 
 // Table records.

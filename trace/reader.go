@@ -27,11 +27,14 @@ type Reader struct {
 
 	comp, raw []byte
 	ed        eventDecoder
-	events    []Event // the current chunk's events
+	buf       [512]Event
+	events    []Event // decoded events not all read yet
 	next      int
+	chunkOff  int64 // offset of the events chunk being decoded
+	chunkBase int64 // events before it
 
 	chunk   int64 // index of the next chunk to read
-	nEvents int64 // events of the chunks read so far
+	nEvents int64 // events decoded so far
 	strings []string
 	stacks  [][]Frame
 	ended   bool
@@ -225,8 +228,8 @@ func (r *Reader) readChunk() (byte, []byte, error) {
 	return typ, out, nil
 }
 
-// advance reads chunks until one holds events.
-func (r *Reader) advance() error {
+// nextChunk reads chunks until one holds events, and starts decoding it.
+func (r *Reader) nextChunk() error {
 	for {
 		start := r.off
 		typ, p, err := r.readChunk()
@@ -235,6 +238,7 @@ func (r *Reader) advance() error {
 		}
 		switch typ {
 		case chunkHeader:
+			r.chunk--
 			return r.fail(start, r.nEvents, nil, "a second header chunk")
 		case chunkTable:
 			var derr *decodeError
@@ -244,18 +248,12 @@ func (r *Reader) advance() error {
 				return r.fail(start, r.nEvents, nil, "%s", derr.msg)
 			}
 		case chunkEvents:
-			evs, derr := r.ed.decode(p, r.version, len(r.strings), len(r.stacks))
-			if derr != nil {
+			if derr := r.ed.start(p, r.version, len(r.strings), len(r.stacks)); derr != nil {
 				r.chunk--
-				ev := r.nEvents
-				if derr.event >= 0 {
-					ev += int64(derr.event)
-				}
-				return r.fail(start, ev, nil, "%s", derr.msg)
+				return r.fail(start, r.nEvents, nil, "%s", derr.msg)
 			}
-			r.events, r.next = evs, 0
-			r.nEvents += int64(len(evs))
-			if len(evs) > 0 {
+			r.chunkOff, r.chunkBase = start, r.nEvents
+			if r.ed.remaining() > 0 {
 				return nil
 			}
 		case chunkEnd:
@@ -263,14 +261,16 @@ func (r *Reader) advance() error {
 			i := 0
 			for j := range tot {
 				if tot[j], i = uvarint(p, i); i < 0 {
+					r.chunk--
 					return r.fail(start, r.nEvents, nil, "end chunk: bad varint")
 				}
 			}
 			if tot[0] != uint64(r.nEvents) || tot[1] != uint64(r.chunk-1) ||
 				tot[2] != uint64(len(r.strings)) || tot[3] != uint64(len(r.stacks)) {
+				r.chunk--
 				return r.fail(start, r.nEvents, nil,
 					"end chunk counts %d events in %d chunks, %d strings, %d stacks; read %d events in %d chunks, %d strings, %d stacks",
-					tot[0], tot[1], tot[2], tot[3], r.nEvents, r.chunk-1, len(r.strings), len(r.stacks))
+					tot[0], tot[1], tot[2], tot[3], r.nEvents, r.chunk, len(r.strings), len(r.stacks))
 			}
 			r.ended = true
 		}
@@ -280,43 +280,55 @@ func (r *Reader) advance() error {
 // ReadEvent returns the next event, or io.EOF after the last one. An error
 // other than io.EOF matches ErrCorrupt; it is returned again by later calls.
 func (r *Reader) ReadEvent() (Event, error) {
-	if r.next < len(r.events) {
-		e := r.events[r.next]
-		r.next++
-		return e, nil
+	if i := r.next; i < len(r.events) {
+		r.next = i + 1
+		return r.events[i], nil
 	}
-	if r.err == nil {
-		r.err = r.advance()
+	return r.readEventSlow()
+}
+
+func (r *Reader) readEventSlow() (Event, error) {
+	n, err := r.ReadEvents(r.buf[:])
+	if n == 0 {
+		return Event{}, err
 	}
-	if r.err != nil {
-		return Event{}, r.err
-	}
-	e := r.events[r.next]
-	r.next++
-	return e, nil
+	r.events, r.next = r.buf[:n], 1
+	return r.buf[0], nil
 }
 
 // ReadEvents reads up to len(dst) events into dst and returns how many.
-// It returns io.EOF, or the error that stopped it, only with n == 0.
+// It returns io.EOF, or the error that stopped it, only with n == 0; the
+// events before a corrupt one are returned first.
 func (r *Reader) ReadEvents(dst []Event) (int, error) {
-	n := 0
-	for n < len(dst) {
-		if r.next == len(r.events) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	if r.next < len(r.events) {
+		n := copy(dst, r.events[r.next:])
+		r.next += n
+		return n, nil
+	}
+	for {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.ed.remaining() > 0 {
+			n, derr := r.ed.next(dst)
+			r.nEvents += int64(n)
+			if derr != nil {
+				ev := r.nEvents
+				if derr.event >= 0 {
+					ev = r.chunkBase + int64(derr.event)
+				}
+				r.err = &FormatError{File: r.name, Offset: r.chunkOff, Chunk: r.chunk - 1, Event: ev, Msg: derr.msg}
+			}
 			if n > 0 {
 				return n, nil
 			}
-			if r.err == nil {
-				r.err = r.advance()
-			}
-			if r.err != nil {
-				return 0, r.err
-			}
+			continue
 		}
-		c := copy(dst[n:], r.events[r.next:])
-		r.next += c
-		n += c
+		r.err = r.nextChunk()
 	}
-	return n, nil
 }
 
 // Header returns the trace's header.
@@ -351,7 +363,7 @@ func (r *Reader) NumStacks() int { return len(r.stacks) }
 // Offset returns the number of file bytes read so far.
 func (r *Reader) Offset() int64 { return r.off }
 
-// EventsRead returns the number of events in the chunks read so far.
+// EventsRead returns the number of events returned so far.
 func (r *Reader) EventsRead() int64 { return r.nEvents - int64(len(r.events)-r.next) }
 
 // Close releases the reader's decompressor. It does not close the

@@ -1,0 +1,352 @@
+package pytorch
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
+)
+
+// rseg is a segment (or a mapped range of an expandable segment) while the
+// trace is undone.
+type rseg struct {
+	addr, size uint64
+	stream     trace.StreamID
+	pool       string
+	expandable bool
+}
+
+// rblk is a live block while the trace is undone.
+type rblk struct {
+	size  uint64 // 0 until known
+	req   uint64
+	state trace.BlockState
+}
+
+type devState struct {
+	segs   map[uint64]*rseg
+	active map[uint64]*rblk
+	bad    int // entries that disagree with the state
+}
+
+func newDevState() *devState {
+	return &devState{segs: map[uint64]*rseg{}, active: map[uint64]*rblk{}}
+}
+
+// initialState rebuilds each device's allocator state at its first trace
+// entry by undoing the trace from the final segments.
+func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialState, error) {
+	states := map[int]*devState{}
+	get := func(dev int) *devState {
+		s := states[dev]
+		if s == nil {
+			s = newDevState()
+			states[dev] = s
+		}
+		return s
+	}
+	for i, v := range segs {
+		sd, ok := v.(*pickle.Dict)
+		if !ok {
+			return nil, fmt.Errorf("segments[%d] is a %s, not a dict", i, pickle.TypeName(v))
+		}
+		dev, _ := getInt(sd, "device")
+		st := get(int(dev))
+		seg := &rseg{
+			addr:   getUint(sd, "address"),
+			size:   getUint(sd, "total_size"),
+			stream: trace.StreamID(getUint(sd, "stream")),
+		}
+		seg.pool, _ = getString(sd, "segment_type")
+		if seg.pool == "" {
+			seg.pool = poolOf(seg.size)
+		}
+		if x, ok := sd.Get("is_expandable"); ok {
+			seg.expandable, _ = x.(bool)
+		}
+		st.segs[seg.addr] = seg
+		bl, _ := sd.Get("blocks")
+		for j, bv := range asItems(bl) {
+			bd, ok := bv.(*pickle.Dict)
+			if !ok {
+				return nil, fmt.Errorf("segments[%d].blocks[%d] is a %s, not a dict", i, j, pickle.TypeName(bv))
+			}
+			state, _ := getString(bd, "state")
+			if state == string(trace.BlockInactive) || state == "" {
+				continue
+			}
+			b := &rblk{size: getUint(bd, "size"), req: getUint(bd, "requested_size"), state: trace.BlockState(state)}
+			if b.state != trace.BlockAllocated {
+				b.state = trace.BlockPendingFree
+			}
+			st.active[getUint(bd, "address")] = b
+		}
+	}
+	for dev := range perDev {
+		get(dev)
+	}
+	devs := make([]int, 0, len(states))
+	for d := range states {
+		devs = append(devs, d)
+	}
+	sort.Ints(devs)
+	out := &trace.InitialState{}
+	for _, dev := range devs {
+		st := states[dev]
+		if dev < len(perDev) {
+			st.undo(perDev[dev])
+		}
+		segsOut := c.blocks(dev, st)
+		out.Segments = append(out.Segments, segsOut...)
+		if st.bad > 0 {
+			c.note("device %d: %d trace entries disagree with the final segments (dropped actions?): its initial state is approximate", dev, st.bad)
+		}
+	}
+	if len(out.Segments) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func poolOf(size uint64) string {
+	if size == smallBuffer {
+		return "small"
+	}
+	return "large"
+}
+
+// undo walks the device's entries backwards, turning the final state into
+// the state before the first entry.
+func (st *devState) undo(evs []event) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := &evs[i]
+		switch e.Kind {
+		case trace.KindAlloc:
+			if _, ok := st.active[e.Addr]; !ok {
+				st.bad++
+			}
+			delete(st.active, e.Addr)
+		case trace.KindFreeRequested:
+			b := st.active[e.Addr]
+			switch {
+			case b == nil:
+				st.active[e.Addr] = &rblk{req: e.SizeBytes, state: trace.BlockAllocated}
+			case b.state == trace.BlockPendingFree:
+				b.state = trace.BlockAllocated
+			default:
+				st.bad++
+			}
+		case trace.KindFreeCompleted:
+			if _, ok := st.active[e.Addr]; ok {
+				st.bad++
+				continue
+			}
+			st.active[e.Addr] = &rblk{req: e.SizeBytes, state: trace.BlockPendingFree}
+		case trace.KindSegmentAlloc:
+			if _, ok := st.segs[e.Addr]; !ok {
+				st.bad++
+			}
+			delete(st.segs, e.Addr)
+		case trace.KindSegmentFree:
+			st.segs[e.Addr] = &rseg{addr: e.Addr, size: e.SizeBytes, stream: e.Stream, pool: poolOf(e.SizeBytes)}
+		case trace.KindSegmentMap:
+			st.unmapRange(e.Addr, e.SizeBytes)
+		case trace.KindSegmentUnmap:
+			st.mapRange(e.Addr, e.SizeBytes, e.Stream)
+		}
+	}
+}
+
+// unmapRange removes [a, a+n) from the mapped range holding it.
+func (st *devState) unmapRange(a, n uint64) {
+	for base, r := range st.segs {
+		if !r.expandable || a < base || a+n > base+r.size {
+			continue
+		}
+		delete(st.segs, base)
+		if a > base {
+			st.segs[base] = &rseg{addr: base, size: a - base, stream: r.stream, pool: r.pool, expandable: true}
+		}
+		if end := base + r.size; a+n < end {
+			st.segs[a+n] = &rseg{addr: a + n, size: end - a - n, stream: r.stream, pool: r.pool, expandable: true}
+		}
+		return
+	}
+	st.bad++
+}
+
+// mapRange adds [a, a+n) as mapped, joining adjacent mapped ranges.
+func (st *devState) mapRange(a, n uint64, stream trace.StreamID) {
+	r := &rseg{addr: a, size: n, stream: stream, expandable: true}
+	for base, o := range st.segs {
+		if !o.expandable {
+			continue
+		}
+		if base+o.size == r.addr {
+			delete(st.segs, base)
+			r.addr, r.size, r.pool, r.stream = base, r.size+o.size, o.pool, o.stream
+		}
+	}
+	if o, ok := st.segs[r.addr+r.size]; ok && o.expandable {
+		delete(st.segs, o.addr)
+		r.size += o.size
+		if r.pool == "" {
+			r.pool = o.pool
+		}
+	}
+	if r.pool == "" {
+		// Large pages are the large segment size (20 MiB by default).
+		if n%(20<<20) == 0 {
+			r.pool = "large"
+		} else {
+			r.pool = "small"
+		}
+	}
+	st.segs[r.addr] = r
+}
+
+// blocks lays out the live blocks in their segments and fills the rest
+// with inactive blocks.
+func (c *converter) blocks(dev int, st *devState) []trace.Segment {
+	bases := make([]uint64, 0, len(st.segs))
+	for a := range st.segs {
+		bases = append(bases, a)
+	}
+	slices.Sort(bases)
+	addrs := make([]uint64, 0, len(st.active))
+	for a := range st.active {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	var out []trace.Segment
+	k := 0
+	oversize, clipped := 0, 0
+	for _, base := range bases {
+		r := st.segs[base]
+		end := base + r.size
+		seg := trace.Segment{Device: trace.DeviceID(dev), Stream: r.stream, Addr: base, SizeBytes: r.size, Pool: r.pool, Expandable: r.expandable}
+		for k < len(addrs) && addrs[k] < base {
+			st.bad++ // a live block outside every segment
+			k++
+		}
+		pos := base
+		for ; k < len(addrs) && addrs[k] < end; k++ {
+			a := addrs[k]
+			b := st.active[a]
+			next := end
+			if k+1 < len(addrs) && addrs[k+1] < end {
+				next = addrs[k+1]
+			}
+			size := b.size
+			if size == 0 {
+				size = c.set.roundSize(b.req)
+				if a+size > next {
+					size = next - a
+					clipped++
+				} else if gap := next - a - size; gap > 0 && r.pool == "large" && !r.expandable {
+					if b.req >= c.set.maxSplit {
+						oversize++
+					} else if gap <= smallSize {
+						size = next - a // a remainder of at most 1 MiB is never split off
+					}
+				}
+			}
+			if a > pos {
+				seg.Blocks = append(seg.Blocks, trace.Block{Addr: pos, SizeBytes: a - pos, State: trace.BlockInactive})
+			}
+			seg.Blocks = append(seg.Blocks, trace.Block{Addr: a, SizeBytes: size, RequestedBytes: b.req, State: b.state})
+			pos = a + size
+		}
+		if pos < end {
+			seg.Blocks = append(seg.Blocks, trace.Block{Addr: pos, SizeBytes: end - pos, State: trace.BlockInactive})
+		}
+		out = append(out, seg)
+	}
+	st.bad += len(addrs) - k
+	if oversize > 0 {
+		c.note("device %d: %d blocks live at the first event were requests of at least max_split_size: their block sizes are guesses", dev, oversize)
+	}
+	if clipped > 0 {
+		c.note("device %d: %d blocks live at the first event overlap the next block: sizes clipped", dev, clipped)
+	}
+	return out
+}
+
+// inferEmptyCache inserts a KindEmptyCache event after each release burst
+// taken for a user empty_cache() (see the package doc).
+func (c *converter) inferEmptyCache(dev int, evs []event, init *trace.InitialState) []event {
+	var reserved uint64
+	if init != nil {
+		for _, s := range init.Segments {
+			if int(s.Device) == dev {
+				reserved += s.SizeBytes
+			}
+		}
+	}
+	capBytes := c.opt.MemoryCapBytes
+	var out []event
+	ambiguous, retries, inferred := 0, 0, 0
+	copied := 0
+	for i := 0; i < len(evs); i++ {
+		e := &evs[i]
+		switch e.Kind {
+		case trace.KindSegmentAlloc, trace.KindSegmentMap:
+			reserved += e.SizeBytes
+			continue
+		case trace.KindSegmentFree, trace.KindSegmentUnmap:
+		default:
+			continue
+		}
+		before := reserved
+		onlyLargeWhole := true
+		j := i
+		for ; j < len(evs) && (evs[j].Kind == trace.KindSegmentFree || evs[j].Kind == trace.KindSegmentUnmap); j++ {
+			if evs[j].Kind == trace.KindSegmentUnmap || evs[j].SizeBytes == smallBuffer {
+				onlyLargeWhole = false
+			}
+			reserved -= min(reserved, evs[j].SizeBytes)
+		}
+		isEC := true
+		if j < len(evs) {
+			next := &evs[j]
+			switch next.Kind {
+			case trace.KindOOM:
+				isEC = false
+			case trace.KindSegmentAlloc, trace.KindSegmentMap:
+				switch {
+				case capBytes > 0 && before+next.SizeBytes > capBytes:
+					isEC = false // the malloc's own retry after a failed attempt
+					retries++
+				case c.set.gcThreshold > 0 && onlyLargeWhole &&
+					(capBytes == 0 || float64(before) > c.set.gcThreshold*float64(capBytes)):
+					isEC = false // may be garbage collection
+					ambiguous++
+				}
+			}
+		}
+		if isEC {
+			if out == nil {
+				out = make([]event, 0, len(evs)+16)
+			}
+			out = append(out, evs[copied:j]...)
+			ec := event{}
+			ec.Kind = trace.KindEmptyCache
+			ec.Device = trace.DeviceID(dev)
+			ec.TimeNS = evs[j-1].TimeNS
+			out = append(out, ec)
+			copied = j
+			inferred++
+		}
+		i = j - 1
+	}
+	c.snap.summary.EmptyCaches += inferred
+	if ambiguous > 0 {
+		c.note("device %d: %d release bursts before a new segment may be garbage collection or empty_cache(): no empty_cache inferred for them", dev, ambiguous)
+	}
+	if out == nil {
+		return evs
+	}
+	return append(out, evs[copied:]...)
+}

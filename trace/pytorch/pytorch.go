@@ -1,0 +1,799 @@
+// Package pytorch imports PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot) into fragsim traces, without running any code the file holds.
+//
+// A snapshot is a pickled dict: the final `segments`, one ring buffer of
+// trace entries per device in `device_traces`, `allocator_settings` and
+// `external_annotations`. Load decodes it with the restricted decoder of
+// package trace/pickle (no opcode that constructs objects or calls code is
+// accepted), maps every trace action to a trace.Event, merges the devices and
+// the annotations by time, and derives what the snapshot does not say:
+//
+//   - Initial state. The ring buffer may have dropped the run's first entries.
+//     The allocator state at the first kept entry is rebuilt from the final
+//     segments by undoing the trace backwards (as PyTorch's memory_viz does).
+//     Blocks that were live at the first entry and freed later are not in the
+//     final segments: their size is PyTorch's round_size of the request, widened
+//     to the next boundary when a large-pool block could not have been split
+//     (remainder of at most 1 MiB); where even that is uncertain (requests of at
+//     least max_split_size) the header is marked approximate.
+//
+//   - empty_cache(). PyTorch does not trace it. A burst of segment_free /
+//     segment_unmap entries that no OOM follows is taken for a user
+//     empty_cache() unless it may be the malloc's own release: that needs the
+//     next entry to be a segment_alloc/segment_map (a malloc that missed the
+//     free lists) and either a memory cap the malloc would have crossed
+//     (known only through Options.MemoryCapBytes), or garbage collection
+//     (garbage_collection_threshold > 0, and a burst of whole large-pool
+//     segments only). Without a known cap every other burst is an
+//     empty_cache(). Limits: an empty_cache() that releases nothing leaves no
+//     trace and cannot be seen; an empty_cache() directly followed by a malloc
+//     that releases memory itself reads as one burst; a burst that may be GC is
+//     not counted and the header says so.
+package pytorch
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Options control an import.
+type Options struct {
+	// NoInferEmptyCache turns off the inference of empty_cache() calls.
+	NoInferEmptyCache bool
+	// MemoryCapBytes is the per-process memory cap the run had (fraction ×
+	// device total), when known: it lets release bursts that came from a
+	// malloc's retry be told apart from empty_cache(). 0 means unknown.
+	MemoryCapBytes uint64
+	// MemoryFraction, when set, is stored in the header.
+	MemoryFraction float64
+	// Progress, when set, is called now and then with the phase
+	// ("read", "decode", "convert", "write") and how far it is.
+	Progress func(phase string, done, total int64)
+	// MaxInputBytes bounds the decompressed pickle size (0: 64 GiB).
+	MaxInputBytes int64
+}
+
+// Summary describes an import.
+type Summary struct {
+	Input        string                    `json:"input"`
+	Output       string                    `json:"output,omitempty"`
+	InputBytes   int64                     `json:"input_bytes"`
+	PickleBytes  int64                     `json:"pickle_bytes"`
+	Events       int                       `json:"events"`
+	Kinds        map[string]int            `json:"kinds"`
+	Devices      []trace.DeviceID          `json:"devices"`
+	Streams      []trace.StreamID          `json:"streams"`
+	FirstNS      int64                     `json:"first_ns"`
+	LastNS       int64                     `json:"last_ns"`
+	Actions      map[string]map[string]int `json:"actions"` // device -> snapshot action -> entries
+	Stacks       int                       `json:"stacked_events"`
+	Markers      int                       `json:"markers"`
+	EmptyCaches  int                       `json:"inferred_empty_caches"`
+	InitialSegs  int                       `json:"initial_segments"`
+	InitialBlks  int                       `json:"initial_blocks"`
+	Approximate  []string                  `json:"approximate,omitempty"`
+	Header       *trace.Header             `json:"-"`
+	MidRun       bool                      `json:"mid_run"`
+	UnknownActs  map[string]int            `json:"unknown_actions,omitempty"`
+	ReservedInit uint64                    `json:"initial_reserved_bytes"`
+}
+
+// event is a trace event waiting for its stack.
+type event struct {
+	trace.Event
+	frames *pickle.List
+	text   string
+}
+
+// Snapshot is a decoded, converted snapshot ready to be written.
+type Snapshot struct {
+	header  trace.Header
+	events  []event
+	summary Summary
+}
+
+// Header returns the trace header the snapshot converts to.
+func (s *Snapshot) Header() *trace.Header { return &s.header }
+
+// Summary returns the import summary (Events etc. are final after Load).
+func (s *Snapshot) Summary() *Summary { return &s.summary }
+
+// Error is an import error; it names the input and, for decoding errors,
+// the byte offset of the decompressed pickle.
+type Error struct {
+	Name string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Name + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// ReadInput reads r whole, decompressing gzip or zstd when the data starts
+// with their magic bytes.
+func ReadInput(r io.Reader, opt Options) ([]byte, error) {
+	limit := opt.MaxInputBytes
+	if limit <= 0 {
+		limit = 64 << 30
+	}
+	br := bufio.NewReaderSize(r, 1<<20)
+	head, _ := br.Peek(4)
+	var src io.Reader = br
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		src = zr
+	case bytes.HasPrefix(head, zstdMagic):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxMemory(uint64(limit)))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		defer zr.Close()
+		src = zr
+	}
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, &progressReader{r: io.LimitReader(src, limit+1), p: opt.Progress})
+	if err != nil {
+		return nil, fmt.Errorf("after %d decompressed bytes: %w", n, err)
+	}
+	if n > limit {
+		return nil, fmt.Errorf("input exceeds %d bytes", limit)
+	}
+	return buf.Bytes(), nil
+}
+
+type progressReader struct {
+	r    io.Reader
+	p    func(string, int64, int64)
+	n    int64
+	next int64
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if p.p != nil && p.n >= p.next {
+		p.p("read", p.n, -1)
+		p.next = p.n + 16<<20
+	}
+	return n, err
+}
+
+// Load reads and converts a snapshot; name is used in errors.
+func Load(r io.Reader, name string, opt Options) (*Snapshot, error) {
+	data, err := ReadInput(r, opt)
+	if err != nil {
+		return nil, &Error{name, err}
+	}
+	s, err := LoadPickle(data, opt)
+	if err != nil {
+		return nil, &Error{name, err}
+	}
+	s.summary.Input = name
+	return s, nil
+}
+
+// LoadPickle converts an uncompressed snapshot pickle.
+func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
+	dec := pickle.NewDecoder(data)
+	if opt.Progress != nil {
+		dec.Progress = func(done, total int64) { opt.Progress("decode", done, total) }
+	}
+	v, err := dec.Decode()
+	if err != nil {
+		return nil, err
+	}
+	top, ok := v.(*pickle.Dict)
+	if !ok {
+		return nil, fmt.Errorf("not a memory snapshot: the pickle holds a %s, not a dict", pickle.TypeName(v))
+	}
+	c := &converter{opt: opt, snap: &Snapshot{}}
+	c.snap.summary.PickleBytes = int64(len(data))
+	if err := c.convert(top); err != nil {
+		return nil, err
+	}
+	return c.snap, nil
+}
+
+// Emit writes the snapshot's events to sink, in order.
+func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
+	var frames []trace.Frame
+	total := int64(len(s.events))
+	for i := range s.events {
+		e := &s.events[i]
+		ev := e.Event
+		if e.frames != nil && len(e.frames.Items) > 0 {
+			frames = frames[:0]
+			for _, f := range e.frames.Items {
+				fd, ok := f.(*pickle.Dict)
+				if !ok {
+					continue
+				}
+				file, _ := getString(fd, "filename")
+				fn, _ := getString(fd, "name")
+				line, _ := getInt(fd, "line")
+				if line < 0 || line > math.MaxUint32 {
+					line = 0
+				}
+				frames = append(frames, trace.Frame{Func: sink.String(fn), File: sink.String(file), Line: uint32(line)})
+			}
+			if len(frames) > 0 {
+				ev.Stack = sink.Stack(frames)
+			}
+		}
+		if e.text != "" {
+			ev.Text = sink.String(e.text)
+		}
+		if err := sink.WriteEvent(ev); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if progress != nil && i&(1<<18-1) == 0 {
+			progress("write", int64(i), total)
+		}
+	}
+	return nil
+}
+
+// Import reads a snapshot from r and writes its events to sink. The sink's
+// header must have been made from the snapshot's (see Load and Header);
+// Import is Load followed by Emit for callers that only need the events.
+func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, error) {
+	s, err := Load(r, name, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Emit(sink, opt.Progress); err != nil {
+		return &s.summary, &Error{name, err}
+	}
+	return &s.summary, nil
+}
+
+// ImportFile imports the snapshot file in into a trace file out. The trace
+// is written to a temporary file renamed into place at the end, so a failed
+// import never leaves a partial trace at out.
+func ImportFile(in, out string, opt Options) (*Summary, error) {
+	f, err := os.Open(in)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	s, err := Load(f, in, opt)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		s.summary.InputBytes = st.Size()
+	}
+	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
+	w, err := trace.Create(tmp, s.Header())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Emit(w, opt.Progress); err != nil {
+		w.Close()
+		os.Remove(tmp)
+		return nil, &Error{out, err}
+	}
+	if err := w.Close(); err != nil {
+		os.Remove(tmp)
+		return nil, &Error{out, err}
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	s.summary.Output = out
+	return &s.summary, nil
+}
+
+// ---- value helpers ----
+
+func getString(d *pickle.Dict, key string) (string, bool) {
+	v, ok := d.Get(key)
+	if !ok {
+		return "", false
+	}
+	s, ok := v.(string)
+	return s, ok
+}
+
+func toInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case uint64:
+		return int64(x), true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	case float64:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+func getInt(d *pickle.Dict, key string) (int64, bool) {
+	v, ok := d.Get(key)
+	if !ok {
+		return 0, false
+	}
+	return toInt(v)
+}
+
+func getUint(d *pickle.Dict, key string) uint64 {
+	i, _ := getInt(d, key)
+	return uint64(i)
+}
+
+func asItems(v any) []any {
+	switch x := v.(type) {
+	case *pickle.List:
+		return x.Items
+	case pickle.Tuple:
+		return x
+	}
+	return nil
+}
+
+// pyString renders a settings value as Python's str() would.
+func pyString(v any, depth int) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case float64:
+		s := strconv.FormatFloat(x, 'g', -1, 64)
+		if !strings.ContainsAny(s, ".eEn") {
+			s += ".0"
+		}
+		return s
+	case string:
+		return x
+	}
+	if depth > 8 {
+		return "..."
+	}
+	switch x := v.(type) {
+	case *pickle.Dict:
+		parts := make([]string, 0, x.Len())
+		for _, p := range sortedPairs(x) {
+			parts = append(parts, strconv.Quote(p.Key)+":"+pyJSON(p.Value, depth+1))
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	items := asItems(v)
+	parts := make([]string, len(items))
+	for i, it := range items {
+		parts[i] = pyString(it, depth+1)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func pyJSON(v any, depth int) string {
+	switch v.(type) {
+	case string:
+		b, _ := json.Marshal(v)
+		return string(b)
+	case nil:
+		return "null"
+	case bool:
+		if v.(bool) {
+			return "true"
+		}
+		return "false"
+	}
+	return pyString(v, depth)
+}
+
+// sortedPairs orders a dict's pairs numerically when every key is a number,
+// else by key.
+func sortedPairs(d *pickle.Dict) []pickle.Pair {
+	ps := slices.Clone(d.Pairs)
+	numeric := true
+	for _, p := range ps {
+		if _, err := strconv.ParseFloat(p.Key, 64); err != nil {
+			numeric = false
+			break
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		if numeric {
+			a, _ := strconv.ParseFloat(ps[i].Key, 64)
+			b, _ := strconv.ParseFloat(ps[j].Key, 64)
+			return a < b
+		}
+		return ps[i].Key < ps[j].Key
+	})
+	return ps
+}
+
+// ---- rounding (PyTorch's round_size, for blocks the snapshot lost) ----
+
+const (
+	minBlockSize = 512
+	smallSize    = 1 << 20
+	smallBuffer  = 2 << 20
+)
+
+type settings struct {
+	divisions    [16]uint64
+	maxSplit     uint64 // MaxUint64 when unlimited
+	gcThreshold  float64
+	expandable   bool
+	largeSegment uint64
+}
+
+func (s *settings) roundSize(n uint64) uint64 {
+	if n < minBlockSize {
+		return minBlockSize
+	}
+	logSize := 63 - bits.LeadingZeros64(n)
+	idx := max(logSize-20, 0)
+	idx = min(idx, 15)
+	d := s.divisions[idx]
+	if d > 1 && n > minBlockSize*d {
+		if n&(n-1) == 0 {
+			return n
+		}
+		f := uint64(1) << logSize
+		step := f >> (63 - bits.LeadingZeros64(d))
+		if step == 0 {
+			return 2 * f
+		}
+		return (n + step - 1) / step * step
+	}
+	return (n + minBlockSize - 1) / minBlockSize * minBlockSize
+}
+
+// ---- conversion ----
+
+type converter struct {
+	opt    Options
+	snap   *Snapshot
+	set    settings
+	approx []string
+}
+
+func (c *converter) note(format string, args ...any) {
+	c.approx = append(c.approx, fmt.Sprintf(format, args...))
+}
+
+var actionKinds = map[string]trace.Kind{
+	"alloc":          trace.KindAlloc,
+	"free_requested": trace.KindFreeRequested,
+	"free_completed": trace.KindFreeCompleted,
+	"segment_alloc":  trace.KindSegmentAlloc,
+	"segment_free":   trace.KindSegmentFree,
+	"segment_map":    trace.KindSegmentMap,
+	"segment_unmap":  trace.KindSegmentUnmap,
+	"oom":            trace.KindOOM,
+	"snapshot":       trace.KindSnapshot,
+	"annotate":       trace.KindMarker,
+}
+
+func (c *converter) convert(top *pickle.Dict) error {
+	h := &c.snap.header
+	h.Producer = trace.ProducerPyTorch
+	h.MemoryFraction = c.opt.MemoryFraction
+	sum := &c.snap.summary
+	sum.Actions = map[string]map[string]int{}
+	sum.Kinds = map[string]int{}
+	c.set.maxSplit = math.MaxUint64
+	if v, ok := top.Get("allocator_settings"); ok {
+		if d, ok := v.(*pickle.Dict); ok {
+			c.settings(d)
+		}
+	} else {
+		c.note("the snapshot has no allocator_settings (older PyTorch): the replay uses default settings")
+	}
+	if _, ok := top.Get("device_traces"); !ok {
+		return errors.New("not a memory snapshot: no device_traces key")
+	}
+	dt, _ := top.Get("device_traces")
+	traces := asItems(dt)
+	if traces == nil && dt != nil {
+		return fmt.Errorf("device_traces is a %s, not a list", pickle.TypeName(dt))
+	}
+	perDev := make([][]event, len(traces))
+	total := 0
+	for _, t := range traces {
+		total += len(asItems(t))
+	}
+	done := 0
+	for dev, t := range traces {
+		entries := asItems(t)
+		evs := make([]event, 0, len(entries))
+		counts := map[string]int{}
+		var lastTime int64
+		for k, it := range entries {
+			ed, ok := it.(*pickle.Dict)
+			if !ok {
+				return fmt.Errorf("device_traces[%d][%d] is a %s, not a dict", dev, k, pickle.TypeName(it))
+			}
+			action, _ := getString(ed, "action")
+			counts[action]++
+			kind, known := actionKinds[action]
+			if !known {
+				if sum.UnknownActs == nil {
+					sum.UnknownActs = map[string]int{}
+				}
+				sum.UnknownActs[action]++
+				continue
+			}
+			e := event{}
+			e.Kind = kind
+			e.Device = trace.DeviceID(dev)
+			e.Stream = trace.StreamID(getUint(ed, "stream"))
+			if t, ok := getInt(ed, "time_us"); ok {
+				lastTime = t * 1000
+			}
+			e.TimeNS = lastTime
+			e.SizeBytes = getUint(ed, "size")
+			switch kind {
+			case trace.KindOOM:
+				e.Aux = getUint(ed, "device_free")
+			case trace.KindSnapshot:
+			case trace.KindMarker:
+				e.Addr = getUint(ed, "addr")
+				e.Marker = trace.MarkerText
+				md, _ := getString(ed, "user_metadata")
+				e.text = "annotate"
+				if md != "" {
+					e.text = "annotate " + md
+				}
+			default:
+				e.Addr = getUint(ed, "addr")
+			}
+			if fv, ok := ed.Get("frames"); ok {
+				if fl, ok := fv.(*pickle.List); ok && len(fl.Items) > 0 {
+					e.frames = fl
+				}
+			}
+			evs = append(evs, e)
+			done++
+			if c.opt.Progress != nil && done&(1<<18-1) == 0 {
+				c.opt.Progress("convert", int64(done), int64(total))
+			}
+		}
+		sum.Actions[strconv.Itoa(dev)] = counts
+		perDev[dev] = evs
+	}
+	if len(sum.UnknownActs) > 0 {
+		keys := make([]string, 0, len(sum.UnknownActs))
+		for k := range sum.UnknownActs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		c.note("trace entries with unknown actions were skipped: %s", strings.Join(keys, ", "))
+	}
+
+	var segs []any
+	if v, ok := top.Get("segments"); ok {
+		segs = asItems(v)
+	}
+	init, err := c.initialState(segs, perDev)
+	if err != nil {
+		return err
+	}
+	if init != nil && len(init.Segments) > 0 {
+		h.Initial = init
+		sum.MidRun = true
+		for _, s := range init.Segments {
+			sum.InitialSegs++
+			sum.InitialBlks += len(s.Blocks)
+			sum.ReservedInit += s.SizeBytes
+		}
+	}
+
+	if !c.opt.NoInferEmptyCache {
+		for dev := range perDev {
+			perDev[dev] = c.inferEmptyCache(dev, perDev[dev], init)
+		}
+	}
+
+	// Annotations become markers on their device's sequence.
+	markers := map[int][]event{}
+	if v, ok := top.Get("external_annotations"); ok {
+		for _, it := range asItems(v) {
+			ad, ok := it.(*pickle.Dict)
+			if !ok {
+				continue
+			}
+			e := event{}
+			e.Kind = trace.KindMarker
+			e.Marker = trace.MarkerText
+			switch st, _ := getString(ad, "stage"); st {
+			case "START":
+				e.Marker = trace.MarkerBegin
+			case "END":
+				e.Marker = trace.MarkerEnd
+			}
+			dev, _ := getInt(ad, "device")
+			e.Device = trace.DeviceID(dev)
+			t, _ := getInt(ad, "time_us")
+			e.TimeNS = t * 1000
+			e.text, _ = getString(ad, "name")
+			markers[int(dev)] = append(markers[int(dev)], e)
+			sum.Markers++
+		}
+	}
+	for dev, ms := range markers {
+		sort.SliceStable(ms, func(i, j int) bool { return ms[i].TimeNS < ms[j].TimeNS })
+		if dev >= 0 && dev < len(perDev) {
+			perDev[dev] = mergeMarkers(perDev[dev], ms)
+		} else {
+			perDev = append(perDev, ms)
+		}
+	}
+
+	c.snap.events = mergeDevices(perDev)
+	c.summarize()
+	h.Approximate = c.approx
+	sum.Approximate = c.approx
+	sum.Header = h
+	return nil
+}
+
+func (c *converter) settings(d *pickle.Dict) {
+	h := &c.snap.header
+	h.AllocSettings = map[string]string{}
+	for _, p := range d.Pairs {
+		switch p.Key {
+		case "PYTORCH_CUDA_ALLOC_CONF":
+			h.AllocConf, _ = p.Value.(string)
+		case "roundup_power2_divisions":
+			if dd, ok := p.Value.(*pickle.Dict); ok {
+				for _, q := range dd.Pairs {
+					k, err := strconv.ParseUint(q.Key, 10, 64)
+					n, ok := toInt(q.Value)
+					if err == nil && ok && k > 0 && k&(k-1) == 0 && n >= 0 {
+						if idx := bits.TrailingZeros64(k); idx < 16 {
+							c.set.divisions[idx] = uint64(n)
+						}
+					}
+				}
+			}
+		case "max_split_size":
+			if n, ok := toInt(p.Value); ok && n > 0 {
+				c.set.maxSplit = uint64(n)
+			}
+		case "garbage_collection_threshold":
+			switch x := p.Value.(type) {
+			case float64:
+				c.set.gcThreshold = x
+			default:
+				if n, ok := toInt(x); ok {
+					c.set.gcThreshold = float64(n)
+				}
+			}
+		case "expandable_segments":
+			c.set.expandable, _ = p.Value.(bool)
+		case "per_process_memory_fraction":
+			if f, ok := p.Value.(float64); ok && f > 0 && f < 1 && h.MemoryFraction == 0 {
+				h.MemoryFraction = f
+			}
+		}
+		h.AllocSettings[p.Key] = pyString(p.Value, 0)
+	}
+}
+
+func mergeMarkers(evs, ms []event) []event {
+	out := make([]event, 0, len(evs)+len(ms))
+	i, j := 0, 0
+	for i < len(evs) || j < len(ms) {
+		if j >= len(ms) || (i < len(evs) && evs[i].TimeNS <= ms[j].TimeNS) {
+			out = append(out, evs[i])
+			i++
+		} else {
+			out = append(out, ms[j])
+			j++
+		}
+	}
+	return out
+}
+
+// mergeDevices merges the per-device sequences by time, keeping each
+// sequence's order; ties go to the lower device.
+func mergeDevices(perDev [][]event) []event {
+	n := 0
+	nonEmpty := 0
+	for _, s := range perDev {
+		n += len(s)
+		if len(s) > 0 {
+			nonEmpty++
+		}
+	}
+	if nonEmpty <= 1 {
+		for _, s := range perDev {
+			if len(s) > 0 {
+				return s
+			}
+		}
+		return nil
+	}
+	out := make([]event, 0, n)
+	pos := make([]int, len(perDev))
+	for len(out) < n {
+		best := -1
+		for d, s := range perDev {
+			if pos[d] >= len(s) {
+				continue
+			}
+			if best < 0 || s[pos[d]].TimeNS < perDev[best][pos[best]].TimeNS {
+				best = d
+			}
+		}
+		out = append(out, perDev[best][pos[best]])
+		pos[best]++
+	}
+	return out
+}
+
+func (c *converter) summarize() {
+	sum := &c.snap.summary
+	sum.Events = len(c.snap.events)
+	devs := map[trace.DeviceID]bool{}
+	streams := map[trace.StreamID]bool{}
+	for i := range c.snap.events {
+		e := &c.snap.events[i]
+		sum.Kinds[e.Kind.String()]++
+		devs[e.Device] = true
+		if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM {
+			streams[e.Stream] = true
+		}
+		if e.frames != nil {
+			sum.Stacks++
+		}
+		if i == 0 || e.TimeNS < sum.FirstNS {
+			sum.FirstNS = e.TimeNS
+		}
+		if e.TimeNS > sum.LastNS {
+			sum.LastNS = e.TimeNS
+		}
+	}
+	for d := range devs {
+		sum.Devices = append(sum.Devices, d)
+	}
+	slices.Sort(sum.Devices)
+	for s := range streams {
+		sum.Streams = append(sum.Streams, s)
+	}
+	slices.Sort(sum.Streams)
+}
