@@ -1,0 +1,259 @@
+package caching_test
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/fragsim/fragsim/allocator/caching"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/synth"
+)
+
+// recDevice is a device that writes every call as a recorded device event.
+type recDevice struct {
+	next, total uint64
+	frac        float64
+	reserved    uint64
+	peak        uint64
+	out         []trace.Event
+}
+
+func (d *recDevice) Cap() (uint64, bool) {
+	if d.frac > 0 && d.frac < 1 {
+		return uint64(d.frac * float64(d.total)), true
+	}
+	return 0, false
+}
+func (d *recDevice) TotalBytes() uint64 { return d.total }
+func (d *recDevice) grow(n uint64) {
+	d.reserved += n
+	d.peak = max(d.peak, d.reserved)
+}
+func (d *recDevice) Malloc(size uint64, s trace.StreamID) (uint64, bool) {
+	if a, ok := d.Cap(); ok && d.reserved+size > a {
+		return 0, false
+	}
+	addr := d.next
+	d.next += (size + 2<<20 - 1) &^ (2<<20 - 1)
+	d.grow(size)
+	d.out = append(d.out, trace.Event{Kind: trace.KindSegmentAlloc, Addr: addr, SizeBytes: size, Stream: s})
+	return addr, true
+}
+func (d *recDevice) Free(addr, size uint64) {
+	d.reserved -= size
+	d.out = append(d.out, trace.Event{Kind: trace.KindSegmentFree, Addr: addr, SizeBytes: size})
+}
+func (d *recDevice) Reserve(size uint64, _ trace.StreamID) uint64 {
+	a := d.next
+	d.next += size
+	return a
+}
+func (d *recDevice) Map(addr, size uint64) bool {
+	d.grow(size)
+	d.out = append(d.out, trace.Event{Kind: trace.KindSegmentMap, Addr: addr, SizeBytes: size})
+	return true
+}
+func (d *recDevice) Unmap(addr, size uint64) {
+	d.reserved -= size
+	d.out = append(d.out, trace.Event{Kind: trace.KindSegmentUnmap, Addr: addr, SizeBytes: size})
+}
+func (d *recDevice) Recorded() []trace.Event { return nil }
+
+func synthEvents(t testing.TB, n int64, streams bool) []trace.Event {
+	t.Helper()
+	cfg := synth.DefaultConfig()
+	cfg.Events = n
+	cfg.Stacks = false
+	cfg.StreamPerAgent = streams
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, cfg.Header())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synth.Generate(w, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, evs, err := trace.ReadAll(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// record serves evs with the allocator under cfg and returns the trace the
+// real allocator would have written: device events before the request
+// that caused them, and addresses as served. It also returns the peak reserved.
+func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, frac float64, emptyEvery int) ([]trace.Event, uint64) {
+	t.Helper()
+	dev := &recDevice{next: 0x7f1000000000, total: total, frac: frac}
+	a, err := caching.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := map[uint64]uint64{}
+	var out []trace.Event
+	flush := func(e trace.Event) {
+		out = append(out, dev.out...)
+		dev.out = dev.out[:0]
+		out = append(out, e)
+	}
+	allocs := 0
+	dropped := map[uint64]bool{}
+	for _, e := range evs {
+		e.Text, e.Stack = 0, 0
+		if (e.Kind == trace.KindFreeRequested || e.Kind == trace.KindFreeCompleted) && dropped[e.Addr] {
+			if e.Kind == trace.KindFreeCompleted {
+				delete(dropped, e.Addr)
+			}
+			continue
+		}
+		switch e.Kind {
+		case trace.KindAlloc:
+			b, err := a.Malloc(e.SizeBytes, e.Stream)
+			if err != nil {
+				// PyTorch records an oom entry and no alloc.
+				dropped[e.Addr] = true
+				flush(trace.Event{Kind: trace.KindOOM, SizeBytes: cfg.RoundSize(e.SizeBytes), Stream: e.Stream})
+				continue
+			}
+			addr[e.Addr] = b.Addr
+			e.Addr = b.Addr
+			flush(e)
+			allocs++
+			if emptyEvery > 0 && allocs%emptyEvery == 0 {
+				a.EmptyCache()
+				flush(trace.Event{Kind: trace.KindEmptyCache})
+			}
+		case trace.KindFreeRequested:
+			e.Addr = addr[e.Addr]
+			a.FreeRequested(e.Addr)
+			flush(e)
+		case trace.KindFreeCompleted:
+			orig := e.Addr
+			e.Addr = addr[orig]
+			delete(addr, orig)
+			a.FreeCompleted(e.Addr)
+			flush(e)
+		default:
+			flush(e)
+		}
+	}
+	return out, dev.peak
+}
+
+func encode(t testing.TB, h *trace.Header, evs []trace.Event) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if err := w.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func factory(cfg caching.Config) replay.Factory {
+	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+		return caching.New(dev, cfg)
+	}
+}
+
+// TestReplayReproducesRecording records synthetic workloads with the
+// allocator itself, under several settings, and checks that the engine's
+// replay of the recording puts every allocation and device event where
+// the recording has it.
+func TestReplayReproducesRecording(t *testing.T) {
+	const total = 150109880320
+	evs := synthEvents(t, 120_000, false)
+	multi := synthEvents(t, 120_000, true)
+	_, peak := record(t, evs, caching.DefaultConfig(), total, 0, 0)
+	// caps below the uncapped peak force releases, retries and OOMs
+	tight := float64(peak) * 0.8 / total
+	loose := float64(peak) * 0.95 / total
+	cases := []struct {
+		name  string
+		conf  string
+		frac  float64
+		evs   []trace.Event
+		empty int
+	}{
+		{"default", "", 0, evs, 0},
+		{"max_split+divisions", "max_split_size_mb:64,roundup_power2_divisions:[1:4,64:8,>:2]", 0, evs, 0},
+		{"max_split under fraction", "max_split_size_mb:40", tight, evs, 0},
+		{"streams", "", 0, multi, 0},
+		{"empty_cache", "", 0, evs, 50},
+		{"fraction", "", tight, evs, 0},
+		{"fraction loose", "", loose, evs, 0},
+		{"gc under fraction", "garbage_collection_threshold:0.5", loose, evs, 0},
+		{"expandable", "expandable_segments:True", 0, multi, 0},
+		{"expandable+empty_cache", "expandable_segments:True", 0, evs, 40},
+		{"expandable+fraction", "expandable_segments:True", tight, evs, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := caching.ParseConf(c.conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, peak := record(t, c.evs, cfg, total, c.frac, c.empty)
+			h := &trace.Header{Producer: trace.ProducerPyTorch, AllocConf: c.conf, GPUTotalBytes: total, MemoryFraction: c.frac}
+			data := encode(t, h, rec)
+			r, err := trace.NewReader(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := replay.Run(r, factory(cfg), replay.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd := res.Fidelity
+			if !fd.Checked || fd.AllocsAtRecordedAddress != fd.Allocs || fd.Allocs == 0 ||
+				fd.DeviceEventsMatched != fd.DeviceEvents || fd.DeviceEvents == 0 || fd.FirstMismatch != "" {
+				t.Fatalf("fidelity %+v", fd)
+			}
+			if res.PeakReservedBytes != peak {
+				t.Fatalf("peak reserved %d, recorded %d", res.PeakReservedBytes, peak)
+			}
+			t.Logf("%d events, %d allocs, %d device events, peak %d, %d retries, %d OOMs", res.Events, fd.Allocs, fd.DeviceEvents, peak, res.AllocRetries, res.OOMs)
+		})
+	}
+}
+
+// BenchmarkReplayCaching replays a synthetic recording of about a million
+// events (with its device events) through the caching allocator, decoding
+// included; events/s is the figure to watch.
+func BenchmarkReplayCaching(b *testing.B) {
+	evs := synthEvents(b, 1_000_000, false)
+	cfg := caching.DefaultConfig()
+	rec, _ := record(b, evs, cfg, 150109880320, 0, 0)
+	data := encode(b, &trace.Header{Producer: trace.ProducerPyTorch, GPUTotalBytes: 150109880320}, rec)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	var n int64
+	for i := 0; i < b.N; i++ {
+		r, err := trace.NewReader(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := replay.Run(r, factory(cfg), replay.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += res.Events
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+}
+
+var _ io.Reader = (*bytes.Reader)(nil)
