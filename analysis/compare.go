@@ -403,13 +403,15 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	}
 	col := newCollector(j.run.Label, maxPoints)
 	cfg := j.cfg
-	cfg.Observer = col.observe
-	var last int64
-	cfg.Progress = func(n int64) {
-		total.Add(n - last)
-		last = n
+	var n int64
+	cfg.Observer = func(s *replay.Sample) {
+		col.observe(s)
+		if n++; n&(1<<16-1) == 0 {
+			total.Add(1 << 16)
+		}
 	}
 	res, err := replay.Run(r, j.factory, cfg)
+	total.Add(n & (1<<16 - 1))
 	if err != nil {
 		j.run.Error = err.Error()
 	}
@@ -490,9 +492,9 @@ func (c *Comparison) VerdictLines() []string {
 		after += ": " + c.AfterMethod
 	}
 	methods := "replayed " + fmtCount(c.Trace.Events) + " events under " + strings.Join(c.Methods, ", ") +
-		"; view: at_peak_pct = 100·(1 − active/reserved) when reserved peaks; the lowest wins, ties to lower peak reserved"
+		"; verdict view: at_peak_pct, 100·(1 − active/reserved) when reserved peaks (lowest wins, ties to lower peak reserved)"
 	if c.LimitPct >= 0 {
-		methods += fmt.Sprintf("; %s %.1f%% is the physical limit, not a candidate", LimitPolicy, c.LimitPct)
+		methods += fmt.Sprintf("; %s %.1f%% is the physical limit", LimitPolicy, c.LimitPct)
 	}
 	return []string{
 		fmt.Sprintf("Fragmentation before: %.1f%% (%s, at peak reserved)", c.BeforePct, before),

@@ -286,7 +286,7 @@ func Timeline(c *analysis.Comparison) (*Figure, error) {
 	for i, r := range runs {
 		p := newPlot(fmt.Sprintf("%s: at_peak_pct %.1f%%, peak reserved %s", r.Label,
 			r.Result.Fragmentation.AtPeakPct, analysis.FmtBytes(r.Result.PeakReservedBytes)), "time (s)", "memory (GiB)")
-		p.Legend.Left = true
+		p.Legend.Top = false
 		col := plotutil.Color(i)
 		if err := addLine(p, r.SeriesNamed("reserved"), "reserved", col, nil, 1.5); err != nil {
 			return nil, err

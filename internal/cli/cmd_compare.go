@@ -1,17 +1,288 @@
 package cli
 
 import (
-	"errors"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/analysis/plot"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/traces"
 )
 
 func compareCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "compare",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("compare: not built yet")
+		Name:      "compare",
+		Usage:     "replay a trace under several allocator policies and settings, side by side, with a verdict",
+		ArgsUsage: "[TRACE]",
+		Description: "Replays TRACE (default: the built-in multi-agent trace) under each policy in parallel\n" +
+			"and under setting variants of the caching allocator, prints the fragmentation views\n" +
+			"side by side and ends with the verdict: fragmentation before (caching, at peak\n" +
+			"reserved) and after (the best policy or setting; ideal is the physical limit, never\n" +
+			"chosen). Policies: " + strings.Join(allocator.Names(), ", ") + ".",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(analysis.DefaultPolicies, ",")},
+			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
+			&cli.StringSliceFlag{Name: "setting", Usage: "a caching setting variant to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
+			&cli.StringFlag{Name: "capacity", Usage: "device memory, e.g. 80GiB (default: the trace's GPU)"},
+			&cli.StringFlag{Name: "out", Usage: "write the plots (PNG and SVG) to this directory"},
+			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
+			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
 		},
+		Action: runCompare,
+	}
+}
+
+// traceSource resolves the TRACE argument: a file, or the built-in baseline
+// when empty (said on stderr).
+func traceSource(c *cli.Context, arg string) (analysis.Opener, string, error) {
+	if arg != "" {
+		if _, err := os.Stat(arg); err != nil {
+			return nil, "", err
+		}
+		return replay.OpenFile(arg), arg, nil
+	}
+	name, data, err := traces.Baseline()
+	if err != nil {
+		return nil, "", fmt.Errorf("no TRACE given and %w", err)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "fragsim: no TRACE given: using the built-in trace %s\n", name)
+	return func() (*trace.Reader, io.Closer, error) {
+		r, err := trace.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return r, io.NopCloser(nil), nil
+	}, name, nil
+}
+
+// parseCapacity reads a byte count with an optional unit: 81559MiB, 80GiB,
+// 80GB, 1.5T, 1234.
+func parseCapacity(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return unicode.IsLetter(r) })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = strings.TrimSpace(t[:i]), strings.ToLower(t[i:])
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad capacity %q: want a size such as 80GiB", s)
+	}
+	mult := map[string]float64{"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1e3, "m": 1 << 20, "mib": 1 << 20,
+		"mb": 1e6, "g": 1 << 30, "gib": 1 << 30, "gb": 1e9, "t": 1 << 40, "tib": 1 << 40, "tb": 1e12}
+	m, ok := mult[unit]
+	if !ok {
+		return 0, fmt.Errorf("bad capacity %q: unknown unit %q", s, unit)
+	}
+	return uint64(v * m), nil
+}
+
+// splitList splits a comma-separated flag value.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// reorderArgs moves flags given after the positional arguments in front of
+// them (urfave/cli stops at the first positional argument) and runs the
+// command again; ok is false when there was nothing to move.
+func reorderArgs(c *cli.Context) (ok bool, err error) {
+	args := c.Args().Slice()
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		takesValue := true
+		for _, f := range c.Command.Flags {
+			for _, n := range f.Names() {
+				if n == name {
+					_, isBool := f.(*cli.BoolFlag)
+					takesValue = !isBool
+				}
+			}
+		}
+		if takesValue && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	if len(flags) == 0 {
+		return false, nil
+	}
+	argv := []string{c.App.Name, c.Command.Name}
+	for _, f := range c.Command.Flags {
+		for _, n := range f.Names() {
+			if c.IsSet(n) {
+				for _, v := range flagValues(c, f, n) {
+					argv = append(argv, v)
+				}
+				break
+			}
+		}
+	}
+	argv = append(append(argv, flags...), pos...)
+	return true, NewApp(c.App.Writer, c.App.ErrWriter).Run(argv)
+}
+
+// flagValues renders a flag already parsed back to arguments.
+func flagValues(c *cli.Context, f cli.Flag, name string) []string {
+	switch f.(type) {
+	case *cli.BoolFlag:
+		return []string{"--" + name + "=" + strconv.FormatBool(c.Bool(name))}
+	case *cli.StringSliceFlag:
+		var out []string
+		for _, v := range c.StringSlice(name) {
+			out = append(out, "--"+name, v)
+		}
+		return out
+	}
+	return []string{"--" + name, c.String(name)}
+}
+
+func runCompare(c *cli.Context) error {
+	if ok, err := reorderArgs(c); ok {
+		return err
+	}
+	if c.NArg() > 1 {
+		return exitCode(2, fmt.Errorf("compare: one TRACE at most, got %d arguments", c.NArg()))
+	}
+	open, name, err := traceSource(c, c.Args().First())
+	if err != nil {
+		return err
+	}
+	opts := analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf"), Name: name}
+	if c.IsSet("setting") {
+		opts.Settings = []analysis.Setting{}
+		for _, s := range c.StringSlice("setting") {
+			if s != "none" {
+				opts.Settings = append(opts.Settings, analysis.Setting{Policy: "caching", Conf: s})
+			}
+		}
+	}
+	if s := c.String("capacity"); s != "" {
+		if opts.Config.CapacityBytes, err = parseCapacity(s); err != nil {
+			return exitCode(2, err)
+		}
+	}
+	prog := newProgress(c.App.ErrWriter, "compare")
+	opts.Progress = func(events int64, done, runs int) {
+		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
+	}
+	cmp, err := analysis.Compare(open, opts)
+	prog.done()
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.String("out") != "" {
+		paths, err := plot.WriteAll(c.String("out"), cmp)
+		if err != nil {
+			return fmt.Errorf("writing plots: %w", err)
+		}
+		for _, p := range paths {
+			fmt.Fprintf(c.App.ErrWriter, "fragsim: wrote %s\n", filepath.Clean(p))
+		}
+	}
+	switch {
+	case c.Bool("json"):
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cmp)
+	case c.Bool("csv"):
+		return cmp.WriteCSV(w)
+	}
+	return cmp.WriteTable(w)
+}
+
+func fmtMillions(n int64) string {
+	if n >= 1e6 {
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// progress reports long work on stderr: once it has run for a second, a
+// line that updates in place on a terminal, or a line every few seconds
+// otherwise.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	what  string
+	tty   bool
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+func newProgress(w io.Writer, what string) *progress {
+	p := &progress{w: w, what: what, start: time.Now()}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) update(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if now.Sub(p.start) < time.Second {
+		return
+	}
+	every := 5 * time.Second
+	if p.tty {
+		every = 200 * time.Millisecond
+	}
+	if p.shown && now.Sub(p.last) < every {
+		return
+	}
+	p.last, p.shown = now, true
+	line := fmt.Sprintf("fragsim %s: %s (%.0f s)", p.what, msg, now.Sub(p.start).Seconds())
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+// done ends the progress line.
+func (p *progress) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown && p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
 	}
 }

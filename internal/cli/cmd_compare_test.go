@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/synth"
+)
+
+// synthTrace writes a small multi-agent trace and returns its path.
+func synthTrace(t *testing.T, events int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agents.fst")
+	h := &trace.Header{Producer: trace.ProducerSynthetic, GPUName: "NVIDIA H200", GPUTotalBytes: 140 << 30,
+		TorchVersion: "2.11.0", Created: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	w, err := trace.Create(path, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := synth.DefaultConfig()
+	cfg.Events = events
+	if _, err := synth.Generate(w, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runCLI(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	code = Main(append([]string{"fragsim"}, args...), &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestCompareTableAndVerdict(t *testing.T) {
+	path := synthTrace(t, 30000)
+	out, errOut, code := runCLI("compare", path, "--policies", "caching,expandable,ideal")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	for _, l := range lines[:max(0, len(lines)-4)] { // the verdict lines may be long
+		if len([]rune(l)) > 100 {
+			t.Errorf("line wider than 100 columns: %q", l)
+		}
+	}
+	for _, row := range []string{"peak reserved", "peak requested", "at_peak_pct", "peak_ratio_pct", "time_weighted_pct",
+		"external_pct", "stranded at peak", "overhead ratio", "device calls", "alloc retries", "OOMs", "reserved vs ideal"} {
+		if !strings.Contains(out, "\n"+row) {
+			t.Errorf("table lacks row %q", row)
+		}
+	}
+	n := len(lines)
+	if n < 4 {
+		t.Fatalf("output too short: %q", out)
+	}
+	if !regexp.MustCompile(`^Fragmentation before: \d+\.\d% \(caching, at peak reserved\)$`).MatchString(lines[n-4]) {
+		t.Errorf("before line %q", lines[n-4])
+	}
+	if !regexp.MustCompile(`^Fragmentation after: \d+\.\d% \(.+\)$`).MatchString(lines[n-3]) {
+		t.Errorf("after line %q", lines[n-3])
+	}
+	if !strings.HasPrefix(lines[n-2], "Methods: ") {
+		t.Errorf("methods line %q", lines[n-2])
+	}
+	if lines[n-1] != "Trace: 2026-11-30, NVIDIA H200, PyTorch 2.11.0" {
+		t.Errorf("trace line %q", lines[n-1])
+	}
+}
+
+func TestCompareJSONCSVAndPlots(t *testing.T) {
+	path := synthTrace(t, 20000)
+	dir := filepath.Join(t.TempDir(), "plots")
+	// Flags after the trace are honoured too.
+	out, errOut, code := runCLI("compare", path, "--policies", "caching,expandable,ideal", "--json", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var m struct {
+		BeforePct   *float64                   `json:"before_pct"`
+		AfterPct    *float64                   `json:"after_pct"`
+		AfterMethod string                     `json:"after_method"`
+		Methods     []string                   `json:"methods"`
+		Results     map[string]json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, out[:min(len(out), 500)])
+	}
+	if m.BeforePct == nil || m.AfterPct == nil || m.AfterMethod == "" || len(m.Methods) == 0 {
+		t.Errorf("verdict fields missing: %+v", m)
+	}
+	for _, p := range []string{"caching", "expandable", "ideal"} {
+		if m.Results[p] == nil {
+			t.Errorf("results lack %s", p)
+		}
+	}
+	for _, name := range []string{"fragmentation_hist", "timeline", "views", "policies"} {
+		f, err := os.Open(filepath.Join(dir, name+".png"))
+		if err != nil {
+			t.Errorf("%s.png: %v", name, err)
+			continue
+		}
+		if _, err := png.Decode(f); err != nil {
+			t.Errorf("%s.png does not decode: %v", name, err)
+		}
+		f.Close()
+		if _, err := os.Stat(filepath.Join(dir, name+".svg")); err != nil {
+			t.Errorf("%s.svg: %v", name, err)
+		}
+	}
+	out, errOut, code = runCLI("compare", "--policies", "caching,ideal", "--setting", "max_split_size_mb:128", "--csv", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 || rows[0][0] != "label" || rows[1][0] != "caching" || rows[2][0] != "ideal" || rows[3][0] != "caching+max_split_size_mb:128" {
+		t.Errorf("CSV rows %v", rows)
+	}
+}
+
+func TestCompareBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.fst")
+	os.WriteFile(bad, []byte("not a trace at all"), 0o644)
+	_, errOut, code := runCLI("compare", bad)
+	if code == 0 || !strings.Contains(errOut, "bad.fst") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Errorf("bad trace: exit %d, stderr %q (want one line naming the file)", code, errOut)
+	}
+	_, errOut, code = runCLI("compare", filepath.Join(dir, "missing.fst"))
+	if code == 0 || !strings.Contains(errOut, "missing.fst") {
+		t.Errorf("missing trace: exit %d, stderr %q", code, errOut)
+	}
+	path := synthTrace(t, 2000)
+	_, errOut, code = runCLI("compare", path, "--policies", "caching,nosuch")
+	if code == 0 || !strings.Contains(errOut, "nosuch") {
+		t.Errorf("unknown policy: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runCLI("compare", path, "--capacity", "lots")
+	if code == 0 || !strings.Contains(errOut, "lots") {
+		t.Errorf("bad capacity: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestParseCapacity(t *testing.T) {
+	for s, want := range map[string]uint64{"1234": 1234, "80GiB": 80 << 30, "80GB": 80e9, "512 MiB": 512 << 20, "1.5g": 3 << 29} {
+		got, err := parseCapacity(s)
+		if err != nil || got != want {
+			t.Errorf("parseCapacity(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "x", "-1GiB", "12 parsecs"} {
+		if _, err := parseCapacity(s); err == nil {
+			t.Errorf("parseCapacity(%q) accepted", s)
+		}
+	}
+}
