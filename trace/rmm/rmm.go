@@ -1,0 +1,285 @@
+// Package rmm imports RAPIDS RMM logging_resource_adaptor CSV logs into fragsim traces.
+//
+// A log has the header `Thread,Time,Action,Pointer,Size,Stream` and one row
+// per call: `allocate` (Pointer, Size, Stream), `free` or `deallocate`, and
+// `allocate failure` (newer RMM: Size could not be allocated). Time is either
+// spdlog's `HH:MM:SS.ffffff` (wall clock of the day; a wrap past midnight is
+// followed) or seconds since the epoch. Rows become KindAlloc, a
+// KindFreeRequested plus KindFreeCompleted pair, and KindOOM events on device
+// 0; RMM logs hold no device-level (segment) events.
+package rmm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// Summary describes an import.
+type Summary struct {
+	Input   string           `json:"input"`
+	Output  string           `json:"output,omitempty"`
+	Lines   int              `json:"lines"`
+	Events  int              `json:"events"`
+	Kinds   map[string]int   `json:"kinds"`
+	Actions map[string]int   `json:"actions"`
+	Streams []trace.StreamID `json:"streams"`
+	FirstNS int64            `json:"first_ns"`
+	LastNS  int64            `json:"last_ns"`
+	Threads int              `json:"threads"`
+}
+
+// LineError is an error at a line of the log.
+type LineError struct {
+	Name string
+	Line int
+	Msg  string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.Name, e.Line, e.Msg) }
+
+// ErrNotRMM is matched by the error for input without the RMM CSV header.
+var ErrNotRMM = errors.New("not an RMM log: the first line is not Thread,Time,Action,Pointer,Size,Stream")
+
+// Header returns the trace header of an imported RMM log.
+func Header() *trace.Header {
+	return &trace.Header{
+		Producer: trace.ProducerRMM,
+		Approximate: []string{
+			"RMM logs hold no device-level events (no segment_alloc/segment_free) and no device ordinal: every event is on device 0",
+			"RMM frees are complete when logged: each is a free_requested directly followed by its free_completed",
+		},
+	}
+}
+
+const dayNS = 24 * 3600 * int64(1e9)
+
+// parseTime reads HH:MM:SS.ffffff (nanoseconds of the day) or epoch seconds.
+func parseTime(s string) (ns int64, ofDay bool, err error) {
+	if strings.Count(s, ":") == 2 {
+		parts := strings.SplitN(s, ":", 3)
+		h, err1 := strconv.Atoi(parts[0])
+		m, err2 := strconv.Atoi(parts[1])
+		sec, err3 := strconv.ParseFloat(parts[2], 64)
+		if err1 != nil || err2 != nil || err3 != nil || h < 0 || h > 23 || m < 0 || m > 59 || sec < 0 || sec >= 61 {
+			return 0, false, fmt.Errorf("bad time %q (want HH:MM:SS.ffffff)", s)
+		}
+		// Keep microsecond digits exact.
+		whole, frac, _ := strings.Cut(parts[2], ".")
+		ws, _ := strconv.Atoi(whole)
+		var fracNS int64
+		if frac != "" {
+			f := (frac + "000000000")[:9]
+			fracNS, _ = strconv.ParseInt(f, 10, 64)
+		}
+		return (int64(h)*3600+int64(m)*60+int64(ws))*1e9 + fracNS, true, nil
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w < 0 || w > 1<<33 {
+		return 0, false, fmt.Errorf("bad time %q (want HH:MM:SS.ffffff or epoch seconds)", s)
+	}
+	var fracNS int64
+	if frac != "" {
+		if _, err := strconv.ParseUint(frac, 10, 64); err != nil {
+			return 0, false, fmt.Errorf("bad time %q", s)
+		}
+		fracNS, _ = strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+	}
+	return w*1e9 + fracNS, false, nil
+}
+
+func parsePtr(s string) (uint64, error) {
+	switch s {
+	case "", "(nil)", "nullptr", "0", "nil":
+		return 0, nil
+	}
+	if h, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
+		return strconv.ParseUint(h, 16, 64)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+// Import reads an RMM CSV log from r and writes its events to sink. On a
+// bad line it returns the summary of the events already written and a
+// *LineError naming the line.
+func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
+	sum := &Summary{Input: name, Kinds: map[string]int{}, Actions: map[string]int{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	streams := map[trace.StreamID]bool{}
+	threads := map[string]bool{}
+	var dayOffset, lastRaw int64
+	started := false
+	write := func(e trace.Event) error {
+		if err := sink.WriteEvent(e); err != nil {
+			return err
+		}
+		sum.Events++
+		sum.Kinds[e.Kind.String()]++
+		if sum.Events == 1 || e.TimeNS < sum.FirstNS {
+			sum.FirstNS = e.TimeNS
+		}
+		sum.LastNS = max(sum.LastNS, e.TimeNS)
+		return nil
+	}
+	defer func() {
+		for s := range streams {
+			sum.Streams = append(sum.Streams, s)
+		}
+		sortStreams(sum.Streams)
+		sum.Threads = len(threads)
+	}()
+	for sc.Scan() {
+		sum.Lines++
+		line := strings.TrimRight(sc.Text(), "\r")
+		if sum.Lines == 1 {
+			if strings.ReplaceAll(strings.TrimPrefix(line, "\ufeff"), " ", "") != "Thread,Time,Action,Pointer,Size,Stream" {
+				return sum, &LineError{name, 1, ErrNotRMM.Error()}
+			}
+			continue
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) != 6 {
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("%d fields, want 6 (Thread,Time,Action,Pointer,Size,Stream)", len(f))}
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		raw, ofDay, err := parseTime(f[1])
+		if err != nil {
+			return sum, &LineError{name, sum.Lines, err.Error()}
+		}
+		if ofDay && started && raw+dayNS/2 < lastRaw {
+			dayOffset += dayNS // the log ran past midnight
+		}
+		lastRaw, started = raw, true
+		t := raw + dayOffset
+		ptr, err := parsePtr(f[3])
+		if err != nil {
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad pointer %q", f[3])}
+		}
+		size, err := strconv.ParseUint(f[4], 10, 64)
+		if err != nil {
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad size %q", f[4])}
+		}
+		stream, err := parsePtr(f[5])
+		if err != nil {
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad stream %q", f[5])}
+		}
+		threads[f[0]] = true
+		e := trace.Event{TimeNS: t, Addr: ptr, SizeBytes: size, Stream: trace.StreamID(stream)}
+		action := strings.ToLower(f[2])
+		switch action {
+		case "allocate":
+			e.Kind = trace.KindAlloc
+			err = write(e)
+		case "free", "deallocate":
+			e.Kind = trace.KindFreeRequested
+			if err = write(e); err == nil {
+				e.Kind = trace.KindFreeCompleted
+				err = write(e)
+			}
+		case "allocate failure", "allocate_failure", "failure":
+			e.Kind = trace.KindOOM
+			e.Addr = 0
+			err = write(e)
+		default:
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("unknown action %q (want allocate, free or allocate failure)", f[2])}
+		}
+		if err != nil {
+			return sum, &LineError{name, sum.Lines, err.Error()}
+		}
+		sum.Actions[action]++
+		streams[e.Stream] = true
+	}
+	if err := sc.Err(); err != nil {
+		return sum, &LineError{name, sum.Lines + 1, err.Error()}
+	}
+	if sum.Lines == 0 {
+		return sum, &LineError{name, 1, "empty file: " + ErrNotRMM.Error()}
+	}
+	return sum, nil
+}
+
+func sortStreams(s []trace.StreamID) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// ImportFile imports the log file in into the trace file out. When a line
+// is bad, the events before it are kept in out (the header says where the
+// log was cut) and the error names the line; when none were valid, nothing
+// is written.
+func ImportFile(in, out string) (*Summary, error) {
+	f, err := os.Open(in)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Parse once into memory so that the header can say whether the log
+	// was cut; RMM logs are small next to the events they describe.
+	var buf eventBuffer
+	sum, ierr := Import(f, in, &buf)
+	if ierr != nil && sum.Events == 0 {
+		return sum, ierr
+	}
+	h := Header()
+	if ierr != nil {
+		h.Approximate = append(h.Approximate, "the log was cut at a bad line: "+ierr.Error()+"; only the events before it are kept")
+	}
+	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
+	w, err := trace.Create(tmp, h)
+	if err != nil {
+		return sum, err
+	}
+	if err := buf.replay(w); err != nil {
+		w.Close()
+		os.Remove(tmp)
+		return sum, err
+	}
+	if err := w.Close(); err != nil {
+		os.Remove(tmp)
+		return sum, err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return sum, err
+	}
+	sum.Output = out
+	return sum, ierr
+}
+
+// eventBuffer is a Sink that keeps events in memory.
+type eventBuffer struct {
+	events []trace.Event
+}
+
+func (b *eventBuffer) WriteEvent(e trace.Event) error {
+	b.events = append(b.events, e)
+	return nil
+}
+func (b *eventBuffer) String(string) trace.StringID      { return trace.NoString }
+func (b *eventBuffer) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
+
+func (b *eventBuffer) replay(s trace.Sink) error {
+	for i, e := range b.events {
+		if err := s.WriteEvent(e); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package rmm
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+func TestImport(t *testing.T) {
+	f, err := os.Open("testdata/log.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var buf eventBuffer
+	sum, err := Import(f, "log.csv", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const day = 86400 * int64(1e9)
+	ms := int64(1e6)
+	want := []trace.Event{
+		{Kind: trace.KindAlloc, TimeNS: day - ms, Addr: 0x7f8a40000000, SizeBytes: 1024},
+		{Kind: trace.KindAlloc, TimeNS: day - ms/2, Addr: 0x7f8a40000400, SizeBytes: 2048, Stream: 0x7f8a38001020},
+		{Kind: trace.KindFreeRequested, TimeNS: day + 100_000, Addr: 0x7f8a40000000, SizeBytes: 1024},
+		{Kind: trace.KindFreeCompleted, TimeNS: day + 100_000, Addr: 0x7f8a40000000, SizeBytes: 1024},
+		{Kind: trace.KindOOM, TimeNS: day + 200_000, SizeBytes: 100 << 30, Stream: 0x7f8a38001020},
+		{Kind: trace.KindFreeRequested, TimeNS: day + 300_000, Addr: 0x7f8a40000400, SizeBytes: 2048, Stream: 0x7f8a38001020},
+		{Kind: trace.KindFreeCompleted, TimeNS: day + 300_000, Addr: 0x7f8a40000400, SizeBytes: 2048, Stream: 0x7f8a38001020},
+	}
+	if !reflect.DeepEqual(buf.events, want) {
+		t.Fatalf("events\n%+v\nwant\n%+v", buf.events, want)
+	}
+	if sum.Events != 7 || sum.Actions["free"] != 2 || sum.Actions["allocate failure"] != 1 || sum.Threads != 2 || len(sum.Streams) != 2 {
+		t.Errorf("summary %+v", sum)
+	}
+}
+
+func TestEpochTimeAndDeallocate(t *testing.T) {
+	in := "Thread,Time,Action,Pointer,Size,Stream\n1,1634567890.123456,allocate,0x10,5,0x0\n1,1634567890.5,deallocate,0x10,5,0x0\n"
+	var buf eventBuffer
+	if _, err := Import(strings.NewReader(in), "x", &buf); err != nil {
+		t.Fatal(err)
+	}
+	if len(buf.events) != 3 || buf.events[0].TimeNS != 1634567890123456000 || buf.events[2].TimeNS != 1634567890500000000 {
+		t.Errorf("events %+v", buf.events)
+	}
+}
+
+func TestBadLines(t *testing.T) {
+	cases := map[string]int{
+		"Thread,Time\n": 1,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,5\n":                                  2,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,5,0x0\n1,xx,free,0x1,5,0x0\n":         3,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,5,0x0\n1,00:00:01.0,grow,0x1,5,0x0\n": 3,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,zz,5,0x0\n":                               2,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,-5,0x0\n":                             2,
+	}
+	for in, line := range cases {
+		var buf eventBuffer
+		_, err := Import(strings.NewReader(in), "x.csv", &buf)
+		var le *LineError
+		if !errors.As(err, &le) || le.Line != line || !strings.HasPrefix(err.Error(), "x.csv:") {
+			t.Errorf("%q: err %v, want line %d", in, err, line)
+		}
+	}
+}
+
+func TestImportFileKeepsValidPrefix(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "cut.csv")
+	os.WriteFile(in, []byte("Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,5,0x0\n1,00:00:0"), 0o644)
+	out := filepath.Join(dir, "cut.fst")
+	sum, err := ImportFile(in, out)
+	var le *LineError
+	if !errors.As(err, &le) || le.Line != 3 {
+		t.Fatalf("err %v", err)
+	}
+	h, evs, rerr := func() (*trace.Header, []trace.Event, error) {
+		f, err := os.Open(out)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		return trace.ReadAll(f)
+	}()
+	if rerr != nil || len(evs) != 1 || sum.Events != 1 || h.Producer != trace.ProducerRMM {
+		t.Fatalf("kept %d events (%v), header %+v", len(evs), rerr, h)
+	}
+	if !strings.Contains(strings.Join(h.Approximate, " "), "cut at a bad line") {
+		t.Errorf("header does not say the log was cut: %v", h.Approximate)
+	}
+	// Nothing valid: nothing written.
+	os.WriteFile(in, []byte("nope\n"), 0o644)
+	os.Remove(out)
+	if _, err := ImportFile(in, out); err == nil {
+		t.Fatal("no error")
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("wrote a trace from a file with no valid line")
+	}
+}
