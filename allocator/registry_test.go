@@ -158,7 +158,8 @@ type rop struct {
 }
 
 // randomStream returns a request stream with transformer-like sizes, two
-// streams and delayed free completions, and its peak live requested bytes.
+// streams and delayed free completions, and its peak live requested bytes
+// (a block is live until its free completes).
 func randomStream(seed uint64, n int) ([]rop, uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	var ops []rop
@@ -189,15 +190,16 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 			id := live[i]
 			live = slices.Delete(live, i, i+1)
 			ops = append(ops, rop{kind: 'r', id: id})
-			cur -= sizes[id]
 			if rng.IntN(4) == 0 {
 				pending = append(pending, id)
 			} else {
 				ops = append(ops, rop{kind: 'c', id: id})
+				cur -= sizes[id]
 			}
 		case x < 99:
 			if len(pending) > 0 {
 				ops = append(ops, rop{kind: 'c', id: pending[0]})
+				cur -= sizes[pending[0]]
 				pending = pending[1:]
 			}
 		default:

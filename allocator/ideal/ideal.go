@@ -7,11 +7,13 @@
 // reserves less; the distance to it is what rounding, caching and
 // fragmentation cost.
 //
-// A block counts as live from its alloc to its free_requested (as PyTorch's
-// allocated and requested bytes do); with the option
-// hold_until_completed:true it stays until its free_completed, as memory
-// another stream still reads must. A zero-byte request (PyTorch never passes
-// one to its allocator) takes one byte so that its address is its own.
+// A block counts as live from its alloc to its free_completed, as memory
+// another stream still reads must and as PyTorch's requested_bytes counts
+// it (the replay's peak requested bytes). With the option
+// free_at_request:true it is released at its free_requested instead, a bound
+// below the trace's peak requested bytes when frees wait on other streams.
+// A zero-byte request (PyTorch never passes one to its allocator) takes one
+// byte so that its address is its own.
 package ideal
 
 import (
@@ -25,17 +27,17 @@ import (
 
 // Config configures the ideal policy.
 type Config struct {
-	// HoldUntilCompleted keeps a block's memory until its free completes
-	// instead of releasing it when the program frees it.
-	HoldUntilCompleted bool
+	// FreeAtRequest releases a block's memory when the program frees it
+	// instead of when the free completes.
+	FreeAtRequest bool
 }
 
-// ParseConf reads the policy's options (hold_until_completed:true|false).
+// ParseConf reads the policy's options (free_at_request:true|false).
 // PYTORCH_CUDA_ALLOC_CONF keys are ignored.
 func ParseConf(s string) (Config, error) {
 	var c Config
 	err := conf.Parse(s, map[string]conf.Setter{
-		"hold_until_completed": conf.Bool(&c.HoldUntilCompleted),
+		"free_at_request": conf.Bool(&c.FreeAtRequest),
 	})
 	return c, err
 }
@@ -79,10 +81,10 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 	return replay.Block{Addr: addr, SizeBytes: n}, nil
 }
 
-// FreeRequested releases the block unless the policy holds blocks until
-// their frees complete.
+// FreeRequested marks the block as freed; it releases it at once with
+// free_at_request.
 func (p *Policy) FreeRequested(addr uint64) {
-	if !p.cfg.HoldUntilCompleted {
+	if p.cfg.FreeAtRequest {
 		p.release(addr)
 		return
 	}

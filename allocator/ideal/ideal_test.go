@@ -23,7 +23,8 @@ func TestRules(t *testing.T) {
 		log      []string
 	}{
 		{
-			name: "exactly the requested bytes, released when the program frees them",
+			name: "free_at_request: exactly the requested bytes, released when the program frees them",
+			conf: "free_at_request:true",
 			ops: []op{
 				{Do: "malloc", Size: 1000, Addr: base, Block: 1000},
 				{Do: "malloc", Size: 3, Addr: base + 1024, Block: 3},
@@ -35,8 +36,7 @@ func TestRules(t *testing.T) {
 			log: []string{"malloc 1000 -> 0x100000000", "malloc 3 -> 0x100000400", "free 0x100000000 1000", "malloc 1 -> 0x100000600"},
 		},
 		{
-			name: "hold_until_completed keeps the bytes until the free completes",
-			conf: "hold_until_completed:true",
+			name: "by default the bytes are held until the free completes",
 			ops: []op{
 				{Do: "malloc", Size: 1000, Addr: base},
 				{Do: "free_requested", Addr: base},
@@ -81,7 +81,7 @@ func TestRules(t *testing.T) {
 
 func TestSegments(t *testing.T) {
 	d := &fakedev.Device{}
-	p, _ := New(d, Config{HoldUntilCompleted: true})
+	p, _ := New(d, Config{})
 	fakedev.Run(t, p, d, []op{
 		{Do: "malloc", Size: 2 << 20, Addr: base},
 		{Do: "malloc", Size: 100, Addr: base + 2<<20},
