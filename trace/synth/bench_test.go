@@ -58,4 +58,3 @@ func BenchmarkGenerateWrite(b *testing.B) {
 	b.Run("encode", func(b *testing.B) { benchGenerate(b, []AgentKind{Encode}, true) })
 	b.Run("mixed", func(b *testing.B) { benchGenerate(b, []AgentKind{Encode, Decode, Train}, true) })
 }
-
