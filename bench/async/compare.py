@@ -3,7 +3,8 @@
 Usage: compare.py OUTDIR   (the directory run.sh wrote)
 For every NAME with NAME.async.json and NAME.replay_pooled.json it prints the real peak
 reserved bytes (the pool's RESERVED_MEM_HIGH when read, else memory_stats'
-reserved_bytes.all.peak), the model's peak_reserved_bytes and the relative error, and
+reserved_bytes.all.peak), the model's peak_reserved_bytes and the relative error (and the
+errors of the model's variants: remap:false, min_chunk_mb:32, granularity_mb:32), and
 checks that the two runs made the same random choices.
 """
 import glob
@@ -42,6 +43,11 @@ def main(out):
             err = 100.0 * (model - real_peak) / real_peak
             line += "  pooled model %s  error %+.1f%%" % (gib(model), err)
             rows.append(abs(err))
+            for tag in ("noremap", "chunk32", "gran32"):
+                v = load(os.path.join(out, "%s.replay_pooled_%s.json" % (name, tag)))
+                if v is not None:
+                    vm = v.get("peak_reserved_bytes", 0)
+                    line += " [%s %+.1f%%]" % (tag, 100.0 * (vm - real_peak) / real_peak)
         if nat is not None:
             line += "  (native real %s" % gib(nat.get("reserved_bytes.all.peak", 0))
             cr = load(os.path.join(out, name + ".replay_caching.json"))

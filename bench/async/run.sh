@@ -3,8 +3,9 @@
 # (recording a snapshot), and, when a fragsim binary is at hand, replays each snapshot
 # under the pooled model and compares peak reserved bytes.
 # Usage: run.sh OUTDIR        (on the GPU machine; needs torch)
-# Env:   SEEDS="1 2" STEPS=300 FRAGSIM=/path/to/fragsim (optional: skip the replay if unset
-#        and no fragsim is on PATH; run compare.py later on the copied OUTDIR instead)
+# Env:   SEEDS="1 2" STEPS=300 FRAGSIM=/path/to/fragsim (the replay step runs when set or
+#        when fragsim is on PATH); REPLAY_ONLY=1 skips the GPU runs (replay an OUTDIR
+#        copied from the GPU machine)
 set -u
 out=${1:?usage: run.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,7 @@ runs+=("encoder_streams_s1|--workload encoder --seed 1 --steps $steps --streams 
 runs+=("encoder_empty_s1|--workload encoder --seed 1 --steps $steps --empty-cache-every 25")
 
 for spec in "${runs[@]}"; do
+  [ -n "${REPLAY_ONLY:-}" ] && break
   name=${spec%%|*}; args=${spec#*|}
   # One run at a time: the two measurements must not share the GPU.
   PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout 600 python3 "$here/workload.py" $args \
@@ -37,21 +39,27 @@ done
 
 fs=${FRAGSIM:-$(command -v fragsim || true)}
 if [ -n "$fs" ]; then
-  for spec in "${runs[@]}"; do
-    name=${spec%%|*}
-    [ -f "$out/$name.native.pickle" ] || continue
-    "$fs" import "$out/$name.native.pickle" -o "$out/$name.fst" >"$out/$name.import.log" 2>&1 \
+  for snap in "$out"/*.native.pickle; do
+    [ -f "$snap" ] || continue
+    name=$(basename "$snap" .native.pickle)
+    "$fs" import -q -o "$out/$name.fst" "$out/$name.native.pickle" >"$out/$name.import.log" 2>&1 \
       || { echo "FAILED import $name"; fail=1; continue; }
     for pol in pooled caching ideal; do
-      "$fs" replay "$out/$name.fst" --policy $pol --json >"$out/$name.replay_$pol.json" 2>"$out/$name.replay_$pol.log" \
+      "$fs" replay --policy $pol --json "$out/$name.fst" >"$out/$name.replay_$pol.json" 2>"$out/$name.replay_$pol.log" \
         || { echo "FAILED replay $name $pol"; fail=1; }
+    done
+    # Variants of the pool model, to see which assumption the real pool follows.
+    for v in "noremap|remap:false" "chunk32|min_chunk_mb:32" "gran32|granularity_mb:32"; do
+      tag=${v%%|*}; conf=${v#*|}
+      "$fs" replay --policy pooled --conf "$conf" --json "$out/$name.fst" >"$out/$name.replay_pooled_$tag.json" \
+        2>"$out/$name.replay_pooled_$tag.log" || { echo "FAILED replay $name pooled $conf"; fail=1; }
     done
   done
   python3 "$here/compare.py" "$out" | tee "$out/summary.txt"
 else
-  echo "no fragsim binary: copy $out back and run FRAGSIM=... $0 $out's replay step, or:"
-  echo "  for each NAME: fragsim import OUT/NAME.native.pickle -o OUT/NAME.fst;"
-  echo "  fragsim replay OUT/NAME.fst --policy pooled --json > OUT/NAME.replay_pooled.json;"
+  echo "no fragsim binary: copy $out to a machine with one and run REPLAY_ONLY=1 FRAGSIM=... $0 $out, or:"
+  echo "  for each NAME: fragsim import -o OUT/NAME.fst OUT/NAME.native.pickle;"
+  echo "  fragsim replay --policy pooled --json OUT/NAME.fst > OUT/NAME.replay_pooled.json;"
   echo "  python3 $here/compare.py OUT"
 fi
 exit $fail
