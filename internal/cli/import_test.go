@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+func runImportCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(append([]string{"fragsim", "import"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const importTestdata = "../../trace/pytorch/testdata/"
+
+func TestImportSnapshotJSON(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "basic.fst")
+	code, stdout, stderr := runImportCLI(t, importTestdata+"basic.p5.pickle.gz", "-o", out, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	var sum struct {
+		Events  int                       `json:"events"`
+		Actions map[string]map[string]int `json:"actions"`
+		Devices []int                     `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, stdout)
+	}
+	raw, err := os.ReadFile(importTestdata + "basic.expected.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp struct {
+		Counts map[string]map[string]int `json:"counts"`
+	}
+	if err := json.Unmarshal(raw, &exp); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sum.Actions, exp.Counts) || !reflect.DeepEqual(sum.Devices, []int{0, 1}) {
+		t.Errorf("summary actions %v devices %v, want %v", sum.Actions, sum.Devices, exp.Counts)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, evs, err := trace.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != sum.Events || h.Producer != trace.ProducerPyTorch {
+		t.Errorf("trace has %d events (summary %d), producer %q", len(evs), sum.Events, h.Producer)
+	}
+}
+
+func TestImportSnapshotText(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "m.fst")
+	code, stdout, stderr := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"events:", "devices:     0", "starts mid-run: 3 segments", "empty_cache: 1 inferred"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, _ = runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out, "--no-infer-empty-cache")
+	if code != 0 || !strings.Contains(stdout, "empty_cache: 0 inferred") {
+		t.Errorf("--no-infer-empty-cache: exit %d\n%s", code, stdout)
+	}
+}
+
+func TestImportRefusesHostileAndTruncated(t *testing.T) {
+	dir := t.TempDir()
+	const pwned = "/tmp/fragsim-pickle-pwned"
+	os.Remove(pwned)
+	out := filepath.Join(dir, "evil.fst")
+	code, stdout, stderr := runImportCLI(t, "../../trace/pickle/testdata/evil_reduce.p2.pickle", "-o", out)
+	if code == 0 {
+		t.Fatalf("hostile pickle imported: %s", stdout)
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Fatal("the payload ran")
+	}
+	line := strings.TrimSpace(stderr)
+	if strings.Count(line, "\n") != 0 || !strings.Contains(line, "evil_reduce.p2.pickle") || !strings.Contains(line, "byte offset") ||
+		!strings.Contains(line, "GLOBAL") || !strings.Contains(line, "nothing was written") {
+		t.Errorf("error %q: want one line naming the file, the offset and the opcode", line)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an output was written")
+	}
+
+	full, err := os.ReadFile(importTestdata + "basic.p2.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.pickle")
+	if err := os.WriteFile(cut, full[:len(full)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runImportCLI(t, cut, "-o", out)
+	line = strings.TrimSpace(stderr)
+	if code == 0 || strings.Count(line, "\n") != 0 || !strings.Contains(line, "cut.pickle") || !strings.Contains(line, "byte offset") {
+		t.Errorf("cut file: exit %d, stderr %q", code, line)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+func TestImportRMM(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "log.txt")
+	os.WriteFile(in, []byte("Thread,Time,Action,Pointer,Size,Stream\n1,10:00:00.000001,allocate,0x100,64,0x0\n1,10:00:00.000002,free,0x100,64,0x0\n1,10:00:00.000003,allocate,0x100,64\n"), 0o644)
+	out := filepath.Join(dir, "log.fst")
+	code, _, stderr := runImportCLI(t, in, "-o", out)
+	if code == 0 || !strings.Contains(stderr, "log.txt:4:") || !strings.Contains(stderr, "kept the 3 valid events") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, evs, err := trace.ReadAll(f)
+	if err != nil || len(evs) != 3 || h.Producer != trace.ProducerRMM {
+		t.Fatalf("kept trace: %d events, %v, %+v", len(evs), err, h)
+	}
+	code, _, stderr = runImportCLI(t, in, "-o", out, "--format", "pytorch")
+	if code == 0 || !strings.Contains(stderr, "byte offset") {
+		t.Errorf("forced pytorch format on a CSV: exit %d %q", code, stderr)
+	}
+}
