@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// built holds the library, the fake driver and the harness, built once.
+var built struct {
+	once              sync.Once
+	dir, lib, harness string
+	err               error
+	skip              string
+}
+
+func build(t *testing.T) (dir, lib, harness string) {
+	t.Helper()
+	built.once.Do(func() {
+		if _, err := exec.LookPath("gcc"); err != nil {
+			built.skip = "gcc not found: the hook tests build C code"
+			return
+		}
+		d, err := os.MkdirTemp("", "fragsim-hook-test")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.dir = d
+		built.lib = filepath.Join(d, "libfragsim_hook.so")
+		built.harness = filepath.Join(d, "harness")
+		steps := [][]string{
+			{"go", "build", "-buildmode=c-shared", "-o", built.lib, "."},
+			{"gcc", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libcuda.so.1"), "testdata/fakecuda.c"},
+			{"gcc", "-O2", "-pthread", "-o", built.harness, "testdata/harness.c", "-ldl"},
+		}
+		for _, s := range steps {
+			cmd := exec.Command(s[0], s[1:]...)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("%v: %v\n%s", s, err, out)
+				return
+			}
+		}
+	})
+	if built.skip != "" {
+		t.Skip(built.skip)
+	}
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.dir, built.lib, built.harness
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+func harnessCmd(dir, harness string, args ...string) *exec.Cmd {
+	cmd := exec.Command(harness, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKE_CUDA_LIMIT=1073741824")
+	return cmd
+}
+
+// checker validates a recorded harness run event by event.
+type checker struct {
+	threads int
+	next    []int64                // per thread: next alloc index expected
+	allocs  [][]uint64             // per thread: addresses of allocs not yet freed, oldest first
+	live    map[uint64]trace.Event // address -> its alloc
+	lastT   int64
+	nAllocs int
+	nFrees  int
+	steps   []string
+	pending *trace.Event // a free_requested awaiting its free_completed
+}
+
+func newChecker(threads int) *checker {
+	return &checker{threads: threads, next: make([]int64, threads), allocs: make([][]uint64, threads), live: map[uint64]trace.Event{}}
+}
+
+func (c *checker) thread(e trace.Event) (int, error) {
+	t := int(e.Stream) - 0x100
+	if t < 0 || t >= c.threads {
+		return 0, fmt.Errorf("stream %#x is not a harness thread's", e.Stream)
+	}
+	return t, nil
+}
+
+func (c *checker) event(i int, e trace.Event, r *trace.Reader) error {
+	if e.TimeNS < c.lastT {
+		return fmt.Errorf("event %d: time %d before %d", i, e.TimeNS, c.lastT)
+	}
+	c.lastT = e.TimeNS
+	if c.pending != nil {
+		p := *c.pending
+		c.pending = nil
+		if e.Kind != trace.KindFreeCompleted || e.Addr != p.Addr || e.SizeBytes != p.SizeBytes || e.Stream != p.Stream {
+			return fmt.Errorf("event %d: %v %#x after free_requested of %#x, want its free_completed", i, e.Kind, e.Addr, p.Addr)
+		}
+		return nil
+	}
+	switch e.Kind {
+	case trace.KindAlloc:
+		t, err := c.thread(e)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		want := uint64(t+1)*100000 + uint64(c.next[t]%100000)
+		if e.SizeBytes != want {
+			return fmt.Errorf("event %d: thread %d alloc #%d: size %d, want %d", i, t, c.next[t], e.SizeBytes, want)
+		}
+		if old, ok := c.live[e.Addr]; ok {
+			return fmt.Errorf("event %d: alloc at %#x, still live from size %d", i, e.Addr, old.SizeBytes)
+		}
+		if e.Device != 0 {
+			return fmt.Errorf("event %d: device %d", i, e.Device)
+		}
+		c.next[t]++
+		c.live[e.Addr] = e
+		c.allocs[t] = append(c.allocs[t], e.Addr)
+		c.nAllocs++
+	case trace.KindFreeRequested:
+		t, err := c.thread(e)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		a, ok := c.live[e.Addr]
+		if !ok {
+			return fmt.Errorf("event %d: free of %#x, not live", i, e.Addr)
+		}
+		if a.SizeBytes != e.SizeBytes || a.Stream != e.Stream {
+			return fmt.Errorf("event %d: free of %#x size %d stream %#x, allocated with size %d stream %#x", i, e.Addr, e.SizeBytes, e.Stream, a.SizeBytes, a.Stream)
+		}
+		if len(c.allocs[t]) == 0 || c.allocs[t][0] != e.Addr {
+			return fmt.Errorf("event %d: thread %d freed %#x, not its oldest block", i, t, e.Addr)
+		}
+		c.allocs[t] = c.allocs[t][1:]
+		delete(c.live, e.Addr)
+		c.nFrees++
+		c.pending = &e
+	case trace.KindMarker:
+		if e.Marker == trace.MarkerStep {
+			c.steps = append(c.steps, r.String(e.Text))
+		}
+	case trace.KindFreeCompleted:
+		return fmt.Errorf("event %d: free_completed without free_requested", i)
+	}
+	return nil
+}
+
+// TestHookThreads drives the library from 8 threads at once through a
+// fake driver and checks that every call is in the trace exactly once, in
+// each thread's order, with its size and stream.
+func TestHookThreads(t *testing.T) {
+	dir, _, harness := build(t)
+	const threads, calls = 8, 10000
+	path := filepath.Join(t.TempDir(), "run.fragsim")
+	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), fmt.Sprint(calls))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("harness: %v\n%s", err, stderr.String())
+	}
+	var fa, ff, fl, ftr int64
+	var thr uint64
+	if _, err := fmt.Sscanf(string(out), "allocs=%d frees=%d live=%d trims=%d threshold=%d", &fa, &ff, &fl, &ftr, &thr); err != nil {
+		t.Fatalf("harness output %q: %v", out, err)
+	}
+	// Every block recorded was served by the pool and returned to it; the
+	// extra alloc and free are the one made after close.
+	if fa != threads*calls+1 || ff != fa || fl != 0 {
+		t.Errorf("driver saw %d allocs, %d frees, %d live; want %d, %d, 0", fa, ff, fl, threads*calls+1, threads*calls+1)
+	}
+	if thr != math.MaxUint64 {
+		t.Errorf("pool release threshold %d, want UINT64_MAX", thr)
+	}
+	if ftr != 2 { // the OOM retry and empty_cache
+		t.Errorf("pool trimmed %d times, want 2", ftr)
+	}
+
+	f, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := f.Header()
+	if h.Producer != trace.ProducerLive || h.GPUName != "Fake GPU" || h.GPUTotalBytes != 80<<30 ||
+		h.CUDAVersion != "12.4" || h.TorchVersion != "0.0-harness" || h.MemoryFraction != 0.75 ||
+		len(h.CommandLine) != 2 || h.CommandLine[1] != "run" || h.Tags["test"] != "yes" || h.Host == "" || h.Created.IsZero() {
+		t.Errorf("header: %+v", h)
+	}
+	c := newChecker(threads)
+	var kinds [trace.NumKinds]int
+	var first []trace.Event
+	for i := 0; ; i++ {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		kinds[e.Kind]++
+		if len(first) < 4 {
+			first = append(first, e)
+		}
+		if err := c.event(i, e, f.Reader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.nAllocs != threads*calls || c.nFrees != threads*calls || len(c.live) != 0 {
+		t.Errorf("trace has %d allocs, %d frees, %d live; want %d, %d, 0", c.nAllocs, c.nFrees, len(c.live), threads*calls, threads*calls)
+	}
+	for th, n := range c.next {
+		if n != calls {
+			t.Errorf("thread %d: %d allocs, want %d", th, n, calls)
+		}
+	}
+	if len(c.steps) != calls/1000 {
+		t.Errorf("%d step markers, want %d", len(c.steps), calls/1000)
+	}
+	for i, s := range c.steps {
+		if s != fmt.Sprint(i) {
+			t.Errorf("step marker %d is %q", i, s)
+			break
+		}
+	}
+	// The calls made before the threads started come first, in order.
+	wantFirst := []trace.Kind{trace.KindMarker, trace.KindSetFraction, trace.KindOOM, trace.KindEmptyCache}
+	for i, k := range wantFirst {
+		if i >= len(first) || first[i].Kind != k {
+			t.Fatalf("first events %v, want kinds %v", first, wantFirst)
+		}
+	}
+	if f.String(first[0].Text) != "agent-a" || first[0].Marker != trace.MarkerAgent {
+		t.Errorf("agent marker %+v text %q", first[0], f.String(first[0].Text))
+	}
+	if math.Float64frombits(first[1].Aux) != 0.5 {
+		t.Errorf("set_fraction aux %v", math.Float64frombits(first[1].Aux))
+	}
+	if first[2].SizeBytes != 1<<50 || first[2].Aux != 80<<30 {
+		t.Errorf("oom event %+v: want size 2^50, device free 80 GiB", first[2])
+	}
+	if kinds[trace.KindMarker] != calls/1000+2 {
+		t.Errorf("%d markers", kinds[trace.KindMarker])
+	}
+}
+
+// TestHookKilled kills a recording process with SIGKILL after more than a
+// second: the file reads up to its last flush, and what it holds is valid.
+func TestHookKilled(t *testing.T) {
+	dir, _, harness := build(t)
+	const threads = 4
+	path := filepath.Join(t.TempDir(), "killed.fragsim")
+	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), "forever")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once at least one chunk of events is on disk, after more than
+	// a second (the machine may be busy: wait up to a minute).
+	time.Sleep(1500 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if st, err := os.Stat(path); err == nil && st.Size() > 4096 {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("harness ended with %v, want killed\n%s", err, stderr.String())
+	}
+
+	f, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := newChecker(threads)
+	n := 0
+	for ; ; n++ {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			t.Fatal("a killed recording read to a clean end")
+		}
+		if err != nil {
+			if !errors.Is(err, trace.ErrTruncated) {
+				t.Fatalf("after %d events: %v, want ErrTruncated", n, err)
+			}
+			break
+		}
+		if err := c.event(n, e, f.Reader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.nAllocs == 0 {
+		t.Fatalf("no allocations read back (%d events)", n)
+	}
+	t.Logf("%d events, %d allocs read back after SIGKILL", n, c.nAllocs)
+}
+
+// TestHookOpenErrors checks the errors fragsim_open gives without a GPU or
+// without a driver library.
+func TestHookOpenErrors(t *testing.T) {
+	dir, _, harness := build(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"no GPU", []string{"FAKE_CUDA_NO_DEVICE=1"}, "no CUDA-capable device"},
+		{"no libcuda", []string{"FRAGSIM_LIBCUDA=" + filepath.Join(dir, "missing", "libcuda.so.1")}, "cannot load the CUDA driver library"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.fragsim")
+			cmd := harnessCmd(dir, harness, built.lib, path, "1", "10")
+			cmd.Env = append(cmd.Env, tc.env...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 4 {
+				t.Fatalf("harness: %v, want exit code 4 (open failed)\n%s", err, out)
+			}
+			if !bytes.Contains(out, []byte(tc.want)) {
+				t.Errorf("error %q does not say %q", out, tc.want)
+			}
+			if _, err := os.Stat(path); err == nil {
+				t.Errorf("a trace file was created")
+			}
+		})
+	}
+}
