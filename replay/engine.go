@@ -36,7 +36,9 @@ type devState struct {
 	id       trace.DeviceID
 	policy   Policy
 	dev      *device
-	live     map[uint64]live
+	live     AddrMap // recorded address -> index in slab
+	slab     []live
+	spare    []int32
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
 	fc       []uint64            // completed frees not yet passed to the policy (replayed addresses)
 
@@ -247,7 +249,7 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 					continue
 				}
 				l := live{addr: b.Addr, size: b.SizeBytes, req: b.RequestedBytes, freed: b.State == trace.BlockPendingFree}
-				ds.live[b.Addr] = l
+				ds.put(b.Addr, l)
 				e.addActive(ds, l)
 			}
 		}
@@ -268,20 +270,47 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 				return fmt.Errorf("replay: initial block %#x of device %d: %w", b.Addr, ds.id, err)
 			}
 			l := live{addr: blk.Addr, size: blk.SizeBytes, req: req}
-			ds.live[b.Addr] = l
 			e.addActive(ds, l)
 			if b.State == trace.BlockPendingFree {
 				ds.policy.FreeRequested(blk.Addr)
 				l.freed = true
-				ds.live[b.Addr] = l
 				ds.allocated -= l.size
 				e.allocated -= l.size
 			}
+			ds.put(b.Addr, l)
 		}
 	}
 	e.syncReserved(ds)
 	ds.dev.compare = true
 	return nil
+}
+
+func (ds *devState) put(addr uint64, l live) {
+	var i int32
+	if n := len(ds.spare); n > 0 {
+		i = ds.spare[n-1]
+		ds.spare = ds.spare[:n-1]
+		ds.slab[i] = l
+	} else {
+		i = int32(len(ds.slab))
+		ds.slab = append(ds.slab, l)
+	}
+	ds.live.Set(addr, i)
+}
+
+func (ds *devState) get(addr uint64) (*live, bool) {
+	i, ok := ds.live.Get(addr)
+	if !ok {
+		return nil, false
+	}
+	return &ds.slab[i], true
+}
+
+func (ds *devState) del(addr uint64) {
+	if i, ok := ds.live.Get(addr); ok {
+		ds.live.Delete(addr)
+		ds.spare = append(ds.spare, i)
+	}
 }
 
 func (e *engine) addActive(ds *devState, l live) {
@@ -322,7 +351,7 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 	if frac == 0 {
 		frac = e.hdr.MemoryFraction
 	}
-	ds := &devState{id: id, live: make(map[uint64]live, 1024), unserved: map[uint64]struct{}{}}
+	ds := &devState{id: id, unserved: map[uint64]struct{}{}}
 	ds.dev = newDevice(e, id, total, e.cfg.OutsideBytes, frac)
 	p, err := e.factory(ds.dev, e.hdr)
 	if err != nil {
@@ -475,12 +504,14 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 			ds.unserved[ev.Addr] = struct{}{}
 			break
 		}
-		if _, dup := ds.live[ev.Addr]; dup {
+		if _, dup := ds.live.Get(ev.Addr); dup {
 			return fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 		}
-		delete(ds.unserved, ev.Addr)
+		if len(ds.unserved) > 0 {
+			delete(ds.unserved, ev.Addr)
+		}
 		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes}
-		ds.live[ev.Addr] = l
+		ds.put(ev.Addr, l)
 		e.addActive(ds, l)
 		e.res.Fidelity.Allocs++
 		if blk.Addr == ev.Addr {
@@ -492,7 +523,7 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 		e.updateStats(ds)
 	case trace.KindFreeRequested:
 		e.requests++
-		l, ok := ds.live[ev.Addr]
+		l, ok := ds.get(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
 				break
@@ -503,13 +534,12 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 			return fmt.Errorf("event %d: second free of address %#x", idx, ev.Addr)
 		}
 		l.freed = true
-		ds.live[ev.Addr] = l
 		ds.allocated -= l.size
 		e.allocated -= l.size
 		ds.policy.FreeRequested(l.addr)
 	case trace.KindFreeCompleted:
 		e.requests++
-		l, ok := ds.live[ev.Addr]
+		lp, ok := ds.get(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
 				delete(ds.unserved, ev.Addr)
@@ -517,12 +547,13 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 			}
 			return fmt.Errorf("event %d: free of unknown address %#x", idx, ev.Addr)
 		}
+		l := *lp
 		if !l.freed {
 			ds.allocated -= l.size
 			e.allocated -= l.size
 			ds.policy.FreeRequested(l.addr)
 		}
-		delete(ds.live, ev.Addr)
+		ds.del(ev.Addr)
 		ds.active -= l.size
 		e.active -= l.size
 		ds.requested -= l.req

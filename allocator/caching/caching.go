@@ -61,7 +61,7 @@ type Allocator struct {
 	blocks []block
 	spare  []int32
 	pools  [2]blockPool
-	live   map[uint64]int32 // allocated and pending blocks by address
+	live   replay.AddrMap // allocated and pending blocks by address
 	segs   []expSeg
 
 	reserved      uint64
@@ -94,7 +94,7 @@ func New(dev replay.Device, cfg Config) (*Allocator, error) {
 	if cfg.Expandable {
 		name = "expandable"
 	}
-	a := &Allocator{cfg: cfg, dev: dev, name: name, live: make(map[uint64]int32, 1024)}
+	a := &Allocator{cfg: cfg, dev: dev, name: name}
 	if cfg.Fraction > 0 {
 		if fs, ok := dev.(replay.FractionSetter); ok {
 			fs.SetFraction(cfg.Fraction)
@@ -358,14 +358,14 @@ func (a *Allocator) allocFound(id int32, s, orig uint64) replay.Block {
 	b := &a.blocks[id]
 	b.allocated = true
 	b.requested = orig
-	a.live[b.addr] = id
+	a.live.Set(b.addr, id)
 	return replay.Block{Addr: b.addr, SizeBytes: b.size}
 }
 
 // FreeRequested marks the block at addr freed by the program; it stays
 // active until FreeCompleted.
 func (a *Allocator) FreeRequested(addr uint64) {
-	id, ok := a.live[addr]
+	id, ok := a.live.Get(addr)
 	if !ok {
 		return
 	}
@@ -379,7 +379,7 @@ func (a *Allocator) FreeRequested(addr uint64) {
 // free is held back until that request, which decides whether it completed
 // before the request's search or in its release (spec §12.3-12.4).
 func (a *Allocator) FreeCompleted(addr uint64) {
-	id, ok := a.live[addr]
+	id, ok := a.live.Get(addr)
 	if !ok {
 		return
 	}
@@ -421,7 +421,7 @@ func (a *Allocator) applyCompletions(k int) {
 // freeBlock is free_block: merge with prev, then next, and back to the free set.
 func (a *Allocator) freeBlock(id int32) {
 	b := &a.blocks[id]
-	delete(a.live, b.addr)
+	a.live.Delete(b.addr)
 	b.allocated = false
 	b.pending = false
 	b.requested = 0

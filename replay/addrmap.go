@@ -1,0 +1,120 @@
+package replay
+
+// AddrMap maps addresses to int32 values: an open-addressing hash table
+// with linear probing, for the per-event lookups of the engine and of
+// policies (faster than a Go map for this one job). The zero value is
+// ready to use.
+type AddrMap struct {
+	slots []amSlot
+	n     int
+	shift uint
+}
+
+type amSlot struct {
+	key  uint64
+	val  int32
+	used bool
+}
+
+func (m *AddrMap) slot(key uint64) int {
+	return int((key * 0x9E3779B97F4A7C15) >> m.shift)
+}
+
+func (m *AddrMap) grow() {
+	size := 2 * len(m.slots)
+	if size == 0 {
+		size = 1024
+	}
+	old := m.slots
+	m.slots = make([]amSlot, size)
+	m.shift = 64
+	for s := size; s > 1; s >>= 1 {
+		m.shift--
+	}
+	m.n = 0
+	for _, s := range old {
+		if s.used {
+			m.Set(s.key, s.val)
+		}
+	}
+}
+
+// Len returns the number of entries.
+func (m *AddrMap) Len() int { return m.n }
+
+// Get returns the value of key.
+func (m *AddrMap) Get(key uint64) (int32, bool) {
+	if m.n == 0 {
+		return 0, false
+	}
+	mask := len(m.slots) - 1
+	for i := m.slot(key); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if !s.used {
+			return 0, false
+		}
+		if s.key == key {
+			return s.val, true
+		}
+	}
+}
+
+// Set sets the value of key.
+func (m *AddrMap) Set(key uint64, v int32) {
+	if 2*(m.n+1) > len(m.slots) {
+		m.grow()
+	}
+	mask := len(m.slots) - 1
+	for i := m.slot(key); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if !s.used {
+			*s = amSlot{key: key, val: v, used: true}
+			m.n++
+			return
+		}
+		if s.key == key {
+			s.val = v
+			return
+		}
+	}
+}
+
+// Delete removes key; it reports whether key was there.
+func (m *AddrMap) Delete(key uint64) bool {
+	if m.n == 0 {
+		return false
+	}
+	mask := len(m.slots) - 1
+	i := m.slot(key)
+	for {
+		if !m.slots[i].used {
+			return false
+		}
+		if m.slots[i].key == key {
+			break
+		}
+		i = (i + 1) & mask
+	}
+	// backward-shift deletion keeps probe chains intact without tombstones
+	j := i
+	for {
+		j = (j + 1) & mask
+		if !m.slots[j].used {
+			break
+		}
+		h := m.slot(m.slots[j].key)
+		// move j to i when its home slot h is not in (i, j] cyclically
+		if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
+			m.slots[i] = m.slots[j]
+			i = j
+		}
+	}
+	m.slots[i] = amSlot{}
+	m.n--
+	return true
+}
+
+// Clone returns a copy of m.
+func (m *AddrMap) Clone() AddrMap {
+	return AddrMap{slots: append([]amSlot(nil), m.slots...), n: m.n, shift: m.shift}
+}

@@ -1,0 +1,68 @@
+package replay
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestAddrMapMatchesGoMap(t *testing.T) {
+	var m AddrMap
+	ref := map[uint64]int32{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		k := uint64(rng.IntN(5000)) * 512
+		switch rng.IntN(3) {
+		case 0, 1:
+			v := int32(rng.IntN(1 << 30))
+			m.Set(k, v)
+			ref[k] = v
+		case 2:
+			_, want := ref[k]
+			if got := m.Delete(k); got != want {
+				t.Fatalf("step %d: Delete(%#x) = %v, want %v", i, k, got, want)
+			}
+			delete(ref, k)
+		}
+		if m.Len() != len(ref) {
+			t.Fatalf("step %d: Len %d, want %d", i, m.Len(), len(ref))
+		}
+	}
+	for k, v := range ref {
+		if got, ok := m.Get(k); !ok || got != v {
+			t.Fatalf("Get(%#x) = %d,%v want %d", k, got, ok, v)
+		}
+	}
+	if _, ok := m.Get(1); ok {
+		t.Fatal("Get of an absent key succeeded")
+	}
+}
+
+func BenchmarkAddrMap(b *testing.B) {
+	var m AddrMap
+	keys := make([]uint64, 4096)
+	for i := range keys {
+		keys[i] = 0x7f0000000000 + uint64(i)*1536
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[i&4095]
+		m.Set(k, int32(i))
+		m.Get(k)
+		m.Delete(keys[(i+2048)&4095])
+	}
+}
+
+func BenchmarkGoMap(b *testing.B) {
+	m := map[uint64]int32{}
+	keys := make([]uint64, 4096)
+	for i := range keys {
+		keys[i] = 0x7f0000000000 + uint64(i)*1536
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[i&4095]
+		m[k] = int32(i)
+		_ = m[k]
+		delete(m, keys[(i+2048)&4095])
+	}
+}
