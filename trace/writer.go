@@ -313,3 +313,17 @@ func (fw *FileWriter) Close() error {
 	}
 	return nil
 }
+
+// Abort writes the events given so far and closes the file without the
+// end chunk, so that readers report the trace as cut short there.
+func (fw *FileWriter) Abort() error {
+	err := fw.Writer.Flush()
+	fw.Writer.done = true
+	if cerr := fw.f.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", fw.f.Name(), err)
+	}
+	return nil
+}

@@ -1,17 +1,57 @@
 package cli
 
 import (
-	"errors"
+	"fmt"
+	"os"
 
+	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
 
 func dumpCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "dump",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("dump: not built yet")
+		Name:      "dump",
+		Usage:     "write a trace as text, one event per line",
+		ArgsUsage: "TRACE",
+		Description: "Writes the text twin of a binary trace: a `# fragsim text v1` line, a `header {json}`\n" +
+			"line, `string N \"...\"` and `stack N func:file:line...` definitions just before their first\n" +
+			"use, and one line per event, e.g.\n\n" +
+			"  alloc t=1234 dev=0 stream=0x0 addr=0x7f0000000000 size=512 stack=3\n\n" +
+			"`fragsim undump` turns the text back into the same trace. Use it to read a trace, to\n" +
+			"cut or edit one by hand, and to attach one to a bug report.\n\n" + exitHelp,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "o", Usage: "write to `FILE` instead of stdout"},
 		},
+		Action: runDump,
 	}
+}
+
+func runDump(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return exitCode(1, fmt.Errorf("dump: want one TRACE argument, got %d", c.NArg()))
+	}
+	f, err := trace.Open(c.Args().First())
+	if err != nil {
+		return readExit(err)
+	}
+	defer f.Close()
+	out := c.App.Writer
+	if path := c.String("o"); path != "" {
+		of, err := os.Create(path)
+		if err != nil {
+			return exitCode(1, err)
+		}
+		defer of.Close()
+		out = of
+	}
+	rerr := trace.WriteText(out, f.Reader)
+	if of, ok := out.(*os.File); ok {
+		if err := of.Close(); err != nil {
+			return exitCode(1, err)
+		}
+	}
+	if rerr != nil {
+		return readExit(rerr)
+	}
+	return nil
 }

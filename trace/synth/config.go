@@ -166,7 +166,7 @@ func DefaultConfig() Config {
 		SeqLog:         false,
 		FreeProb:       0.45,
 		HoldCap:        10,
-		EagerAttention: true,
+		EagerAttention: false,
 		DecodeMin:      16,
 		DecodeMax:      256,
 		ThinkNS:        2_000_000,

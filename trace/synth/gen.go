@@ -21,9 +21,10 @@ type Stats struct {
 	PeakLiveBlocks int64  // most blocks live at once
 	FinalLiveBytes uint64 // bytes still live at the end of the trace
 	// PersistentBytes is what the workload keeps for its whole life: model
-	// weights, plus the optimizer state of training agents.
+	// weights, cuBLAS workspaces, and the optimizer state of training agents.
 	PersistentBytes uint64
-	WeightBytes     uint64 // model weights alone
+	WeightBytes     uint64 // model weights (and buffers) alone
+	WorkspaceBytes  uint64 // cuBLAS workspaces alone
 
 	DurationNS int64 // time of the last event minus that of the first
 }
@@ -64,6 +65,10 @@ type kvCache struct {
 const (
 	addrBase   = 0x7f00_0000_0000
 	maxAheadNS = 20_000_000 // how far the host may run ahead of the device
+
+	// cuBLAS workspaces PyTorch allocates per stream (Hopper sizes).
+	cublasWorkspaceBytes   = 32 << 20
+	cublasLtWorkspaceBytes = 1 << 20
 )
 
 // gen is the generator's state: everything it holds is bounded by the live
@@ -94,6 +99,7 @@ type gen struct {
 	savedAt   []int    // training: start of each layer's saved activations
 	grads     []tensor // training: parameter gradients until zero_grad
 	scratch   []tensor
+	wsDone    []bool // cuBLAS workspaces allocated, per stream
 
 	stepText [3]trace.StringID
 	sites    [2][]trace.StackID // [encoder, decoder][site] -> stack, lazily
@@ -333,7 +339,31 @@ func (g *gen) out(elems int, elemBytes int, o op, layer int) tensor {
 // products.
 func (g *gen) matmul(rows, inner, cols, elemBytes int, o op, layer int) tensor {
 	g.op(2*float64(rows)*float64(inner)*float64(cols), float64(elemBytes)*(float64(rows)*float64(inner)+float64(inner)*float64(cols)+float64(rows)*float64(cols)))
-	return g.alloc(uint64(rows)*uint64(cols)*uint64(elemBytes), o, layer)
+	t := g.alloc(uint64(rows)*uint64(cols)*uint64(elemBytes), o, layer)
+	if o == opLinear || o == opMatmul {
+		g.workspace()
+	}
+	return t
+}
+
+// workspace allocates cuBLAS's workspaces the first time a stream runs a
+// matrix product: they stay for the life of the process.
+func (g *gen) workspace() {
+	i := 0
+	if g.cfg.StreamPerAgent {
+		i = g.current
+	}
+	if g.wsDone == nil {
+		g.wsDone = make([]bool, len(g.agents))
+	}
+	if g.wsDone[i] {
+		return
+	}
+	g.wsDone[i] = true
+	g.alloc(cublasWorkspaceBytes, opMatmul, -1)
+	g.alloc(cublasLtWorkspaceBytes, opMatmul, -1)
+	g.st.PersistentBytes += cublasWorkspaceBytes + cublasLtWorkspaceBytes
+	g.st.WorkspaceBytes += cublasWorkspaceBytes + cublasLtWorkspaceBytes
 }
 
 // ---- requests ----

@@ -151,48 +151,59 @@ func (g *gen) dropout(x tensor, elems int, train bool, layer int) tensor {
 	return out
 }
 
-// encoderForward runs a BERT forward pass of batch b and length s on the
-// current agent; it returns the last hidden state and the pooled output.
-// When training, the activations autograd saves are kept in g.saved.
+// layerNorm runs native_layer_norm over rows of width h: the output, and
+// the per-row mean and rstd it always returns (freed at once in inference,
+// saved for backward when training).
+func (g *gen) layerNorm(rows, h, f int, train bool, layer int) tensor {
+	out := g.out(rows*h, f, opLayerNorm, layer)
+	mean := g.alloc(uint64(rows)*4, opLayerNorm, layer)
+	rstd := g.alloc(uint64(rows)*4, opLayerNorm, layer)
+	g.drop(mean, train, true, false)
+	g.drop(rstd, train, true, false)
+	return out
+}
+
+// encoderForward runs a BERT forward pass (transformers' BertModel, no
+// attention mask) of batch b and length s on the current agent; it returns
+// the last hidden state and the pooled output. When training, the
+// activations autograd saves are kept in g.saved.
 func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, pooled tensor) {
 	H, I, A := m.Hidden, m.Intermediate, m.Heads
 	f := m.DTypeBytes
 	bs := b * s
 	eager := g.cfg.EagerAttention
 
-	// Attention mask: none given, so all ones.
-	ones := g.out(bs, f, opOnes, -1)
-	var ext tensor
+	// Eager attention adds the extended mask (all ones: none was given).
+	var ones, ext tensor
 	if eager {
+		ones = g.out(bs, f, opOnes, -1)
 		t := g.out(bs, f, opRsub, -1)
 		ext = g.out(bs, f, opMul, -1)
 		g.freeT(t)
-	} else {
-		eq := g.out(bs, 1, opEq, -1)
-		all := g.out(1, 1, opAll, -1)
-		g.sync() // the all-ones check reads the result on the host
-		g.freeT(all)
-		g.freeT(eq)
 	}
 
-	// Embeddings.
+	// Embeddings: words + token types + positions, LayerNorm, dropout.
+	posIDs := g.out(s, int64Bytes, opContiguous, -1)
 	words := g.out(bs*H, f, opEmbedding, -1)
-	types := g.out(bs*H, f, opEmbedding, -1)
+	var types tensor
+	if m.TypeVocab > 0 {
+		typeIDs := g.out(bs, int64Bytes, opContiguous, -1)
+		types = g.out(bs*H, f, opEmbedding, -1)
+		g.freeT(typeIDs)
+	}
 	sum := g.out(bs*H, f, opAdd, -1)
 	pos := g.out(s*H, f, opEmbedding, -1)
-	g.op(float64(bs*H), float64(bs*H*f*2)) // embeddings += position_embeddings
-	ln := g.out(bs*H, f, opLayerNorm, -1)
-	if train {
-		g.drop(g.out(bs, 4, opLayerNorm, -1), true, true, false) // mean
-		g.drop(g.out(bs, 4, opLayerNorm, -1), true, true, false) // rstd
-	}
+	sum2 := g.out(bs*H, f, opAdd, -1)
+	g.freeT(sum)
+	ln := g.layerNorm(bs, H, f, train, -1)
 	g.freeT(words)
 	g.freeT(types)
-	g.drop(sum, train, true, true)
+	g.freeT(posIDs)
+	g.drop(sum2, train, true, true)
 	g.freeT(pos)
 	embOut := g.dropout(ln, bs*H, train, -1)
 	if train {
-		g.drop(ln, train, false, false)
+		g.freeT(ln)
 	}
 	hidden = embOut
 
@@ -216,36 +227,31 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 			c := g.matmul(b*A*s, s, H/A, f, opMatmul, l)
 			ctx = g.out(bs*H, f, opContiguous, l)
 			g.freeT(c)
-			g.drop(q, train, true, true)
-			g.drop(k, train, true, true)
-			g.drop(v, train, true, true)
 			g.freeT(sc3)
 			g.drop(p, train, true, false)
 			if train {
 				g.drop(pd, train, true, true)
 			}
 		} else {
-			c := g.matmul(b*A*s, s, H/A, f, opSDPA, l)
+			// scaled_dot_product_attention (memory-efficient kernel): its
+			// output is laid out so that the transpose back is free.
+			ctx = g.matmul(b*A*s, s, H/A, f, opSDPA, l)
 			if train {
 				g.drop(g.out(b*A*s, 4, opSDPA, l), true, true, false) // logsumexp
 			}
-			ctx = g.out(bs*H, f, opContiguous, l)
-			g.drop(c, train, true, false)
-			g.drop(q, train, true, true)
-			g.drop(k, train, true, true)
-			g.drop(v, train, true, true)
 		}
+		g.drop(q, train, true, true)
+		g.drop(k, train, true, true)
+		g.drop(v, train, true, true)
 		// Self-output: dense, dropout, residual, LayerNorm.
 		d := g.matmul(bs, H, H, f, opLinear, l)
 		dd := g.dropout(d, bs*H, train, l)
 		r := g.out(bs*H, f, opAdd, l)
-		ln1 := g.out(bs*H, f, opLayerNorm, l)
+		ln1 := g.layerNorm(bs, H, f, train, l)
+		g.drop(r, train, true, true)
 		if train {
-			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
-			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
 			g.freeT(dd)
 		}
-		g.drop(r, train, true, true)
 		g.freeT(d)
 		g.drop(ctx, train, true, true)
 		// Feed-forward.
@@ -255,13 +261,11 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 		o := g.matmul(bs, I, H, f, opLinear, l)
 		od := g.dropout(o, bs*H, train, l)
 		r2 := g.out(bs*H, f, opAdd, l)
-		ln2 := g.out(bs*H, f, opLayerNorm, l)
+		ln2 := g.layerNorm(bs, H, f, train, l)
+		g.drop(r2, train, true, true)
 		if train {
-			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
-			g.drop(g.out(bs, 4, opLayerNorm, l), true, true, false)
 			g.freeT(od)
 		}
-		g.drop(r2, train, true, true)
 		g.freeT(o)
 		g.drop(i2, train, true, true)
 		g.drop(ln1, train, true, true)
@@ -278,14 +282,14 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 	// Pooler: dense and tanh on the first token.
 	pd := g.matmul(b, H, H, f, opLinear, -1)
 	pooled = g.out(b*H, f, opTanh, -1)
-	g.drop(pd, train, false, false)
+	g.freeT(pd)
 	if !train {
 		g.freeT(embOut)
 	}
 	if eager {
 		g.freeT(ext)
+		g.freeT(ones)
 	}
-	g.freeT(ones)
 	return hidden, pooled
 }
 

@@ -66,14 +66,14 @@ func (h *Hist) String() string {
 		if c == 0 {
 			continue
 		}
-		lo := uint64(0)
-		if i > 0 {
-			lo = 1 << (i - 1)
-		}
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "2^%d:%.4f", bits.Len64(lo)-1, f[i])
+		if i == 0 {
+			fmt.Fprintf(&b, "0:%.4f", f[i])
+		} else {
+			fmt.Fprintf(&b, "2^%d:%.4f", i-1, f[i])
+		}
 	}
 	return b.String()
 }

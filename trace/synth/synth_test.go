@@ -218,7 +218,10 @@ func TestWeightsAreTheModel(t *testing.T) {
 	}
 	// Not every agent may have stepped yet: the state is a whole number of
 	// agents' worth, at least one.
-	opt := st.PersistentBytes - st.WeightBytes
+	if st.WorkspaceBytes != 33<<20 {
+		t.Errorf("cuBLAS workspaces %d bytes, want 33 MiB on the one stream", st.WorkspaceBytes)
+	}
+	opt := st.PersistentBytes - st.WeightBytes - st.WorkspaceBytes
 	per := 2 * trainParams * 4
 	if opt == 0 || opt%per != 0 || opt/per > uint64(cfg.Agents) {
 		t.Errorf("optimizer state %d bytes, want a multiple (1..%d) of %d", opt, cfg.Agents, per)
