@@ -158,7 +158,9 @@ type rop struct {
 }
 
 // randomStream returns a request stream with transformer-like sizes, two
-// streams and delayed free completions, and its peak live requested bytes
+// streams, delayed free completions (at most 32 pending) and at most 200
+// live blocks, and its
+// peak live requested bytes
 // (a block is live until its free completes).
 func randomStream(seed uint64, n int) ([]rop, uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
@@ -169,7 +171,7 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 	next := 0
 	for len(ops) < n {
 		switch x := rng.IntN(100); {
-		case x < 50 || len(live) == 0:
+		case (x < 50 && len(live) < 200) || len(live) == 0:
 			var size uint64
 			switch y := rng.IntN(10); {
 			case y < 5:
@@ -185,12 +187,12 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 			next++
 			cur += size
 			peak = max(peak, cur)
-		case x < 90:
+		case x < 90 || len(live) >= 200:
 			i := rng.IntN(len(live))
 			id := live[i]
 			live = slices.Delete(live, i, i+1)
 			ops = append(ops, rop{kind: 'r', id: id})
-			if rng.IntN(4) == 0 {
+			if rng.IntN(4) == 0 && len(pending) < 32 {
 				pending = append(pending, id)
 			} else {
 				ops = append(ops, rop{kind: 'c', id: id})

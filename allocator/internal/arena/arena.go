@@ -48,6 +48,8 @@ type Arena struct {
 	segs      map[uint64]*Seg
 	fullyFree map[*Seg]struct{}
 
+	spare []*Range // ranges merged away, for reuse
+
 	reserved  uint64 // bytes of all segments
 	freeBytes uint64 // bytes of all free ranges
 	fullBytes uint64 // bytes of segments with no range in use
@@ -173,7 +175,8 @@ func (a *Arena) Take(r *Range, size, requested uint64, stream trace.StreamID, sp
 	a.leave(s)
 	a.free.Delete(ordset.Key{Size: r.Size, Addr: r.Addr})
 	if split && size < r.Size {
-		rest := &Range{Addr: r.Addr + size, Size: r.Size - size, seg: s, prev: r, next: r.next}
+		rest := a.newRange()
+		*rest = Range{Addr: r.Addr + size, Size: r.Size - size, seg: s, prev: r, next: r.next}
 		if r.next != nil {
 			r.next.prev = rest
 		}
@@ -192,6 +195,23 @@ func (a *Arena) Take(r *Range, size, requested uint64, stream trace.StreamID, sp
 	a.freeBytes -= r.Size
 	a.enter(s)
 	return r
+}
+
+func (a *Arena) newRange() *Range {
+	if n := len(a.spare); n > 0 {
+		r := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return r
+	}
+	return new(Range)
+}
+
+// recycle keeps a range merged away for reuse; callers hold no reference.
+func (a *Arena) recycle(r *Range) {
+	*r = Range{}
+	if len(a.spare) < 1024 {
+		a.spare = append(a.spare, r)
+	}
 }
 
 // Lookup returns the in-use range at addr.
@@ -226,6 +246,7 @@ func (a *Arena) Release(r *Range) *Range {
 		if n.next != nil {
 			n.next.prev = r
 		}
+		a.recycle(n)
 	}
 	if p := r.prev; p != nil && !p.InUse {
 		a.free.Delete(ordset.Key{Size: p.Size, Addr: p.Addr})
@@ -235,6 +256,7 @@ func (a *Arena) Release(r *Range) *Range {
 		if r.next != nil {
 			r.next.prev = p
 		}
+		a.recycle(r)
 		r = p
 	}
 	a.free.Insert(ordset.Key{Size: r.Size, Addr: r.Addr})

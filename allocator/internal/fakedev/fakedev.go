@@ -30,6 +30,8 @@ type Device struct {
 	Log []string
 	// Errors records misuse: frees of unknown addresses or with a wrong size.
 	Errors []string
+	// NoLog turns Log off (for benchmarks).
+	NoLog bool
 
 	next   uint64
 	vaNext uint64
@@ -50,6 +52,12 @@ func (d *Device) init() {
 	}
 }
 
+func (d *Device) log(s string) {
+	if !d.NoLog {
+		d.Log = append(d.Log, s)
+	}
+}
+
 func (d *Device) fits(n uint64) bool {
 	return (d.Capacity == 0 || d.Used+n <= d.Capacity) && (!d.Capped || d.Used+n <= d.CapBytes)
 }
@@ -64,7 +72,7 @@ func (d *Device) Malloc(sizeBytes uint64, _ trace.StreamID) (uint64, bool) {
 	d.init()
 	if sizeBytes == 0 || !d.fits(sizeBytes) {
 		d.Refused++
-		d.Log = append(d.Log, fmt.Sprintf("refuse %d", sizeBytes))
+		d.log(fmt.Sprintf("refuse %d", sizeBytes))
 		return 0, false
 	}
 	addr := d.next
@@ -72,7 +80,7 @@ func (d *Device) Malloc(sizeBytes uint64, _ trace.StreamID) (uint64, bool) {
 	d.segs[addr] = sizeBytes
 	d.take(sizeBytes)
 	d.Mallocs++
-	d.Log = append(d.Log, fmt.Sprintf("malloc %d -> %#x", sizeBytes, addr))
+	d.log(fmt.Sprintf("malloc %d -> %#x", sizeBytes, addr))
 	return addr, true
 }
 
@@ -90,7 +98,7 @@ func (d *Device) Free(addr, sizeBytes uint64) {
 	delete(d.segs, addr)
 	d.Used -= got
 	d.Frees++
-	d.Log = append(d.Log, fmt.Sprintf("free %#x %d", addr, sizeBytes))
+	d.log(fmt.Sprintf("free %#x %d", addr, sizeBytes))
 }
 
 // Reserve implements replay.Device.
@@ -106,12 +114,12 @@ func (d *Device) Map(addr, sizeBytes uint64) bool {
 	d.init()
 	if !d.fits(sizeBytes) {
 		d.Refused++
-		d.Log = append(d.Log, fmt.Sprintf("refuse %d", sizeBytes))
+		d.log(fmt.Sprintf("refuse %d", sizeBytes))
 		return false
 	}
 	d.take(sizeBytes)
 	d.Maps++
-	d.Log = append(d.Log, fmt.Sprintf("map %#x %d", addr, sizeBytes))
+	d.log(fmt.Sprintf("map %#x %d", addr, sizeBytes))
 	return true
 }
 
@@ -124,7 +132,7 @@ func (d *Device) Unmap(addr, sizeBytes uint64) {
 	}
 	d.Used -= sizeBytes
 	d.Unmaps++
-	d.Log = append(d.Log, fmt.Sprintf("unmap %#x %d", addr, sizeBytes))
+	d.log(fmt.Sprintf("unmap %#x %d", addr, sizeBytes))
 }
 
 // Cap implements replay.Device.

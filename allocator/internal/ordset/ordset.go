@@ -25,9 +25,10 @@ type node struct {
 // Set is an ordered set of Keys (a treap with deterministic priorities).
 // The zero value is an empty set.
 type Set struct {
-	root *node
-	n    int
-	rng  uint64
+	root  *node
+	n     int
+	rng   uint64
+	spare *node // deleted nodes, linked through right, for reuse
 }
 
 // Len returns the number of keys.
@@ -76,7 +77,13 @@ func (s *Set) Insert(k Key) bool {
 	if s.Contains(k) {
 		return false
 	}
-	nd := &node{key: k, prio: s.nextPrio()}
+	nd := s.spare
+	if nd != nil {
+		s.spare = nd.right
+		*nd = node{key: k, prio: s.nextPrio()}
+	} else {
+		nd = &node{key: k, prio: s.nextPrio()}
+	}
 	s.root = insert(s.root, nd)
 	s.n++
 	return true
@@ -107,6 +114,8 @@ func (s *Set) Delete(k Key) bool {
 		case k == t.key:
 			*p = merge(t.left, t.right)
 			s.n--
+			t.left, t.right = nil, s.spare
+			s.spare = t
 			return true
 		case k.Less(t.key):
 			p = &t.left
