@@ -233,6 +233,13 @@ type job struct {
 	run     *Run
 	factory replay.Factory
 	cfg     replay.Config
+	// open, when set, replaces the comparison's opener (transformed traces).
+	open Opener
+	// noSeries skips the time series and histogram.
+	noSeries bool
+	// prepare, when set, is called with the reader before the replay and
+	// may set cfg.Observer.
+	prepare func(r *trace.Reader, cfg *replay.Config)
 }
 
 // readHeader opens the trace once to read its header.
@@ -393,6 +400,9 @@ func sameErrors(jobs []*job) bool {
 func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	t0 := time.Now()
 	defer func() { j.run.WallS = time.Since(t0).Seconds() }()
+	if j.open != nil {
+		open = j.open
+	}
 	r, c, err := open()
 	if err != nil {
 		j.run.Error = err.Error()
@@ -401,11 +411,21 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	if c != nil {
 		defer c.Close()
 	}
-	col := newCollector(j.run.Label, maxPoints)
 	cfg := j.cfg
+	var col *collector
+	if !j.noSeries {
+		col = newCollector(j.run.Label, maxPoints)
+		cfg.Observer = col.observe
+	}
+	if j.prepare != nil {
+		j.prepare(r, &cfg)
+	}
 	var n int64
+	obs := cfg.Observer
 	cfg.Observer = func(s *replay.Sample) {
-		col.observe(s)
+		if obs != nil {
+			obs(s)
+		}
 		if n++; n&(1<<16-1) == 0 {
 			total.Add(1 << 16)
 		}
@@ -418,8 +438,10 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	if res != nil {
 		res.Conf = j.run.Conf
 		j.run.Result = res
-		j.run.Series = col.series()
-		j.run.FreeHist = col.histogram()
+		if col != nil {
+			j.run.Series = col.series()
+			j.run.FreeHist = col.histogram()
+		}
 	}
 }
 

@@ -1,17 +1,68 @@
 package cli
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/fragsim/fragsim/analysis"
 )
 
 func analyzeCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "analyze",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("analyze: not built yet")
+		Name:      "analyze",
+		Usage:     "explain where a trace's fragmentation comes from and which setting removes it",
+		ArgsUsage: "[TRACE]",
+		Description: "Replays TRACE (default: the built-in multi-agent trace) under a policy and shows the\n" +
+			"worst moments, the live blocks that keep split segments from being released (by\n" +
+			"request size, stream, agent or model, and call stack), and the request sizes. Then\n" +
+			"replays the trace under each setting of a sweep (expandable_segments,\n" +
+			"max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, emptying\n" +
+			"the cache, padding requests) in parallel and ranks them.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Usage: "policy whose fragmentation is explained", Value: "caching"},
+			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},
+			&cli.StringFlag{Name: "capacity", Usage: "device memory, e.g. 80GiB (default: the trace's GPU)"},
+			&cli.IntFlag{Name: "top", Usage: "worst moments to list", Value: 5},
+			&cli.BoolFlag{Name: "no-advice", Usage: "skip the sweep of settings"},
+			&cli.BoolFlag{Name: "json", Usage: "print the analysis as JSON"},
 		},
+		Action: runAnalyze,
 	}
+}
+
+func runAnalyze(c *cli.Context) error {
+	if ok, err := reorderArgs(c); ok {
+		return err
+	}
+	if c.NArg() > 1 {
+		return exitCode(2, fmt.Errorf("analyze: one TRACE at most, got %d arguments", c.NArg()))
+	}
+	open, name, err := traceSource(c, c.Args().First())
+	if err != nil {
+		return err
+	}
+	opts := analysis.AnalyzeOptions{Policy: c.String("policy"), Conf: c.String("conf"), Top: c.Int("top"),
+		NoAdvice: c.Bool("no-advice"), Name: name}
+	if s := c.String("capacity"); s != "" {
+		if opts.Config.CapacityBytes, err = parseCapacity(s); err != nil {
+			return exitCode(2, err)
+		}
+	}
+	prog := newProgress(c.App.ErrWriter, "analyze")
+	opts.Progress = func(events int64, done, runs int) {
+		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
+	}
+	a, err := analysis.Analyze(open, opts)
+	prog.done()
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(a)
+	}
+	return a.WriteText(c.App.Writer)
 }

@@ -1,0 +1,489 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// AnalyzeOptions configures Analyze.
+type AnalyzeOptions struct {
+	// Policy whose fragmentation is explained; "" is caching.
+	Policy string
+	// Conf is a PYTORCH_CUDA_ALLOC_CONF string; empty: the trace's own settings.
+	Conf string
+	// Config is the replay configuration (capacity, fraction, ...).
+	Config replay.Config
+	// Top is the number of worst moments listed; 0: 5.
+	Top int
+	// NoAdvice skips the sweeps.
+	NoAdvice bool
+	// Sweep overrides the advice sweep; nil: DefaultSweep.
+	Sweep []Variant
+	// Parallel bounds the replays run at once; 0: GOMAXPROCS.
+	Parallel int
+	// Progress is as for CompareOptions.
+	Progress func(events int64, runsDone, runs int)
+	// Name is the trace's name, for reports.
+	Name string
+}
+
+// Analysis explains where a trace's fragmentation comes from and which
+// setting removes most of it.
+type Analysis struct {
+	Trace  TraceInfo      `json:"trace"`
+	Policy string         `json:"policy"`
+	Conf   string         `json:"conf,omitempty"`
+	Result *replay.Result `json:"result"`
+	// Moments are the worst moments: the most stranded bytes (free bytes
+	// that empty_cache cannot return), then the most reserved − active.
+	Moments []Moment `json:"moments"`
+	// Breakdowns attribute the stranded bytes at the worst moments to the
+	// live blocks that keep their segments from being released.
+	Breakdowns []Breakdown `json:"breakdowns"`
+	// Requests is the request size distribution, in log2 classes.
+	Requests []SizeClass `json:"requests"`
+	// Markers is the number of distinct agents or models seen.
+	Markers int `json:"markers"`
+	// HasStacks is set when allocations carry call stacks.
+	HasStacks bool `json:"has_stacks"`
+	// Advice ranks the replayed settings, best first.
+	Advice []Advice `json:"advice,omitempty"`
+	// BestChange is the best change that lowers at_peak_pct without
+	// raising peak reserved ("" when none does).
+	BestChange string `json:"best_change,omitempty"`
+	// Baseline is the caching replay the advice is measured against.
+	Baseline *replay.Result `json:"baseline,omitempty"`
+	// Workload says how to test changes a setting cannot make.
+	Workload string  `json:"workload"`
+	WallS    float64 `json:"wall_s"`
+}
+
+// Moment is the replayed state at one event.
+type Moment struct {
+	Index            int64   `json:"index"`
+	TimeS            float64 `json:"t_s"`
+	ReservedBytes    uint64  `json:"reserved_bytes"`
+	ActiveBytes      uint64  `json:"active_bytes"`
+	Pct              float64 `json:"pct"` // 100·(1 − active/reserved)
+	StrandedBytes    uint64  `json:"stranded_bytes"`
+	LargestFreeBytes uint64  `json:"largest_free_bytes"`
+}
+
+// Breakdown attributes the stranded bytes of one moment. Each split
+// segment's stranded bytes are shared among its live blocks in proportion
+// to their sizes, so every table sums to StrandedBytes.
+type Breakdown struct {
+	What          string  `json:"what"` // "peak reserved", "most stranded"
+	Moment        Moment  `json:"moment"`
+	StrandedBytes uint64  `json:"stranded_bytes"`
+	SplitSegments int     `json:"split_segments"` // segments holding both live and free blocks
+	BySize        []Share `json:"by_size"`
+	ByStream      []Share `json:"by_stream"`
+	ByMarker      []Share `json:"by_marker,omitempty"`
+	ByStack       []Share `json:"by_stack,omitempty"`
+}
+
+// Share is one key's part of a breakdown.
+type Share struct {
+	Key           string  `json:"key"`
+	StrandedBytes uint64  `json:"stranded_bytes"`
+	LiveBlocks    int64   `json:"live_blocks"` // live blocks in split segments
+	Pct           float64 `json:"pct"`
+}
+
+// SizeClass is one log2 class of request sizes: LowBytes <= size < 2·LowBytes.
+type SizeClass struct {
+	Log2     int     `json:"log2"`
+	LowBytes uint64  `json:"low_bytes"`
+	Count    int64   `json:"count"`
+	Bytes    uint64  `json:"bytes"`
+	Pct      float64 `json:"pct"` // of the requests
+}
+
+// SizeClassLabel names a log2 class: "[4 MiB, 8 MiB)".
+func SizeClassLabel(k int) string {
+	return fmt.Sprintf("[%s, %s)", shortBytes(1<<uint(k)), shortBytes(1<<uint(k+1)))
+}
+
+// shortBytes writes a power of two compactly: 512 B, 4 KiB, 2 MiB, 1 GiB.
+func shortBytes(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := 0
+	for n >= 1024 && n%1024 == 0 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	return fmt.Sprintf("%d %s", n, units[i])
+}
+
+// explainer observes the explained replay.
+type explainer struct {
+	r        *trace.Reader
+	policies []*tracked
+	marker   string
+	markers  map[string]bool
+	stacks   map[trace.StackID]string
+	seen     map[*tracked]int64 // mallocs seen per policy
+	reqs     [64]SizeClass
+	moments  *momentBuckets
+	t0       int64
+	started  bool
+
+	peak, maxStranded    uint64
+	peakSeen             bool
+	peakBD, strandedBD   *Breakdown
+	lastStrandedCaptured uint64
+	hasStacks            bool
+}
+
+func newExplainer(r *trace.Reader) *explainer {
+	return &explainer{r: r, markers: map[string]bool{}, stacks: map[trace.StackID]string{},
+		seen: map[*tracked]int64{}, moments: newMomentBuckets(512)}
+}
+
+// stackKey names a stack by its top frames.
+func (x *explainer) stackKey(id trace.StackID) string {
+	if id == trace.NoStack {
+		return ""
+	}
+	if k, ok := x.stacks[id]; ok {
+		return k
+	}
+	frames := x.r.Stack(id)
+	var parts []string
+	for i, f := range frames {
+		if i == 3 {
+			break
+		}
+		s := x.r.String(f.Func)
+		if file := x.r.String(f.File); file != "" && f.Line > 0 {
+			s += fmt.Sprintf(" (%s:%d)", file, f.Line)
+		}
+		parts = append(parts, s)
+	}
+	k := strings.Join(parts, " < ")
+	x.stacks[id] = k
+	return k
+}
+
+func (x *explainer) observe(s *replay.Sample) {
+	if !x.started {
+		x.t0, x.started = s.TimeNS, true
+	}
+	ev := &s.Event
+	t := unwrap(s.Policy)
+	switch ev.Kind {
+	case trace.KindMarker:
+		if ev.Marker == trace.MarkerAgent || ev.Marker == trace.MarkerModel {
+			x.marker = ev.Marker.String() + " " + x.r.String(ev.Text)
+			x.markers[x.marker] = true
+		}
+	case trace.KindAlloc:
+		k := Log2Class(ev.SizeBytes)
+		x.reqs[k].Count++
+		x.reqs[k].Bytes += ev.SizeBytes
+		if t != nil && t.mallocs != x.seen[t] && t.lastOK {
+			o := origin{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
+			if ev.Stack != trace.NoStack {
+				x.hasStacks = true
+				o.stack = x.stackKey(ev.Stack)
+			}
+			t.origins[t.lastAddr] = o
+		}
+	}
+	if t != nil {
+		x.seen[t] = t.mallocs
+	}
+	st := s.Policy.Stats()
+	m := Moment{Index: s.Index, TimeS: float64(s.TimeNS-x.t0) / 1e9, ReservedBytes: s.ReservedBytes,
+		ActiveBytes: s.ActiveBytes, Pct: FragPct(s.ReservedBytes, s.ActiveBytes),
+		StrandedBytes: st.StrandedBytes, LargestFreeBytes: st.LargestFreeBytes}
+	x.moments.add(m)
+	if t == nil {
+		return
+	}
+	if s.ReservedBytes > x.peak || !x.peakSeen {
+		x.peak, x.peakSeen = s.ReservedBytes, true
+		x.peakBD = x.breakdown(t, "peak reserved", m)
+	}
+	// The most stranded moment: walked again only when the stranded bytes
+	// grow by 1% over the last walk, so the walks stay few.
+	if st.StrandedBytes > x.maxStranded {
+		x.maxStranded = st.StrandedBytes
+		if x.strandedBD == nil || st.StrandedBytes > x.lastStrandedCaptured+x.lastStrandedCaptured/100 {
+			x.lastStrandedCaptured = st.StrandedBytes
+			x.strandedBD = x.breakdown(t, "most stranded", m)
+		}
+	}
+}
+
+// shareAcc accumulates one breakdown table.
+type shareAcc map[string]*Share
+
+func (a shareAcc) add(key string, bytes float64, blocks int64) {
+	s := a[key]
+	if s == nil {
+		s = &Share{Key: key}
+		a[key] = s
+	}
+	s.StrandedBytes += uint64(bytes + 0.5)
+	s.LiveBlocks += blocks
+}
+
+func (a shareAcc) sorted(total uint64) []Share {
+	out := make([]Share, 0, len(a))
+	for _, s := range a {
+		if total > 0 {
+			s.Pct = 100 * float64(s.StrandedBytes) / float64(total)
+		}
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].StrandedBytes != out[j].StrandedBytes {
+			return out[i].StrandedBytes > out[j].StrandedBytes
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// breakdown walks the policy's segments and attributes their stranded bytes.
+func (x *explainer) breakdown(t *tracked, what string, m Moment) *Breakdown {
+	bd := &Breakdown{What: what, Moment: m}
+	bySize, byStream, byMarker, byStack := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
+	t.Segments(func(seg trace.Segment) bool {
+		var free, live uint64
+		for _, b := range seg.Blocks {
+			if b.State == trace.BlockInactive {
+				free += b.SizeBytes
+			} else {
+				live += b.SizeBytes
+			}
+		}
+		if free == 0 || live == 0 {
+			return true
+		}
+		bd.SplitSegments++
+		bd.StrandedBytes += free
+		for _, b := range seg.Blocks {
+			if b.State == trace.BlockInactive {
+				continue
+			}
+			share := float64(free) * float64(b.SizeBytes) / float64(live)
+			o, ok := t.origins[b.Addr]
+			if !ok {
+				o = origin{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
+			}
+			sizeKey := "(unknown)"
+			if o.size > 0 {
+				sizeKey = SizeClassLabel(Log2Class(o.size))
+			}
+			bySize.add(sizeKey, share, 1)
+			byStream.add(fmt.Sprintf("stream %#x", uint64(o.stream)), share, 1)
+			mk := o.marker
+			if mk == "" {
+				mk = "(no marker)"
+			}
+			byMarker.add(mk, share, 1)
+			sk := o.stack
+			if sk == "" {
+				sk = "(no stack)"
+			}
+			byStack.add(sk, share, 1)
+		}
+		return true
+	})
+	bd.BySize = bySize.sorted(bd.StrandedBytes)
+	bd.ByStream = byStream.sorted(bd.StrandedBytes)
+	bd.ByMarker = byMarker.sorted(bd.StrandedBytes)
+	bd.ByStack = byStack.sorted(bd.StrandedBytes)
+	return bd
+}
+
+// momentBuckets keeps, per bucket of events, the worst moment; buckets
+// merge in pairs as the trace grows, as sampler's do.
+type momentBuckets struct {
+	max     int
+	width   int64
+	inCur   int64
+	buckets []Moment
+}
+
+func newMomentBuckets(n int) *momentBuckets { return &momentBuckets{max: n, width: 1} }
+
+// worse reports whether a is a worse moment than b: more stranded bytes,
+// then more reserved − active.
+func worse(a, b Moment) bool {
+	if a.StrandedBytes != b.StrandedBytes {
+		return a.StrandedBytes > b.StrandedBytes
+	}
+	return a.ReservedBytes-min(a.ActiveBytes, a.ReservedBytes) > b.ReservedBytes-min(b.ActiveBytes, b.ReservedBytes)
+}
+
+func (mb *momentBuckets) add(m Moment) {
+	if len(mb.buckets) == 0 || mb.inCur >= mb.width {
+		if len(mb.buckets) == mb.max {
+			n := 0
+			for i := 0; i < len(mb.buckets); i += 2 {
+				a := mb.buckets[i]
+				if i+1 < len(mb.buckets) && worse(mb.buckets[i+1], a) {
+					a = mb.buckets[i+1]
+				}
+				mb.buckets[n] = a
+				n++
+			}
+			if len(mb.buckets)%2 == 0 {
+				mb.inCur += mb.width
+			}
+			mb.buckets = mb.buckets[:n]
+			mb.width *= 2
+		}
+		if len(mb.buckets) == 0 || mb.inCur >= mb.width {
+			mb.buckets = append(mb.buckets, m)
+			mb.inCur = 1
+			return
+		}
+	}
+	if last := &mb.buckets[len(mb.buckets)-1]; worse(m, *last) {
+		*last = m
+	}
+	mb.inCur++
+}
+
+// top returns the k worst moments, no two from neighbouring buckets, in
+// order of badness.
+func (mb *momentBuckets) top(k int) []Moment {
+	idx := make([]int, len(mb.buckets))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return worse(mb.buckets[idx[a]], mb.buckets[idx[b]]) })
+	taken := map[int]bool{}
+	var out []Moment
+	for _, i := range idx {
+		if len(out) == k {
+			break
+		}
+		if taken[i-1] || taken[i+1] {
+			continue
+		}
+		taken[i] = true
+		out = append(out, mb.buckets[i])
+	}
+	return out
+}
+
+// Analyze replays the trace under the policy, explains its fragmentation
+// and, unless NoAdvice, ranks the settings that remove it, each by replay.
+func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
+	start := time.Now()
+	h, err := readHeader(open)
+	if err != nil {
+		return nil, err
+	}
+	policy := opts.Policy
+	if policy == "" {
+		policy = "caching"
+	}
+	f, err := allocator.NewFactory(policy, opts.Conf, h)
+	if err != nil {
+		return nil, err
+	}
+	var x *explainer
+	var tracks []*tracked
+	main := &job{run: &Run{Label: policy, Policy: policy, Conf: opts.Conf}, cfg: opts.Config, noSeries: true,
+		factory: trackFactory(f, func(t *tracked) { tracks = append(tracks, t) })}
+	main.prepare = func(r *trace.Reader, cfg *replay.Config) {
+		x = newExplainer(r)
+		cfg.Observer = x.observe
+	}
+	jobs := []*job{main}
+	var sw *sweep
+	if !opts.NoAdvice {
+		variants := opts.Sweep
+		if variants == nil {
+			variants = DefaultSweep()
+		}
+		sw, err = newSweep(open, h, opts, variants)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, sw.jobs...)
+	}
+	if err := runJobs(open, jobs, opts.Parallel, 0, opts.Progress); err != nil {
+		return nil, err
+	}
+	if !main.run.OK() {
+		return nil, fmt.Errorf("%s: %s", policy, main.run.Error)
+	}
+	a := &Analysis{Trace: NewTraceInfo(opts.Name, h), Policy: policy, Conf: opts.Conf, Result: main.run.Result}
+	a.Trace.Events = a.Result.Events
+	top := opts.Top
+	if top <= 0 {
+		top = 5
+	}
+	a.Moments = x.moments.top(top)
+	if x.peakBD != nil {
+		a.Breakdowns = append(a.Breakdowns, *x.peakBD)
+	}
+	if x.strandedBD != nil && (x.peakBD == nil || x.strandedBD.Moment.Index != x.peakBD.Moment.Index) {
+		a.Breakdowns = append(a.Breakdowns, *x.strandedBD)
+	}
+	a.HasStacks = x.hasStacks
+	if !a.HasStacks {
+		for i := range a.Breakdowns {
+			a.Breakdowns[i].ByStack = nil
+		}
+	}
+	a.Markers = len(x.markers)
+	if a.Markers == 0 {
+		for i := range a.Breakdowns {
+			a.Breakdowns[i].ByMarker = nil
+		}
+	}
+	var total int64
+	for _, c := range x.reqs {
+		total += c.Count
+	}
+	for k, c := range x.reqs {
+		if c.Count == 0 {
+			continue
+		}
+		c.Log2, c.LowBytes = k, 1<<uint(k)
+		c.Pct = 100 * float64(c.Count) / float64(total)
+		a.Requests = append(a.Requests, c)
+	}
+	if sw != nil {
+		if err := sw.second(open, opts); err != nil {
+			return nil, err
+		}
+		a.Baseline, a.Advice = sw.rank()
+		if b, _ := a.Best(); b != nil {
+			a.BestChange = b.Setting
+		}
+	}
+	a.Workload = workloadNote(a.Markers)
+	a.WallS = time.Since(start).Seconds()
+	return a, nil
+}
+
+// workloadNote says what a replay cannot test and how to record it.
+func workloadNote(markers int) string {
+	s := "Workload changes are not settings: one shared model instead of a copy per agent, or " +
+		"batching the agents' requests, change the requests themselves, so no replay of this trace " +
+		"can show their effect. Record the changed workload and compare it: " +
+		"`fragsim record -- python serve.py`, or in the script " +
+		"`torch.cuda.memory._record_memory_history(max_entries=1_000_000)` at the start and " +
+		"`torch.cuda.memory._dump_snapshot(\"run.pickle\")` at the end, then " +
+		"`fragsim import run.pickle` and `fragsim compare` on the result."
+	if markers > 1 {
+		s = fmt.Sprintf("This trace holds %d agents or models. ", markers) + s
+	}
+	return s
+}
