@@ -8,7 +8,22 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// profileFile measures the Profile of a trace file.
+// The real traces in testdata are the multi-agent baseline
+// (traces/workloads/multi_agent.py, seeds 1, 2 and 3: five BERT-base agents,
+// 200 requests) recorded as PyTorch 2.11 memory snapshots on an H200 and
+// converted with `fragsim import`.
+var realBaselines = []string{"testdata/baseline_s1.fst", "testdata/baseline_s2.fst", "testdata/baseline_s3.fst"}
+
+const realRequests = 200 // requests in each real baseline run
+
+// Tolerances of the calibration (stated in the package documentation).
+const (
+	tolSizeLong = 0.10 // size distribution, long synthetic trace vs the real runs pooled
+	tolLifeLong = 0.02 // lifetime distribution, same
+	tolRun      = 0.15 // either distribution, a synthetic run as long as a real one vs the real runs pooled
+)
+
+// profileFile measures the Profile of a trace file and counts its events.
 func profileFile(t testing.TB, path string) (Profile, int64) {
 	t.Helper()
 	f, err := trace.Open(path)
@@ -32,55 +47,82 @@ func profileFile(t testing.TB, path string) (Profile, int64) {
 	return p.Profile(), n
 }
 
-func TestCalibrationPrint(t *testing.T) {
-	real, n := profileFile(t, "testdata/baseline_s1.fst")
-	cfg := DefaultConfig()
-	cfg.Events = n
+func profileConfig(t testing.TB, cfg Config) (Profile, *Stats) {
+	t.Helper()
 	p := NewProfiler()
-	if _, err := Generate(p, cfg); err != nil {
+	st, err := Generate(p, cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	syn := p.Profile()
-	t.Logf("real: %d events, %d allocs, %d freed; synth %d allocs %d freed", n, real.Allocs, real.Freed, syn.Allocs, syn.Freed)
-	t.Logf("size real  %v", real.Sizes.String())
-	t.Logf("size synth %v", syn.Sizes.String())
-	t.Logf("life real  %v", real.Lifetimes.String())
-	t.Logf("life synth %v", syn.Lifetimes.String())
-	t.Logf("tvd size %.4f life %.4f", TotalVariation(real.Sizes.Fractions(), syn.Sizes.Fractions()), TotalVariation(real.Lifetimes.Fractions(), syn.Lifetimes.Fractions()))
+	return p.Profile(), st
 }
 
-func TestCalibrationNoise(t *testing.T) {
+// TestCalibratedOnRealTrace checks that the default workload's request sizes
+// and lifetimes agree with real multi-agent BERT traces.
+func TestCalibratedOnRealTrace(t *testing.T) {
+	var pooled Profile
 	var reals []Profile
-	for _, n := range []string{"s1", "s2", "s3"} {
-		p, _ := profileFile(t, "testdata/baseline_"+n+".fst")
+	var realEvents int64
+	for _, path := range realBaselines {
+		p, n := profileFile(t, path)
 		reals = append(reals, p)
+		realEvents = max(realEvents, n)
+		for k := range p.Sizes {
+			pooled.Sizes[k] += p.Sizes[k]
+			pooled.Lifetimes[k] += p.Lifetimes[k]
+		}
 	}
 	for i := range reals {
 		for j := i + 1; j < len(reals); j++ {
-			t.Logf("real %d vs %d: size %.4f life %.4f", i, j, TotalVariation(reals[i].Sizes.Fractions(), reals[j].Sizes.Fractions()), TotalVariation(reals[i].Lifetimes.Fractions(), reals[j].Lifetimes.Fractions()))
+			t.Logf("real run %d vs %d: size TVD %.4f, lifetime TVD %.4f", i+1, j+1,
+				TotalVariation(reals[i].Sizes.Fractions(), reals[j].Sizes.Fractions()),
+				TotalVariation(reals[i].Lifetimes.Fractions(), reals[j].Lifetimes.Fractions()))
 		}
 	}
-	var all Profile
-	for _, r := range reals {
-		for k := range r.Sizes {
-			all.Sizes[k] += r.Sizes[k]
-			all.Lifetimes[k] += r.Lifetimes[k]
-		}
+
+	// A long synthetic trace: its distributions are those of the model.
+	cfg := DefaultConfig()
+	cfg.Events = 2_000_000
+	long, st := profileConfig(t, cfg)
+	ds := TotalVariation(pooled.Sizes.Fractions(), long.Sizes.Fractions())
+	dl := TotalVariation(pooled.Lifetimes.Fractions(), long.Lifetimes.Fractions())
+	t.Logf("synthetic (%d events) vs real pooled: size TVD %.4f (tolerance %.2f), lifetime TVD %.4f (tolerance %.2f)",
+		st.Events, ds, tolSizeLong, dl, tolLifeLong)
+	t.Logf("sizes real:  %v", pooled.Sizes.String())
+	t.Logf("sizes synth: %v", long.Sizes.String())
+	t.Logf("lifetimes real:  %v", pooled.Lifetimes.String())
+	t.Logf("lifetimes synth: %v", long.Lifetimes.String())
+	if ds >= tolSizeLong {
+		t.Errorf("size distribution: TVD %.4f, tolerance %.2f", ds, tolSizeLong)
 	}
-	for seed := uint64(1); seed <= 5; seed++ {
+	if dl >= tolLifeLong {
+		t.Errorf("lifetime distribution: TVD %.4f, tolerance %.2f", dl, tolLifeLong)
+	}
+
+	// Synthetic runs as long as a real one, several seeds.
+	for seed := uint64(1); seed <= 3; seed++ {
 		cfg := DefaultConfig()
-		cfg.Seed = seed
-		cfg.Events = 123927
-		p := NewProfiler()
-		Generate(p, cfg)
-		s := p.Profile()
-		cfg.Events = 5_000_000
-		p = NewProfiler()
-		Generate(p, cfg)
-		l := p.Profile()
-		t.Logf("synth seed %d vs real s1: size %.4f life %.4f; vs all three: %.4f %.4f; long synth vs all: %.4f %.4f", seed,
-			TotalVariation(reals[0].Sizes.Fractions(), s.Sizes.Fractions()), TotalVariation(reals[0].Lifetimes.Fractions(), s.Lifetimes.Fractions()),
-			TotalVariation(all.Sizes.Fractions(), s.Sizes.Fractions()), TotalVariation(all.Lifetimes.Fractions(), s.Lifetimes.Fractions()),
-			TotalVariation(all.Sizes.Fractions(), l.Sizes.Fractions()), TotalVariation(all.Lifetimes.Fractions(), l.Lifetimes.Fractions()))
+		cfg.Seed, cfg.Events = seed, realEvents
+		p, _ := profileConfig(t, cfg)
+		ds := TotalVariation(pooled.Sizes.Fractions(), p.Sizes.Fractions())
+		dl := TotalVariation(pooled.Lifetimes.Fractions(), p.Lifetimes.Fractions())
+		t.Logf("seed %d, %d events: size TVD %.4f, lifetime TVD %.4f", seed, cfg.Events, ds, dl)
+		if ds >= tolRun || dl >= tolRun {
+			t.Errorf("seed %d: size TVD %.4f, lifetime TVD %.4f, tolerance %.2f", seed, ds, dl, tolRun)
+		}
+	}
+
+	// The model's structure, exactly: what stays live (weights, buffers,
+	// cuBLAS workspaces) and allocations per request.
+	real := reals[0]
+	if real.LiveBytes != st.PersistentBytes || real.LiveBytes != long.LiveBytes {
+		t.Errorf("live at the end: real %d bytes, synthetic %d (persistent %d)", real.LiveBytes, long.LiveBytes, st.PersistentBytes)
+	}
+	persistentAllocs := real.Allocs - real.Freed
+	realPer := float64(real.Allocs-persistentAllocs) / realRequests
+	synPer := float64(long.Allocs-persistentAllocs) / float64(st.Requests)
+	t.Logf("allocations per request: real %.2f, synthetic %.2f", realPer, synPer)
+	if d := synPer/realPer - 1; d > 0.01 || d < -0.01 {
+		t.Errorf("allocations per request: real %.2f, synthetic %.2f", realPer, synPer)
 	}
 }

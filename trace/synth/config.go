@@ -169,9 +169,9 @@ func DefaultConfig() Config {
 		EagerAttention: false,
 		DecodeMin:      16,
 		DecodeMax:      256,
-		ThinkNS:        2_000_000,
-		OpNS:           12_000,
-		FLOPS:          50e12,
+		ThinkNS:        0,
+		OpNS:           34_000,
+		FLOPS:          30e12,
 		MemBW:          4e12,
 		Stacks:         true,
 	}

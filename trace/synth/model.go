@@ -187,7 +187,12 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 	words := g.out(bs*H, f, opEmbedding, -1)
 	var types tensor
 	if m.TypeVocab > 0 {
-		typeIDs := g.out(bs, int64Bytes, opContiguous, -1)
+		// The token-type buffer expanded to the batch is copied to be
+		// contiguous, except for a batch of one.
+		var typeIDs tensor
+		if b > 1 {
+			typeIDs = g.out(bs, int64Bytes, opContiguous, -1)
+		}
 		types = g.out(bs*H, f, opEmbedding, -1)
 		g.freeT(typeIDs)
 	}
