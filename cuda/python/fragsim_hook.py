@@ -1,0 +1,204 @@
+"""Record a PyTorch program's GPU allocations with fragsim.
+
+Two lines at the very top of your program, before anything touches CUDA:
+
+    import fragsim_hook
+    fragsim_hook.install("run.fragsim", lib="/path/to/libfragsim_hook.so")
+
+(or run it unchanged with ``fragsim record -o run.fragsim -- python prog.py``,
+which does the same through a sitecustomize module). ``install`` loads
+libfragsim_hook.so as PyTorch's pluggable CUDA allocator: every tensor
+allocation and free is recorded (size, device, stream, time, address) and
+served by the CUDA driver's stream-ordered memory pool. The trace is written
+in the background, a chunk at least every second, and closed at exit or on
+SIGTERM. Markers: see fragsim_marker.
+"""
+
+import atexit
+import ctypes
+import functools
+import json
+import os
+import signal
+import sys
+
+__all__ = ["FragsimError", "install", "close", "flush", "recording"]
+
+_lib = None
+_closed = False
+
+
+class FragsimError(RuntimeError):
+    """Recording cannot start; the message says why."""
+
+
+def recording():
+    """True while a trace is being recorded in this process."""
+    return _lib is not None and not _closed
+
+
+def _load(lib):
+    try:
+        cdll = ctypes.CDLL(lib)
+    except OSError as e:
+        raise FragsimError(f"cannot load the fragsim hook library {lib}: {e}") from None
+    cdll.fragsim_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    cdll.fragsim_open.restype = ctypes.c_int
+    cdll.fragsim_last_error.argtypes = []
+    cdll.fragsim_last_error.restype = ctypes.c_char_p
+    cdll.fragsim_close.argtypes = []
+    cdll.fragsim_close.restype = ctypes.c_int
+    cdll.fragsim_flush.argtypes = []
+    cdll.fragsim_flush.restype = ctypes.c_int
+    cdll.fragsim_empty_cache.argtypes = []
+    cdll.fragsim_empty_cache.restype = None
+    cdll.fragsim_set_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
+    cdll.fragsim_set_fraction.restype = None
+    cdll.fragsim_marker.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    cdll.fragsim_marker.restype = None
+    return cdll
+
+
+def _last_error(cdll):
+    msg = cdll.fragsim_last_error()
+    return msg.decode(errors="replace") if msg else "unknown error"
+
+
+def install(path=None, lib=None, tags=None):
+    """Start recording this process's CUDA allocations into the trace at path.
+
+    path defaults to $FRAGSIM_TRACE and lib to $FRAGSIM_HOOK_LIB. Call it
+    before the first CUDA allocation: PyTorch cannot swap its allocator
+    afterwards. Raises FragsimError with the reason when recording cannot
+    start (no torch, torch too old, CUDA already initialised, no driver or
+    no GPU).
+    """
+    global _lib
+    if _lib is not None:
+        return
+    path = path or os.environ.get("FRAGSIM_TRACE")
+    lib = lib or os.environ.get("FRAGSIM_HOOK_LIB")
+    if not path:
+        raise FragsimError("no trace path: pass install(path) or set FRAGSIM_TRACE")
+    if not lib:
+        raise FragsimError("no hook library: pass install(lib=...) or set FRAGSIM_HOOK_LIB to libfragsim_hook.so")
+    lib = os.path.abspath(lib)
+    if not os.path.exists(lib):
+        raise FragsimError(f"hook library {lib} does not exist (build it with cuda/build.sh)")
+    try:
+        import torch
+    except ImportError as e:
+        raise FragsimError(f"cannot import torch: {e}") from None
+    mem = getattr(torch.cuda, "memory", None)
+    if mem is None or not hasattr(mem, "CUDAPluggableAllocator") or not hasattr(mem, "change_current_allocator"):
+        raise FragsimError(
+            f"torch {torch.__version__} is too old: it has no torch.cuda.memory.CUDAPluggableAllocator "
+            "(pluggable allocators need torch 2.0 or newer)"
+        )
+    if torch.cuda.is_initialized():
+        raise FragsimError(
+            "CUDA was initialised before fragsim could install its allocator: PyTorch cannot swap an "
+            "allocator once it is in use. Install fragsim first thing (fragsim record does)"
+        )
+
+    cdll = _load(lib)
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
+    meta = {
+        "torch_version": str(torch.__version__),
+        "command_line": list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv),
+        "alloc_conf": conf,
+        "device": 0,
+        "tags": dict(tags or {}),
+    }
+    if cdll.fragsim_open(os.fsencode(path), json.dumps(meta).encode()) != 0:
+        raise FragsimError(_last_error(cdll))
+    try:
+        alloc = mem.CUDAPluggableAllocator(lib, "fragsim_alloc", "fragsim_free")
+        mem.change_current_allocator(alloc)
+    except RuntimeError as e:
+        cdll.fragsim_close()
+        if "already initialized" in str(e):
+            raise FragsimError(
+                "PyTorch's CUDA allocator was already initialised (Can't swap an already initialized "
+                "allocator): install fragsim before the first CUDA call"
+            ) from None
+        raise FragsimError(f"PyTorch refused the fragsim allocator: {e}") from None
+    _lib = cdll
+    os.environ["FRAGSIM_OWNER_PID"] = str(os.getpid())
+    _wrap_torch(torch)
+    atexit.register(close)
+    _install_sigterm()
+
+
+def _wrap_torch(torch):
+    """Record empty_cache and set_per_process_memory_fraction calls."""
+    orig_empty = torch.cuda.empty_cache
+
+    @functools.wraps(orig_empty)
+    def empty_cache():
+        orig_empty()
+        if _lib is not None:
+            _lib.fragsim_empty_cache()
+
+    orig_fraction = torch.cuda.set_per_process_memory_fraction
+
+    @functools.wraps(orig_fraction)
+    def set_per_process_memory_fraction(fraction, device=None):
+        orig_fraction(fraction, device)
+        if _lib is not None:
+            try:
+                from torch.cuda._utils import _get_device_index
+
+                index = _get_device_index(device) if device is not None else torch.cuda.current_device()
+            except Exception:
+                index = 0
+            _lib.fragsim_set_fraction(float(fraction), int(index))
+
+    for mod in (torch.cuda, torch.cuda.memory):
+        if hasattr(mod, "empty_cache"):
+            mod.empty_cache = empty_cache
+        if hasattr(mod, "set_per_process_memory_fraction"):
+            mod.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+
+def _install_sigterm():
+    """Close the trace on SIGTERM, then let the previous handler act."""
+    try:
+        prev = signal.getsignal(signal.SIGTERM)
+    except (ValueError, AttributeError):
+        return
+    if prev is signal.SIG_IGN:
+        return
+
+    def on_term(signum, frame):
+        close()
+        if callable(prev):
+            return prev(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: atexit still closes the trace
+        pass
+
+
+def flush():
+    """Write everything recorded so far to the trace now."""
+    if recording():
+        _lib.fragsim_flush()
+
+
+def close():
+    """Stop recording and close the trace (memory keeps being served)."""
+    global _closed
+    if _lib is None or _closed:
+        return
+    _closed = True
+    if _lib.fragsim_close() != 0:
+        print(f"fragsim: {_last_error(_lib)}", file=sys.stderr)
+
+
+def _marker(kind, text):
+    if recording():
+        _lib.fragsim_marker(int(kind), str(text).encode("utf-8", errors="replace"))

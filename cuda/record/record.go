@@ -1,0 +1,293 @@
+// Package record runs a program under fragsim's recording allocator and
+// summarises the trace it leaves (the pure-Go side of fragsim record).
+package record
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fragsim/fragsim/cuda/python"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// LibName is the file name of the hook library.
+const LibName = "libfragsim_hook.so"
+
+// failCode is the exit code the start-up hook uses when recording cannot start.
+const failCode = 86
+
+// Config says what to run and where the trace goes.
+type Config struct {
+	// Output is the trace file to write (required).
+	Output string
+	// HookLib is the path of libfragsim_hook.so; "" means FindHookLib.
+	HookLib string
+	// Args are the program and its arguments, e.g. python script.py.
+	Args []string
+	// Stdin, Stdout and Stderr are the program's; nil means the process's own.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Env is the program's environment; nil means os.Environ().
+	Env []string
+}
+
+// Summary describes a finished recording.
+type Summary struct {
+	Path          string        `json:"path"`
+	Events        int64         `json:"events"`
+	Allocs        int64         `json:"allocs"`
+	Frees         int64         `json:"frees"`
+	OOMs          int64         `json:"ooms"`
+	Markers       int64         `json:"markers"`
+	PeakLiveBytes uint64        `json:"peak_live_bytes"`
+	Duration      time.Duration `json:"duration_ns"`
+	FileBytes     int64         `json:"file_bytes"`
+	// Truncated is set when the file ends without its end chunk (the
+	// program was killed): everything up to its last flush is there.
+	Truncated bool `json:"truncated"`
+	// ExitCode is the program's exit status (128+N when killed by signal N).
+	ExitCode int `json:"exit_code"`
+}
+
+// ErrNoTrace means the program ran but no trace was written, because
+// recording could not start (the program's stderr says why).
+var ErrNoTrace = errors.New("no trace was written")
+
+// FindHookLib returns the hook library to use: $FRAGSIM_HOOK_LIB, else
+// libfragsim_hook.so next to the fragsim executable, in build/ beside it
+// or above it, or in ./build.
+func FindHookLib() (string, error) {
+	if p := os.Getenv("FRAGSIM_HOOK_LIB"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("FRAGSIM_HOOK_LIB: %w", err)
+		}
+		return filepath.Abs(p)
+	}
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		d := filepath.Dir(exe)
+		tried = append(tried, filepath.Join(d, LibName), filepath.Join(d, "build", LibName), filepath.Join(d, "..", "build", LibName))
+	}
+	tried = append(tried, filepath.Join("build", LibName))
+	for _, p := range tried {
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("%s not found (tried %s); build it with cuda/build.sh, or pass --lib or set FRAGSIM_HOOK_LIB", LibName, strings.Join(tried, ", "))
+}
+
+// Run runs cfg.Args with the recording allocator installed through a
+// sitecustomize module on PYTHONPATH, forwards SIGINT and SIGTERM to it,
+// and summarises the trace. The summary's ExitCode is the program's; the
+// error is non-nil only when fragsim itself failed (the summary may then
+// still say how the program ended).
+func Run(cfg Config) (*Summary, error) {
+	if len(cfg.Args) == 0 {
+		return nil, errors.New("no program to run")
+	}
+	if cfg.Output == "" {
+		return nil, errors.New("no output file")
+	}
+	out, err := filepath.Abs(cfg.Output)
+	if err != nil {
+		return nil, err
+	}
+	lib := cfg.HookLib
+	if lib == "" {
+		if lib, err = FindHookLib(); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(lib); err != nil {
+		return nil, fmt.Errorf("hook library: %w", err)
+	}
+	if lib, err = filepath.Abs(lib); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fragsim-record-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := writePython(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cannot replace %s: %w", out, err)
+	}
+
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
+	cmd.Env = programEnv(env, dir, out, lib)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = orStd(cfg.Stdin, os.Stdin), orStdW(cfg.Stdout, os.Stdout), orStdW(cfg.Stderr, os.Stderr)
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	// A Ctrl-C at a terminal reaches the program by itself (same process
+	// group); forwarding it too would interrupt its clean-up twice.
+	tty := foregroundTTY()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGINT && tty {
+					continue
+				}
+				cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	werr := cmd.Wait()
+	close(done)
+	code := 0
+	if werr != nil {
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) {
+			return nil, werr
+		}
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+	}
+	if _, err := os.Stat(out); err != nil {
+		return &Summary{Path: out, ExitCode: code}, fmt.Errorf("%w to %s", ErrNoTrace, out)
+	}
+	s, err := Summarize(out)
+	if s != nil {
+		s.ExitCode = code
+	}
+	return s, err
+}
+
+func orStd(r io.Reader, d *os.File) io.Reader {
+	if r == nil {
+		return d
+	}
+	return r
+}
+
+func orStdW(w io.Writer, d *os.File) io.Writer {
+	if w == nil {
+		return d
+	}
+	return w
+}
+
+// writePython writes the embedded Python modules into dir.
+func writePython(dir string) error {
+	return fs.WalkDir(python.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := python.Files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+	})
+}
+
+// programEnv returns env with the recording variables set and dir first on
+// PYTHONPATH.
+func programEnv(env []string, dir, out, lib string) []string {
+	var res []string
+	pythonPath := dir
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PYTHONPATH":
+			if v != "" {
+				pythonPath = dir + string(os.PathListSeparator) + v
+			}
+		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE":
+		default:
+			res = append(res, kv)
+		}
+	}
+	return append(res,
+		"PYTHONPATH="+pythonPath,
+		"FRAGSIM_TRACE="+out,
+		"FRAGSIM_HOOK_LIB="+lib,
+		"FRAGSIM_STRICT=1",
+		fmt.Sprintf("FRAGSIM_FAIL_CODE=%d", failCode),
+	)
+}
+
+// Summarize reads a recorded trace back and counts what it holds. A file
+// cut short (ErrTruncated) is summarised up to its last whole chunk, with
+// Truncated set; any other error is returned.
+func Summarize(path string) (*Summary, error) {
+	f, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s := &Summary{Path: path}
+	if st, err := os.Stat(path); err == nil {
+		s.FileBytes = st.Size()
+	}
+	live := map[uint64]uint64{}
+	var cur uint64
+	var first, last int64
+	for {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, trace.ErrTruncated) {
+				s.Truncated = true
+				break
+			}
+			return s, err
+		}
+		if s.Events == 0 {
+			first = e.TimeNS
+		}
+		last = e.TimeNS
+		s.Events++
+		switch e.Kind {
+		case trace.KindAlloc:
+			s.Allocs++
+			cur += e.SizeBytes - live[e.Addr]
+			live[e.Addr] = e.SizeBytes
+			s.PeakLiveBytes = max(s.PeakLiveBytes, cur)
+		case trace.KindFreeRequested:
+			s.Frees++
+		case trace.KindFreeCompleted:
+			cur -= live[e.Addr]
+			delete(live, e.Addr)
+		case trace.KindOOM:
+			s.OOMs++
+		case trace.KindMarker:
+			s.Markers++
+		}
+	}
+	if s.Events > 0 {
+		s.Duration = time.Duration(last - first)
+	}
+	return s, nil
+}

@@ -1,0 +1,247 @@
+package record
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+var built struct {
+	once     sync.Once
+	dir, lib string
+	skip     string
+	err      error
+}
+
+// setup builds the hook library and the fake driver once, and returns the
+// environment that makes the fake torch and the fake driver visible.
+func setup(t *testing.T) (lib string, env []string) {
+	t.Helper()
+	built.once.Do(func() {
+		for _, tool := range []string{"gcc", "python3"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				built.skip = tool + " not found: the recording tests need gcc and python3"
+				return
+			}
+		}
+		d, err := os.MkdirTemp("", "fragsim-record-test")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.dir = d
+		built.lib = filepath.Join(d, LibName)
+		for _, s := range [][]string{
+			{"go", "build", "-buildmode=c-shared", "-o", built.lib, "../hook"},
+			{"gcc", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libcuda.so.1"), "../hook/testdata/fakecuda.c"},
+		} {
+			cmd := exec.Command(s[0], s[1:]...)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("%v: %v\n%s", s, err, out)
+				return
+			}
+		}
+	})
+	if built.skip != "" {
+		t.Skip(built.skip)
+	}
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	fake, err := filepath.Abs("testdata/faketorch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append(os.Environ(), "LD_LIBRARY_PATH="+built.dir, "PYTHONPATH="+fake, "PYTHONDONTWRITEBYTECODE=1")
+	return built.lib, env
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// expected replays workload.py's arithmetic: allocations, frees and the
+// peak of live requested bytes.
+func expected(steps int) (allocs, frees int64, peak uint64) {
+	var live uint64
+	for s := 0; s < steps; s++ {
+		for i := 0; i < 10; i++ {
+			live += uint64(1000*(s+1) + i)
+			allocs++
+			peak = max(peak, live)
+		}
+		for i := 0; i < 5; i++ {
+			live -= uint64(1000*(s+1) + i)
+			frees++
+		}
+	}
+	return
+}
+
+func TestRecordPython(t *testing.T) {
+	lib, env := setup(t)
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stdout, stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "4", "7"},
+		Env: env, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
+	}
+	allocs, frees, peak := expected(4)
+	if s.ExitCode != 7 {
+		t.Errorf("exit code %d, want the program's 7", s.ExitCode)
+	}
+	if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Truncated {
+		t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, not truncated", s, allocs, frees, peak)
+	}
+	// agent + 4 steps; set_fraction and empty_cache; frees are two events.
+	if s.Markers != 5 || s.Events != allocs+2*frees+5+2 {
+		t.Errorf("summary %+v: want 5 markers and %d events", s, allocs+2*frees+7)
+	}
+	if st, _ := os.Stat(out); s.FileBytes != st.Size() || s.Duration <= 0 {
+		t.Errorf("file bytes %d (file has %d), duration %v", s.FileBytes, st.Size(), s.Duration)
+	}
+
+	f, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := f.Header()
+	if h.TorchVersion != "0.0-fake" || h.GPUName != "Fake GPU" || !strings.HasSuffix(strings.Join(h.CommandLine, " "), "testdata/workload.py 4 7") {
+		t.Errorf("header %+v", h)
+	}
+	var kinds []string
+	for {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e.Kind {
+		case trace.KindSetFraction:
+			if math.Float64frombits(e.Aux) != 0.25 {
+				t.Errorf("set_fraction %v", math.Float64frombits(e.Aux))
+			}
+		case trace.KindAlloc:
+			if e.Stream != 7 {
+				t.Errorf("alloc on stream %d, want 7", e.Stream)
+			}
+		case trace.KindMarker:
+			kinds = append(kinds, e.Marker.String()+":"+f.String(e.Text))
+			continue
+		default:
+			continue
+		}
+		if len(kinds) == 0 || kinds[len(kinds)-1] != e.Kind.String() {
+			kinds = append(kinds, e.Kind.String())
+		}
+	}
+	want := "agent:a1 set_fraction step:0 alloc step:1 alloc step:2 alloc step:3 alloc"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("event order\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestRecordErrors checks that each reason recording cannot start is said
+// clearly, with no trace written and the start-up hook's exit code.
+func TestRecordErrors(t *testing.T) {
+	lib, env := setup(t)
+	for _, tc := range []struct {
+		name, env, want string
+	}{
+		{"torch too old", "FAKE_TORCH_OLD=1", "too old"},
+		{"CUDA initialised", "FAKE_TORCH_INIT=1", "CUDA was initialised before fragsim"},
+		{"no GPU", "FAKE_CUDA_NO_DEVICE=1", "no CUDA-capable device"},
+		{"no driver", "FRAGSIM_LIBCUDA=/nonexistent/libcuda.so.1", "cannot load the CUDA driver library"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run.fragsim")
+			var stderr bytes.Buffer
+			s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "1", "0"},
+				Env: append(env, tc.env), Stdout: io.Discard, Stderr: &stderr})
+			if !errors.Is(err, ErrNoTrace) {
+				t.Fatalf("err %v, want ErrNoTrace", err)
+			}
+			if s == nil || s.ExitCode != failCode {
+				t.Errorf("summary %+v, want exit code %d", s, failCode)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestRecordSIGTERM forwards SIGTERM to the program, whose start-up hook
+// closes the trace before it dies of the signal.
+func TestRecordSIGTERM(t *testing.T) {
+	lib, env := setup(t)
+	dir := t.TempDir()
+	out, ready := filepath.Join(dir, "run.fragsim"), filepath.Join(dir, "ready")
+	go func() {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(ready); err == nil {
+				syscall.Kill(os.Getpid(), syscall.SIGTERM)
+				return
+			}
+		}
+	}()
+	var stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "3", "0", ready},
+		Env: env, Stdout: io.Discard, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	allocs, _, _ := expected(3)
+	if s.ExitCode != 128+int(syscall.SIGTERM) || s.Truncated || s.Allocs != allocs {
+		t.Errorf("summary %+v: want exit %d, a closed trace with %d allocs", s, 128+int(syscall.SIGTERM), allocs)
+	}
+}
+
+func TestFindHookLib(t *testing.T) {
+	p := filepath.Join(t.TempDir(), LibName)
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FRAGSIM_HOOK_LIB", p)
+	if got, err := FindHookLib(); err != nil || got != p {
+		t.Errorf("FindHookLib = %q, %v; want %q", got, err, p)
+	}
+	t.Setenv("FRAGSIM_HOOK_LIB", p+".missing")
+	if _, err := FindHookLib(); err == nil {
+		t.Error("a missing FRAGSIM_HOOK_LIB was accepted")
+	}
+}
+
+func TestProgramEnv(t *testing.T) {
+	env := programEnv([]string{"A=1", "PYTHONPATH=/x", "FRAGSIM_OWNER_PID=5"}, "/d", "/o", "/l")
+	got := strings.Join(env, " ")
+	for _, want := range []string{"A=1", "PYTHONPATH=/d:/x", "FRAGSIM_TRACE=/o", "FRAGSIM_HOOK_LIB=/l", "FRAGSIM_STRICT=1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("env %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "FRAGSIM_OWNER_PID") {
+		t.Errorf("env %q keeps the parent's owner pid", got)
+	}
+}

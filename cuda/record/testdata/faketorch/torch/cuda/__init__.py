@@ -1,0 +1,30 @@
+"""Fake torch.cuda: alloc/free call the current pluggable allocator like PyTorch does.
+
+FAKE_TORCH_INIT=1 pretends CUDA is already initialised.
+"""
+import os
+
+_initialized = os.environ.get("FAKE_TORCH_INIT") == "1"
+
+
+def is_initialized():
+    return _initialized
+
+
+def current_device():
+    return 0
+
+
+from . import memory  # noqa: E402
+from .memory import empty_cache, set_per_process_memory_fraction  # noqa: E402,F401
+
+
+def alloc(size, stream=0):
+    """Allocate like a tensor would: through the installed allocator."""
+    global _initialized
+    _initialized = True
+    return memory._current.alloc_fn(size, 0, stream)
+
+
+def free(ptr, size, stream=0):
+    memory._current.free_fn(ptr, size, 0, stream)
