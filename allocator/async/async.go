@@ -24,9 +24,14 @@
 //     stream-ordered allocator). Modelled as: when no free range fits, every
 //     chunk with nothing in use is merged, with new memory if they are not
 //     enough, into one chunk the request fits in. Free pages of a chunk that
-//     still holds a live allocation are not remapped: this is where the model
-//     still fragments, as the pool does in practice (rapidsai/rmm#1245,
+//     still holds a live allocation are not remapped: a physical allocation
+//     is mapped whole (cuMemMap takes no offset into it), and this is where
+//     the pool still fragments in practice (rapidsai/rmm#1245 and
 //     pytorch/pytorch#110194 report reserved far above used).
+//   - Placement: by default small and large requests share chunks (a small
+//     request can settle in the tail of a large one's chunk and keep it from
+//     being remapped); option separate_small:true keeps requests of at most
+//     1 MiB in chunks of their own, as size-class allocators do.
 //   - Streams: a range freed with cudaFreeAsync is reusable by its own stream
 //     at once and by other streams once the free has run (opportunistic
 //     reuse). The trace's free_completed marks the moment the memory is safe
@@ -38,7 +43,8 @@
 //     Option release_threshold_mb returns such chunks after a free whenever
 //     the pool holds more than the threshold.
 //
-// What it cannot model: the driver's real placement and chunk sizes,
+// What it cannot model: the driver's real placement and chunk sizes (the
+// options let a comparison with a real run choose between readings),
 // remapping of free pages inside partly used chunks, the graph-memory pool,
 // and PyTorch's memory-fraction check (made against live bytes, while the
 // replay device caps reserved bytes). Its peak reserved is to be compared
@@ -46,7 +52,9 @@
 package async
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
@@ -58,6 +66,7 @@ import (
 const (
 	DefaultGranularity = 2 << 20 // physical allocation granularity
 	Alignment          = 512     // sub-allocation rounding
+	SmallMax           = 1 << 20 // largest request kept apart with separate_small
 )
 
 // Config configures the pool model.
@@ -66,6 +75,7 @@ type Config struct {
 	MinChunk         uint64 // smallest chunk added (bytes)
 	ReleaseThreshold uint64 // bytes kept after a free; 0 means unlimited (UINT64_MAX)
 	NoRemap          bool   // turn off merging of fully free chunks
+	SeparateSmall    bool   // requests of at most SmallMax get chunks of their own
 }
 
 // DefaultConfig returns the model as PyTorch configures the pool.
@@ -74,7 +84,7 @@ func DefaultConfig() Config {
 }
 
 // ParseConf reads the model's options: granularity_mb, min_chunk_mb,
-// release_threshold_mb (MiB) and remap (true|false). Keys of
+// release_threshold_mb (MiB), remap and separate_small (true|false). Keys of
 // PYTORCH_CUDA_ALLOC_CONF are ignored.
 func ParseConf(s string) (Config, error) {
 	c := DefaultConfig()
@@ -84,6 +94,7 @@ func ParseConf(s string) (Config, error) {
 		"min_chunk_mb":         conf.MiB(&c.MinChunk, Alignment, Alignment),
 		"release_threshold_mb": conf.MiB(&c.ReleaseThreshold, 1, 1),
 		"remap":                conf.Bool(&remap),
+		"separate_small":       conf.Bool(&c.SeparateSmall),
 	})
 	c.NoRemap = !remap
 	return c, err
@@ -93,7 +104,7 @@ func ParseConf(s string) (Config, error) {
 type Policy struct {
 	dev     replay.Device
 	cfg     Config
-	a       *arena.Arena
+	arenas  [2]*arena.Arena // small, large; only large without separate_small
 	remaps  int64
 	retries int64
 }
@@ -107,7 +118,7 @@ func New(dev replay.Device, cfg Config) (*Policy, error) {
 		return nil, fmt.Errorf("granularity %d is not a multiple of %d bytes", cfg.Granularity, Alignment)
 	}
 	cfg.MinChunk = roundUp(max(cfg.MinChunk, 1), cfg.Granularity)
-	return &Policy{dev: dev, cfg: cfg, a: arena.New()}, nil
+	return &Policy{dev: dev, cfg: cfg, arenas: [2]*arena.Arena{arena.New(), arena.New()}}, nil
 }
 
 func roundUp(n, m uint64) uint64 { return (n + m - 1) / m * m }
@@ -115,11 +126,20 @@ func roundUp(n, m uint64) uint64 { return (n + m - 1) / m * m }
 // Name returns "pooled".
 func (p *Policy) Name() string { return "pooled" }
 
+// arenaFor returns the arena a request of size (rounded) bytes is served from.
+func (p *Policy) arenaFor(size uint64) (*arena.Arena, string) {
+	if p.cfg.SeparateSmall && size <= SmallMax {
+		return p.arenas[0], "small"
+	}
+	return p.arenas[1], "large"
+}
+
 // Malloc serves a request from the pool, growing or remapping it if needed.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
 	size := roundUp(max(sizeBytes, 1), Alignment)
-	if r := p.a.BestFit(size); r != nil {
-		return p.take(r, size, sizeBytes, stream), nil
+	a, pool := p.arenaFor(size)
+	if r := a.BestFit(size); r != nil {
+		return p.take(a, r, size, sizeBytes, stream), nil
 	}
 	need := max(roundUp(size, p.cfg.Granularity), p.cfg.MinChunk)
 	var merged uint64
@@ -134,61 +154,77 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 	if !ok && merged > 0 {
 		// Keep what the pool held; the request cannot be served.
 		p.retries++
-		if a, ok2 := p.dev.Malloc(merged, stream); ok2 {
-			p.a.AddSegment(a, merged, stream, "large")
+		if m, ok2 := p.dev.Malloc(merged, stream); ok2 {
+			a.AddSegment(m, merged, stream, pool)
 		}
 	}
 	if !ok {
 		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: chunk, Stream: stream,
 			Reason: fmt.Sprintf("the pool holds %d bytes (%d free) and the device refused %d more",
-				p.a.ReservedBytes(), p.a.FreeBytes(), chunk-merged)}
+				p.reserved(), p.freeBytes(), chunk-merged)}
 	}
-	p.a.AddSegment(addr, chunk, stream, "large")
-	return p.take(p.a.BestFit(size), size, sizeBytes, stream), nil
+	a.AddSegment(addr, chunk, stream, pool)
+	return p.take(a, a.BestFit(size), size, sizeBytes, stream), nil
 }
 
-func (p *Policy) take(r *arena.Range, size, requested uint64, stream trace.StreamID) replay.Block {
-	r = p.a.Take(r, size, requested, stream, true)
+func (p *Policy) take(a *arena.Arena, r *arena.Range, size, requested uint64, stream trace.StreamID) replay.Block {
+	r = a.Take(r, size, requested, stream, true)
 	return replay.Block{Addr: r.Addr, SizeBytes: r.Size}
 }
 
+func (p *Policy) reserved() uint64 {
+	return p.arenas[0].ReservedBytes() + p.arenas[1].ReservedBytes()
+}
+
+func (p *Policy) freeBytes() uint64 { return p.arenas[0].FreeBytes() + p.arenas[1].FreeBytes() }
+
 // releaseFullyFree returns every chunk with nothing in use to the device
-// and the bytes returned.
-func (p *Policy) releaseFullyFree() uint64 {
+// (until the pool holds no more than keep bytes) and the bytes returned.
+func (p *Policy) release(keep uint64) uint64 {
 	var n uint64
-	for _, s := range p.a.FullyFreeSegs() {
-		addr, size := s.Addr, s.Size
-		p.a.RemoveSegment(s)
-		p.dev.Free(addr, size)
-		n += size
+	for _, a := range p.arenas {
+		for _, s := range a.FullyFreeSegs() {
+			if p.reserved() <= keep {
+				return n
+			}
+			addr, size := s.Addr, s.Size
+			a.RemoveSegment(s)
+			p.dev.Free(addr, size)
+			n += size
+		}
 	}
 	return n
+}
+
+func (p *Policy) releaseFullyFree() uint64 { return p.release(0) }
+
+// lookup finds the in-use range at addr.
+func (p *Policy) lookup(addr uint64) (*arena.Arena, *arena.Range, bool) {
+	for _, a := range p.arenas {
+		if r, ok := a.Lookup(addr); ok {
+			return a, r, true
+		}
+	}
+	return nil, nil, false
 }
 
 // FreeRequested marks the range as freed by the program; the pool reuses
 // it once the free completes.
 func (p *Policy) FreeRequested(addr uint64) {
-	if r, ok := p.a.Lookup(addr); ok {
+	if _, r, ok := p.lookup(addr); ok {
 		r.Pending = true
 	}
 }
 
 // FreeCompleted returns the range to the pool.
 func (p *Policy) FreeCompleted(addr uint64) {
-	r, ok := p.a.Lookup(addr)
+	a, r, ok := p.lookup(addr)
 	if !ok {
 		return
 	}
-	p.a.Release(r)
-	if t := p.cfg.ReleaseThreshold; t > 0 && p.a.ReservedBytes() > t {
-		for _, s := range p.a.FullyFreeSegs() {
-			if p.a.ReservedBytes() <= t {
-				break
-			}
-			addr, size := s.Addr, s.Size
-			p.a.RemoveSegment(s)
-			p.dev.Free(addr, size)
-		}
+	a.Release(r)
+	if t := p.cfg.ReleaseThreshold; t > 0 && p.reserved() > t {
+		p.release(t)
 	}
 }
 
@@ -199,18 +235,37 @@ func (p *Policy) EmptyCache() { p.releaseFullyFree() }
 // (a free range, or the fully free chunks remapped together) and the free
 // bytes of chunks that hold live allocations.
 func (p *Policy) Stats() replay.Stats {
-	largest := p.a.LargestFree()
+	largest := max(p.arenas[0].LargestFree(), p.arenas[1].LargestFree())
 	if !p.cfg.NoRemap {
-		largest = max(largest, p.a.FullyFreeBytes())
+		largest = max(largest, p.arenas[0].FullyFreeBytes()+p.arenas[1].FullyFreeBytes())
 	}
-	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
+	return replay.Stats{LargestFreeBytes: largest,
+		StrandedBytes: p.arenas[0].StrandedBytes() + p.arenas[1].StrandedBytes(), AllocRetries: p.retries}
 }
 
 // Remaps returns how many times fully free chunks were merged to serve a request.
 func (p *Policy) Remaps() int64 { return p.remaps }
 
 // Segments lists the pool's chunks and their ranges, by address.
-func (p *Policy) Segments(fn func(seg trace.Segment) bool) { p.a.Segments(fn) }
+func (p *Policy) Segments(fn func(seg trace.Segment) bool) {
+	var segs []trace.Segment
+	for _, a := range p.arenas {
+		a.Segments(func(s trace.Segment) bool { segs = append(segs, s); return true })
+	}
+	slices.SortFunc(segs, func(x, y trace.Segment) int { return cmp.Compare(x.Addr, y.Addr) })
+	for _, s := range segs {
+		if !fn(s) {
+			return
+		}
+	}
+}
 
 // Check verifies the policy's internal invariants (for tests); "" when sound.
-func (p *Policy) Check() string { return p.a.Check() }
+func (p *Policy) Check() string {
+	for _, a := range p.arenas {
+		if msg := a.Check(); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}

@@ -138,6 +138,27 @@ func TestRules(t *testing.T) {
 			reserved: 32*MiB + 41*MiB, largest: 32*MiB - 512, stranded: 32*MiB - 512 + MiB - 512,
 		},
 		{
+			name: "separate_small keeps small requests out of large chunks' tails",
+			conf: "separate_small:true",
+			ops: []op{
+				{Do: "malloc", Size: 5 * MiB / 2, Addr: base, Block: 5 * MiB / 2},     // 4 MiB chunk, 1.5 MiB tail
+				{Do: "malloc", Size: 4 * KiB, Addr: base + 4*MiB, Block: 4 * KiB},     // not in the tail: a small chunk
+				{Do: "malloc", Size: MiB, Addr: base + 4*MiB + 4*KiB},                 // 1 MiB is small: the small chunk
+				{Do: "malloc", Size: MiB + 1, Addr: base + 5*MiB/2, Block: MiB + 512}, // large: the tail
+			},
+			reserved: 6 * MiB, largest: MiB - 4*KiB, stranded: MiB - 4*KiB + MiB/2 - 512,
+		},
+		{
+			name: "without separate_small the small request settles in the large chunk's tail",
+			ops: []op{
+				{Do: "malloc", Size: 3 * MiB, Addr: base, Block: 3 * MiB},
+				{Do: "malloc", Size: 4 * KiB, Addr: base + 3*MiB, Block: 4 * KiB},
+				{Do: "free", Addr: base},
+				{Do: "malloc", Size: 4 * MiB, Addr: base + 4*MiB, Block: 4 * MiB}, // the 4 MiB chunk is pinned
+			},
+			reserved: 8 * MiB, largest: 3 * MiB, stranded: 4*MiB - 4*KiB,
+		},
+		{
 			name: "out of memory when the device refuses and nothing is idle",
 			dev:  fakedev.Device{Capacity: 4 * MiB},
 			ops: []op{

@@ -3,9 +3,10 @@
 Usage: compare.py OUTDIR   (the directory run.sh wrote)
 For every NAME with NAME.async.json and NAME.replay_pooled.json it prints the real peak
 reserved bytes (the pool's RESERVED_MEM_HIGH when read, else memory_stats'
-reserved_bytes.all.peak), the model's peak_reserved_bytes and the relative error (and the
-errors of the model's variants: remap:false, min_chunk_mb:32, granularity_mb:32), and
-checks that the two runs made the same random choices.
+reserved_bytes.all.peak), the model's peak_reserved_bytes and the relative error, the
+errors of the model's variants (NAME.replay_pooled_*.json, other --conf options) and, at
+the end, each variant's worst error, best first; it also checks that the two runs made the
+same random choices.
 """
 import glob
 import json
@@ -27,6 +28,7 @@ def gib(n):
 
 def main(out):
     rows = []
+    variants = {}
     for a in sorted(glob.glob(os.path.join(out, "*.async.json"))):
         name = os.path.basename(a)[: -len(".async.json")]
         real = load(a)
@@ -43,11 +45,14 @@ def main(out):
             err = 100.0 * (model - real_peak) / real_peak
             line += "  pooled model %s  error %+.1f%%" % (gib(model), err)
             rows.append(abs(err))
-            for tag in ("noremap", "chunk32", "gran32"):
-                v = load(os.path.join(out, "%s.replay_pooled_%s.json" % (name, tag)))
-                if v is not None:
-                    vm = v.get("peak_reserved_bytes", 0)
-                    line += " [%s %+.1f%%]" % (tag, 100.0 * (vm - real_peak) / real_peak)
+            for vpath in sorted(glob.glob(os.path.join(out, name + ".replay_pooled_*.json"))):
+                v = load(vpath)
+                if v is None:
+                    continue
+                conf = v.get("conf") or vpath[len(os.path.join(out, name + ".replay_pooled_")):-5]
+                verr = 100.0 * (v.get("peak_reserved_bytes", 0) - real_peak) / real_peak
+                variants.setdefault(conf, []).append(abs(verr))
+                line += " [%s %+.1f%%]" % (conf, verr)
         if nat is not None:
             line += "  (native real %s" % gib(nat.get("reserved_bytes.all.peak", 0))
             cr = load(os.path.join(out, name + ".replay_caching.json"))
@@ -59,7 +64,9 @@ def main(out):
             line += ")"
         print(line)
     if rows:
-        print("pooled model: max |error| %.1f%% over %d workloads (target: within 10%%)" % (max(rows), len(rows)))
+        print("pooled model (defaults): max |error| %.1f%% over %d workloads (target: within 10%%)" % (max(rows), len(rows)))
+    for conf, errs in sorted(variants.items(), key=lambda kv: max(kv[1])):
+        print("  variant %-40s max |error| %.1f%% over %d" % (conf, max(errs), len(errs)))
 
 
 if __name__ == "__main__":
