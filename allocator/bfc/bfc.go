@@ -30,8 +30,9 @@
 //     when extension fails, every region with no chunk in use is returned to
 //     the device, if that can make room, and the extension is retried.
 //
-// The memory limit is the device cap when one is set, else the device's
-// total memory (or option memory_limit_mb). What is not modelled: BFC is a
+// The memory limit is option memory_limit_mb when given, else the device cap
+// in force (it follows the trace's set_fraction events), else the device's
+// total memory. What is not modelled: BFC is a
 // single-stream allocator (TensorFlow orders all frees on its compute
 // stream), so streams are ignored and every free chunk serves every stream; a
 // chunk is reused once its free completes (free_completed), not when the
@@ -165,7 +166,7 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 	}
 	return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: rounded, Stream: stream,
 		Reason: fmt.Sprintf("no free chunk of %d bytes and no region could be added (%d bytes held, limit %d)",
-			rounded, p.a.ReservedBytes(), p.limit)}
+			rounded, p.a.ReservedBytes(), p.memoryLimit())}
 }
 
 // find is FindChunkPtr: best fit, then split when ShouldSplit says so.
@@ -178,13 +179,25 @@ func (p *Policy) find(rounded, requested uint64, stream trace.StreamID) *arena.R
 	return p.a.Take(r, rounded, requested, stream, split)
 }
 
+// memoryLimit is memory_limit_: the configured limit, else the device cap
+// in force now (a trace's set_fraction events move it), else the limit
+// taken at creation.
+func (p *Policy) memoryLimit() uint64 {
+	if p.cfg.MemoryLimit == 0 {
+		if c, capped := p.dev.Cap(); capped {
+			return c
+		}
+	}
+	return p.limit
+}
+
 // extend is Extend: add one region big enough for rounded bytes.
 func (p *Policy) extend(rounded uint64, stream trace.StreamID) bool {
-	held := p.a.ReservedBytes()
-	if held >= p.limit {
+	held, limit := p.a.ReservedBytes(), p.memoryLimit()
+	if held >= limit {
 		return false
 	}
-	available := (p.limit - held) / MinAllocationSize * MinAllocationSize
+	available := (limit - held) / MinAllocationSize * MinAllocationSize
 	if rounded > available {
 		return false
 	}
@@ -220,7 +233,8 @@ func (p *Policy) deallocateFreeRegions(rounded uint64) bool {
 	if free == 0 {
 		return false
 	}
-	if rounded > p.limit-min(p.limit, p.a.ReservedBytes())+free {
+	limit := p.memoryLimit()
+	if rounded > limit-min(limit, p.a.ReservedBytes())+free {
 		return false
 	}
 	p.releaseFree()

@@ -231,3 +231,18 @@ func TestSegments(t *testing.T) {
 		t.Errorf("Segments called fn %d times after it returned false, want 1", n)
 	}
 }
+
+// TestLimitFollowsCap checks that the memory limit follows the device cap
+// as a trace's set_fraction events move it.
+func TestLimitFollowsCap(t *testing.T) {
+	d := &fakedev.Device{CapBytes: 64 * MiB, Capped: true}
+	p, _ := New(d, DefaultConfig())
+	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: MiB, Addr: base, Block: MiB}})
+	d.CapBytes = 4 * MiB // 2 MiB held: 2 MiB available, a 3 MiB request cannot fit
+	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 3 * MiB, OOM: true}})
+	d.CapBytes = 64 * MiB
+	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 3 * MiB, Addr: base + 2*MiB, Block: 4 * MiB}})
+	if d.Refused != 0 {
+		t.Errorf("BFC asked the device past its limit %d times", d.Refused)
+	}
+}
