@@ -441,7 +441,9 @@ func (e *engine) finish() error {
 	if e.res.PeakRequestedBytes > 0 {
 		fr.OverheadRatio = float64(e.res.PeakReservedBytes) / float64(e.res.PeakRequestedBytes)
 	}
-	e.res.Fidelity.Checked = e.exact && e.sawDev
+	// A trace without device events can still be checked by its
+	// allocation addresses when it starts from a recorded state.
+	e.res.Fidelity.Checked = e.exact && (e.sawDev || (e.hdr.Initial != nil && e.res.Fidelity.Allocs > 0))
 	if !e.res.Fidelity.Checked {
 		e.res.Fidelity.Allocs = 0
 		e.res.Fidelity.AllocsAtRecordedAddress = 0

@@ -1,0 +1,109 @@
+package caching_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/fragsim/fragsim/allocator/caching"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// realRun is what testdata/real/manifest.json records of each run: the
+// settings and the real allocator's own counters (torch.cuda.memory_stats).
+type realRun struct {
+	AllocConf         string  `json:"alloc_conf"`
+	Fraction          float64 `json:"fraction"`
+	TotalGlobalMem    uint64  `json:"total_global_mem"`
+	RealReservedPeak  uint64  `json:"real_reserved_peak"`
+	RealReservedFinal uint64  `json:"real_reserved_final"`
+	RealActivePeak    uint64  `json:"real_active_peak"`
+	NumAllocRetries   int64   `json:"num_alloc_retries"`
+	NumOOMs           int64   `json:"num_ooms"`
+	NumDeviceAlloc    int64   `json:"num_device_alloc"`
+	NumDeviceFree     int64   `json:"num_device_free"`
+	RingBuffer        bool    `json:"ring_buffer"` // the trace starts mid-run
+}
+
+// TestRealTraces replays PyTorch 2.11 snapshots recorded on an H200
+// (imported with fragsim import) under their recorded settings and checks
+// that the replay is exact: every allocation at its recorded address, every
+// device event matched, and peak reserved, final reserved, peak active,
+// retries, OOMs and device calls equal to the real allocator's counters.
+func TestRealTraces(t *testing.T) {
+	dir := filepath.Join("testdata", "real")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]realRun{}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range runs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		t.Fatal("no real traces")
+	}
+	for _, name := range names {
+		run := runs[name]
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name+".fst")
+			f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+				cfg, err := caching.FromHeader(h)
+				if err != nil {
+					return nil, err
+				}
+				if run.AllocConf != "" {
+					want, err := caching.ParseConf(run.AllocConf)
+					if err != nil {
+						return nil, err
+					}
+					if want.Expandable != cfg.Expandable || want.MaxSplitSize != cfg.MaxSplitSize ||
+						want.RoundupPower2Divisions != cfg.RoundupPower2Divisions || want.GCThreshold != cfg.GCThreshold {
+						t.Errorf("settings from the trace header %+v differ from the run's %q", cfg, run.AllocConf)
+					}
+				}
+				return caching.New(dev, cfg)
+			}
+			res, err := replay.RunFile(path, f, replay.Config{CapacityBytes: run.TotalGlobalMem, Fraction: run.Fraction})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd := res.Fidelity
+			if !fd.Checked || fd.Allocs == 0 || fd.AllocsAtRecordedAddress != fd.Allocs {
+				t.Errorf("allocs at recorded address %d/%d (checked %v): %s", fd.AllocsAtRecordedAddress, fd.Allocs, fd.Checked, fd.FirstMismatch)
+			}
+			if fd.DeviceEventsMatched != fd.DeviceEvents || fd.FirstMismatch != "" {
+				t.Errorf("device events matched %d/%d: %s", fd.DeviceEventsMatched, fd.DeviceEvents, fd.FirstMismatch)
+			}
+			if res.PeakReservedBytes != run.RealReservedPeak {
+				t.Errorf("peak reserved %d, real %d", res.PeakReservedBytes, run.RealReservedPeak)
+			}
+			if res.FinalReservedBytes != run.RealReservedFinal {
+				t.Errorf("final reserved %d, real %d", res.FinalReservedBytes, run.RealReservedFinal)
+			}
+			if run.RingBuffer {
+				return // counters and peaks before the window are not in the trace
+			}
+			if fd.DeviceEvents == 0 {
+				t.Errorf("no device events in a full trace")
+			}
+			if res.PeakActiveBytes != run.RealActivePeak {
+				t.Errorf("peak active %d, real %d", res.PeakActiveBytes, run.RealActivePeak)
+			}
+			if res.AllocRetries != run.NumAllocRetries || res.OOMs != run.NumOOMs {
+				t.Errorf("retries %d OOMs %d, real %d and %d", res.AllocRetries, res.OOMs, run.NumAllocRetries, run.NumOOMs)
+			}
+			if res.DeviceAllocs != run.NumDeviceAlloc || res.DeviceFrees != run.NumDeviceFree {
+				t.Errorf("device allocs/frees %d/%d, real %d/%d", res.DeviceAllocs, res.DeviceFrees, run.NumDeviceAlloc, run.NumDeviceFree)
+			}
+		})
+	}
+}
