@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/replay"
 )
 
 func analyzeCommand() *cli.Command {
@@ -23,7 +24,7 @@ func analyzeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "policy", Usage: "policy whose fragmentation is explained", Value: "caching"},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},
-			&cli.StringFlag{Name: "capacity", Usage: "device memory, e.g. 80GiB (default: the trace's GPU)"},
+			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 			&cli.IntFlag{Name: "top", Usage: "worst moments to list", Value: 5},
 			&cli.BoolFlag{Name: "no-advice", Usage: "skip the sweep of settings"},
 			&cli.BoolFlag{Name: "json", Usage: "print the analysis as JSON"},
@@ -46,7 +47,7 @@ func runAnalyze(c *cli.Context) error {
 	opts := analysis.AnalyzeOptions{Policy: c.String("policy"), Conf: c.String("conf"), Top: c.Int("top"),
 		NoAdvice: c.Bool("no-advice"), Name: name}
 	if s := c.String("capacity"); s != "" {
-		if opts.Config.CapacityBytes, err = parseCapacity(s); err != nil {
+		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
 			return exitCode(2, err)
 		}
 	}

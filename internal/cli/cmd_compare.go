@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/urfave/cli/v2"
 
@@ -37,7 +36,7 @@ func compareCommand() *cli.Command {
 			&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(analysis.DefaultPolicies, ",")},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
 			&cli.StringSliceFlag{Name: "setting", Usage: "a caching setting variant to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
-			&cli.StringFlag{Name: "capacity", Usage: "device memory, e.g. 80GiB (default: the trace's GPU)"},
+			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 			&cli.StringFlag{Name: "out", Usage: "write the plots (PNG and SVG) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
 			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
@@ -67,28 +66,6 @@ func traceSource(c *cli.Context, arg string) (analysis.Opener, string, error) {
 		}
 		return r, io.NopCloser(nil), nil
 	}, name, nil
-}
-
-// parseCapacity reads a byte count with an optional unit: 81559MiB, 80GiB,
-// 80GB, 1.5T, 1234.
-func parseCapacity(s string) (uint64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return unicode.IsLetter(r) })
-	num, unit := t, ""
-	if i >= 0 {
-		num, unit = strings.TrimSpace(t[:i]), strings.ToLower(t[i:])
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad capacity %q: want a size such as 80GiB", s)
-	}
-	mult := map[string]float64{"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "kb": 1e3, "m": 1 << 20, "mib": 1 << 20,
-		"mb": 1e6, "g": 1 << 30, "gib": 1 << 30, "gb": 1e9, "t": 1 << 40, "tib": 1 << 40, "tb": 1e12}
-	m, ok := mult[unit]
-	if !ok {
-		return 0, fmt.Errorf("bad capacity %q: unknown unit %q", s, unit)
-	}
-	return uint64(v * m), nil
 }
 
 // splitList splits a comma-separated flag value.
@@ -191,7 +168,7 @@ func runCompare(c *cli.Context) error {
 		}
 	}
 	if s := c.String("capacity"); s != "" {
-		if opts.Config.CapacityBytes, err = parseCapacity(s); err != nil {
+		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
 			return exitCode(2, err)
 		}
 	}

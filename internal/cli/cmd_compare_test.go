@@ -154,17 +154,3 @@ func TestCompareBadInput(t *testing.T) {
 		t.Errorf("bad capacity: exit %d, stderr %q", code, errOut)
 	}
 }
-
-func TestParseCapacity(t *testing.T) {
-	for s, want := range map[string]uint64{"1234": 1234, "80GiB": 80 << 30, "80GB": 80e9, "512 MiB": 512 << 20, "1.5g": 3 << 29} {
-		got, err := parseCapacity(s)
-		if err != nil || got != want {
-			t.Errorf("parseCapacity(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "x", "-1GiB", "12 parsecs"} {
-		if _, err := parseCapacity(s); err == nil {
-			t.Errorf("parseCapacity(%q) accepted", s)
-		}
-	}
-}
