@@ -173,6 +173,9 @@ func cachingFactory(conf string, h *trace.Header, expandable bool) (replay.Facto
 		if err != nil {
 			return cfg, err
 		}
+		if cfg.Backend == "cudaMallocAsync" {
+			return cfg, fmt.Errorf("backend:cudaMallocAsync is not the caching allocator: replay it with --policy pooled")
+		}
 		if expandable {
 			cfg.Expandable = true
 		}
@@ -193,6 +196,10 @@ func cachingFactory(conf string, h *trace.Header, expandable bool) (replay.Facto
 				return nil, err
 			}
 		}
-		return caching.New(dev, c)
+		a, err := caching.New(dev, c)
+		if err != nil {
+			return nil, err
+		}
+		return a, nil
 	}, nil
 }

@@ -46,6 +46,7 @@ func TestNewFactoryErrors(t *testing.T) {
 		{"paged", "page_mb", "policy paged"},
 		{"caching", "max_split_size_mb:nope", "policy caching"},
 		{"expandable", "bogus_key:1", "policy expandable"},
+		{"caching", "backend:cudaMallocAsync", "--policy pooled"},
 	} {
 		if _, err := NewFactory(tt.name, tt.conf, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewFactory(%q, %q) error = %v, want one containing %q", tt.name, tt.conf, err, tt.want)
