@@ -2,16 +2,75 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 
+	"github.com/fragsim/fragsim/cuda/record"
 	"github.com/urfave/cli/v2"
 )
 
 func recordCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "record",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("record: not built yet")
+		Name:      "record",
+		Usage:     "run a PyTorch program and record every GPU allocation it makes",
+		ArgsUsage: "-- PROGRAM [ARGS...]",
+		Description: "Runs the program unchanged (e.g. `fragsim record -o run.fst -- python train.py`)\n" +
+			"with fragsim's allocator installed as PyTorch's pluggable CUDA allocator before the\n" +
+			"first CUDA allocation, through a sitecustomize module put first on PYTHONPATH.\n" +
+			"Every allocation and free (size, device, stream, time, address), empty_cache(),\n" +
+			"set_per_process_memory_fraction() and fragsim_marker calls go to the trace; the\n" +
+			"memory itself comes from the CUDA driver's stream-ordered pool. The trace is\n" +
+			"written a chunk at least every second, so a killed run keeps all but its last\n" +
+			"second. SIGTERM (and SIGINT not sent by the terminal) is passed to the program.\n" +
+			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
+			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
+			"the fragsim binary or in build/ (cuda/build.sh builds it).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE`", Value: "record.fst"},
+			&cli.StringFlag{Name: "lib", Usage: "the hook library `PATH` (libfragsim_hook.so)"},
 		},
+		Action: runRecord,
 	}
+}
+
+func runRecord(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return exitCode(2, errors.New("record: no program to run (fragsim record -o FILE -- python script.py ARGS...)"))
+	}
+	args := c.Args().Slice()
+	s, err := record.Run(record.Config{
+		Output:  c.String("output"),
+		HookLib: c.String("lib"),
+		Args:    args,
+		Stdin:   os.Stdin,
+		Stdout:  c.App.Writer,
+		Stderr:  c.App.ErrWriter,
+	})
+	if err != nil {
+		code := 1
+		if s != nil && s.ExitCode != 0 {
+			code = s.ExitCode
+		}
+		if errors.Is(err, record.ErrNoTrace) {
+			return exitCode(code, fmt.Errorf("record: %w: recording could not start (see above); %s exited with code %d", err, filepath.Base(args[0]), code))
+		}
+		return exitCode(code, fmt.Errorf("record: %w", err))
+	}
+	w := c.App.ErrWriter
+	fmt.Fprintf(w, "fragsim record: %s: %d allocs, %d frees, %d markers, %d OOMs (%d events) over %.3f s\n",
+		c.String("output"), s.Allocs, s.Frees, s.Markers, s.OOMs, s.Events, s.Duration.Seconds())
+	perEvent := 0.0
+	if s.Events > 0 {
+		perEvent = float64(s.FileBytes) / float64(s.Events)
+	}
+	fmt.Fprintf(w, "fragsim record: peak live %s requested; file %s (%.1f bytes/event)\n",
+		sizeText(s.PeakLiveBytes), sizeText(uint64(s.FileBytes)), perEvent)
+	if s.Truncated {
+		fmt.Fprintf(w, "fragsim record: the trace was cut short (the program was killed): it holds the events up to its last flush\n")
+	}
+	if s.ExitCode != 0 {
+		return exitCode(s.ExitCode, fmt.Errorf("record: %s exited with code %d (the trace is complete)", filepath.Base(args[0]), s.ExitCode))
+	}
+	return nil
 }
