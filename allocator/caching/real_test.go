@@ -1,6 +1,7 @@
 package caching_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -106,4 +107,54 @@ func TestRealTraces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkReplayReal replays every real trace in testdata/real (about a
+// million events in all) through the caching allocator under its recorded
+// settings, decoding included; events/s is the figure to watch.
+func BenchmarkReplayReal(b *testing.B) {
+	dir := filepath.Join("testdata", "real")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runs := map[string]realRun{}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		b.Fatal(err)
+	}
+	type tr struct {
+		data []byte
+		run  realRun
+	}
+	var trs []tr
+	for n, r := range runs {
+		data, err := os.ReadFile(filepath.Join(dir, n+".fst"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		trs = append(trs, tr{data, r})
+	}
+	f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+		cfg, err := caching.FromHeader(h)
+		if err != nil {
+			return nil, err
+		}
+		return caching.New(dev, cfg)
+	}
+	b.ResetTimer()
+	var n int64
+	for i := 0; i < b.N; i++ {
+		for _, t := range trs {
+			r, err := trace.NewReader(bytes.NewReader(t.data))
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := replay.Run(r, f, replay.Config{CapacityBytes: t.run.TotalGlobalMem, Fraction: t.run.Fraction})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += res.Events
+		}
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
 }

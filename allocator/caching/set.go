@@ -21,6 +21,16 @@ const maxChunk = 128
 type freeSet struct {
 	chunks [][]entry
 	n      int
+	spare  [][]entry // emptied chunks, reused before allocating
+}
+
+func (s *freeSet) newChunk() []entry {
+	if n := len(s.spare); n > 0 {
+		c := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return c[:0]
+	}
+	return make([]entry, 0, maxChunk+1)
 }
 
 // pos is a position in a freeSet.
@@ -92,9 +102,7 @@ func (s *freeSet) last() (entry, bool) {
 func (s *freeSet) insert(e entry) {
 	s.n++
 	if len(s.chunks) == 0 {
-		ch := make([]entry, 1, maxChunk+1)
-		ch[0] = e
-		s.chunks = append(s.chunks, ch)
+		s.chunks = append(s.chunks, append(s.newChunk(), e))
 		return
 	}
 	p := s.lowerBound(e.size, e.addr)
@@ -108,8 +116,7 @@ func (s *freeSet) insert(e entry) {
 	ch[p.i] = e
 	if len(ch) > maxChunk {
 		half := len(ch) / 2
-		nc := make([]entry, len(ch)-half, maxChunk+1)
-		copy(nc, ch[half:])
+		nc := append(s.newChunk(), ch[half:]...)
 		ch = ch[:half]
 		s.chunks = append(s.chunks, nil)
 		copy(s.chunks[p.c+2:], s.chunks[p.c+1:])
@@ -138,6 +145,7 @@ func (s *freeSet) removeAt(p pos) {
 	copy(ch[p.i:], ch[p.i+1:])
 	ch = ch[:len(ch)-1]
 	if len(ch) == 0 {
+		s.spare = append(s.spare, ch)
 		copy(s.chunks[p.c:], s.chunks[p.c+1:])
 		s.chunks[len(s.chunks)-1] = nil
 		s.chunks = s.chunks[:len(s.chunks)-1]
