@@ -424,6 +424,7 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	}
 	a := &Analysis{Trace: NewTraceInfo(opts.Name, h), Policy: policy, Conf: opts.Conf, Result: main.run.Result}
 	a.Trace.Events = a.Result.Events
+	a.Trace.dateFrom(main.run.firstTimeNS)
 	top := opts.Top
 	if top <= 0 {
 		top = 5

@@ -75,6 +75,8 @@ type Run struct {
 	FreeHist *FreeHistogram `json:"free_hist,omitempty"`
 	Error    string         `json:"error,omitempty"`
 	WallS    float64        `json:"wall_s"`
+
+	firstTimeNS int64 // the first event's time
 }
 
 // OK reports whether the run finished and has a result.
@@ -112,6 +114,14 @@ func NewTraceInfo(name string, h *trace.Header) TraceInfo {
 		ti.Date = h.Created.UTC().Format("2006-01-02")
 	}
 	return ti
+}
+
+// dateFrom fills a missing date from the first event's time, when that
+// time is a Unix time (after 2001) rather than an arbitrary origin.
+func (t *TraceInfo) dateFrom(timeNS int64) {
+	if t.Date == "" && timeNS > 1e18 {
+		t.Date = time.Unix(0, timeNS).UTC().Format("2006-01-02")
+	}
 }
 
 // Line returns the verdict's trace line: "Trace: <date>, <GPU>, PyTorch <version>".
@@ -314,6 +324,7 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 		c.Runs = append(c.Runs, j.run)
 		if j.run.OK() && c.Trace.Events == 0 {
 			c.Trace.Events = j.run.Result.Events
+			c.Trace.dateFrom(j.run.firstTimeNS)
 		}
 	}
 	c.decide()
@@ -425,6 +436,9 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	cfg.Observer = func(s *replay.Sample) {
 		if obs != nil {
 			obs(s)
+		}
+		if n == 0 {
+			j.run.firstTimeNS = s.TimeNS
 		}
 		if n++; n&(1<<16-1) == 0 {
 			total.Add(1 << 16)
