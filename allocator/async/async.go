@@ -43,12 +43,16 @@
 //     Option release_threshold_mb returns such chunks after a free whenever
 //     the pool holds more than the threshold.
 //
+// A memory fraction is checked as PyTorch does, against the live requested
+// bytes before the pool is asked; the replay device still caps reserved
+// bytes too, which the real pool does not.
+//
 // What it cannot model: the driver's real placement and chunk sizes (the
 // options let a comparison with a real run choose between readings),
 // remapping of free pages inside partly used chunks, the graph-memory pool,
-// and PyTorch's memory-fraction check (made against live bytes, while the
-// replay device caps reserved bytes). Its peak reserved is to be compared
-// with a real backend:cudaMallocAsync run (bench/async).
+// and a fraction cap that only PyTorch's live-bytes check enforces (the
+// replay device caps reserved bytes as well). Its peak reserved is to be
+// compared with a real backend:cudaMallocAsync run (bench/async).
 package async
 
 import (
@@ -105,6 +109,7 @@ type Policy struct {
 	dev     replay.Device
 	cfg     Config
 	arenas  [2]*arena.Arena // small, large; only large without separate_small
+	used    uint64          // PyTorch's pytorch_used_bytes: live requested bytes
 	remaps  int64
 	retries int64
 }
@@ -136,6 +141,11 @@ func (p *Policy) arenaFor(size uint64) (*arena.Arena, string) {
 
 // Malloc serves a request from the pool, growing or remapping it if needed.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+	if c, capped := p.dev.Cap(); capped && p.used+sizeBytes > c {
+		// PyTorch's own check, made against its live bytes before asking the pool.
+		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, Stream: stream,
+			Reason: fmt.Sprintf("allocation would exceed allowed memory: %d bytes live, limit %d", p.used, c)}
+	}
 	size := roundUp(max(sizeBytes, 1), Alignment)
 	a, pool := p.arenaFor(size)
 	if r := a.BestFit(size); r != nil {
@@ -169,6 +179,7 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 
 func (p *Policy) take(a *arena.Arena, r *arena.Range, size, requested uint64, stream trace.StreamID) replay.Block {
 	r = a.Take(r, size, requested, stream, true)
+	p.used += requested
 	return replay.Block{Addr: r.Addr, SizeBytes: r.Size}
 }
 
@@ -211,8 +222,9 @@ func (p *Policy) lookup(addr uint64) (*arena.Arena, *arena.Range, bool) {
 // FreeRequested marks the range as freed by the program; the pool reuses
 // it once the free completes.
 func (p *Policy) FreeRequested(addr uint64) {
-	if _, r, ok := p.lookup(addr); ok {
+	if _, r, ok := p.lookup(addr); ok && !r.Pending {
 		r.Pending = true
+		p.used -= r.Requested
 	}
 }
 
@@ -221,6 +233,9 @@ func (p *Policy) FreeCompleted(addr uint64) {
 	a, r, ok := p.lookup(addr)
 	if !ok {
 		return
+	}
+	if !r.Pending {
+		p.used -= r.Requested
 	}
 	a.Release(r)
 	if t := p.cfg.ReleaseThreshold; t > 0 && p.reserved() > t {

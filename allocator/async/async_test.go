@@ -220,3 +220,30 @@ func TestParseConf(t *testing.T) {
 		t.Errorf("unknown key: err = %v, want one listing the known keys", err)
 	}
 }
+
+// TestFractionChecksLiveBytes checks PyTorch's fraction check, made against
+// the live requested bytes before the pool is asked, and the replay
+// device's cap on reserved bytes that the model cannot lift.
+func TestFractionChecksLiveBytes(t *testing.T) {
+	d := &fakedev.Device{CapBytes: 3 * MiB, Capped: true}
+	p, _ := New(d, DefaultConfig())
+	fakedev.Run(t, p, d, []op{
+		{Do: "malloc", Size: MiB, Addr: base},       // 2 MiB chunk, 1 MiB live
+		{Do: "malloc", Size: MiB, Addr: base + MiB}, // 2 MiB live, fits the chunk
+	})
+	_, err := p.Malloc(MiB+1, 0) // 3 MiB + 1 live > 3 MiB
+	if err == nil || !strings.Contains(err.Error(), "would exceed allowed memory") || d.Refused != 0 {
+		t.Fatalf("over the fraction: err %v, device asked %d times; want PyTorch's check, device not asked", err, d.Refused)
+	}
+	p.FreeRequested(base) // live drops to 1 MiB at the request
+	if p.used != MiB {
+		t.Fatalf("live bytes %d after a free request, want %d", p.used, MiB)
+	}
+	// Live bytes allow it, but the pending range is not free and a new
+	// chunk would take reserved over the cap: the device refuses.
+	if _, err := p.Malloc(512*KiB, 0); err == nil || d.Refused != 1 {
+		t.Fatalf("err %v, device refused %d times; want a refusal by the device", err, d.Refused)
+	}
+	p.FreeCompleted(base)
+	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 512 * KiB, Addr: base}})
+}
