@@ -119,13 +119,13 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 		fmt.Fprintf(w, "Baseline caching: at_peak_pct %.1f%%, peak reserved %s, %s device calls, %s OOMs\n",
 			b.Fragmentation.AtPeakPct, FmtBytes(b.PeakReservedBytes), fmtCount(b.DeviceAllocs+b.DeviceFrees), fmtCount(b.OOMs))
 	}
-	fmt.Fprintf(w, "%4s  %-30s  %7s  %7s  %10s  %10s  %9s  %5s\n", "rank", "change", "at_peak", "removed",
+	fmt.Fprintf(w, "%4s  %-32s  %7s  %7s  %9s  %10s  %9s  %4s\n", "rank", "change", "at_peak", "removed",
 		"reserved", "Δ reserved", "dev calls", "OOMs")
 	var notes []string
 	for _, ad := range a.Advice {
-		label := truncate(ad.Setting, 30)
+		label := truncate(ad.Setting, 32)
 		if ad.Error != "" {
-			fmt.Fprintf(w, "%4d  %-30s  failed: %s\n", ad.Rank, label, truncate(ad.Error, 50))
+			fmt.Fprintf(w, "%4d  %-32s  failed: %s\n", ad.Rank, label, truncate(ad.Error, 50))
 			continue
 		}
 		mark := ""
@@ -133,7 +133,7 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 			notes = append(notes, ad.Setting+": "+ad.Note)
 			mark = fmt.Sprintf(" [%d]", len(notes))
 		}
-		fmt.Fprintf(w, "%4d  %-30s  %6.1f%%  %6.0f%%  %10s  %10s  %9s  %5s%s\n", ad.Rank, label, ad.AtPeakPct,
+		fmt.Fprintf(w, "%4d  %-32s  %6.1f%%  %6.0f%%  %9s  %10s  %9s  %4s%s\n", ad.Rank, label, ad.AtPeakPct,
 			ad.RemovedPct, FmtBytes(ad.PeakReservedBytes), fmtSigned(ad.ReservedDeltaBytes),
 			fmtCount(ad.DeviceCalls), fmtCount(ad.OOMs), mark)
 	}
