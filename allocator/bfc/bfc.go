@@ -45,6 +45,7 @@ package bfc
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
@@ -76,11 +77,20 @@ func DefaultConfig() Config {
 }
 
 // ParseConf reads the policy's options: allow_growth, garbage_collection
-// (true|false), initial_region_mb, memory_limit_mb (MiB). Keys of
+// (true|false), initial_region_mb, memory_limit_mb (MiB) and
+// fragmentation_fraction (of the memory limit, in (0, 1)). Keys of
 // PYTORCH_CUDA_ALLOC_CONF are ignored.
 func ParseConf(s string) (Config, error) {
 	c := DefaultConfig()
 	err := conf.Parse(s, map[string]conf.Setter{
+		"fragmentation_fraction": func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || f >= 1 {
+				return fmt.Errorf("%q is not a fraction in (0, 1)", v)
+			}
+			c.FragFraction = f
+			return nil
+		},
 		"allow_growth":       conf.Bool(&c.AllowGrowth),
 		"garbage_collection": conf.Bool(&c.GarbageCollection),
 		"initial_region_mb":  conf.MiB(&c.InitialRegion, MinAllocationSize, MinAllocationSize),
@@ -109,7 +119,6 @@ type Policy struct {
 	dev     replay.Device
 	cfg     Config
 	a       *arena.Arena
-	limit   uint64 // memory_limit_
 	curr    uint64 // curr_region_allocation_bytes_
 	maxFrag uint64 // max_internal_fragmentation_bytes_
 	retries int64
@@ -117,20 +126,11 @@ type Policy struct {
 
 // New returns a BFC policy that asks dev for its regions.
 func New(dev replay.Device, cfg Config) (*Policy, error) {
-	limit := cfg.MemoryLimit
-	if limit == 0 {
-		if c, capped := dev.Cap(); capped {
-			limit = c
-		} else if t := dev.TotalBytes(); t > 0 {
-			limit = t
-		} else {
-			limit = 1 << 62 // no limit known: the device decides
-		}
-	}
+	limit := memoryLimit(dev, cfg)
 	if cfg.InitialRegion == 0 {
 		cfg.InitialRegion = DefaultInitialRegion
 	}
-	p := &Policy{dev: dev, cfg: cfg, a: arena.New(), limit: limit, maxFrag: MaxInternalFragmentation}
+	p := &Policy{dev: dev, cfg: cfg, a: arena.New(), maxFrag: MaxInternalFragmentation}
 	if cfg.FragFraction > 0 {
 		p.maxFrag = uint64(cfg.FragFraction * float64(limit))
 	}
@@ -180,15 +180,23 @@ func (p *Policy) find(rounded, requested uint64, stream trace.StreamID) *arena.R
 }
 
 // memoryLimit is memory_limit_: the configured limit, else the device cap
-// in force now (a trace's set_fraction events move it), else the limit
-// taken at creation.
+// in force now (a trace's set_fraction events move it), else the device's
+// total memory.
 func (p *Policy) memoryLimit() uint64 {
-	if p.cfg.MemoryLimit == 0 {
-		if c, capped := p.dev.Cap(); capped {
-			return c
-		}
+	return memoryLimit(p.dev, p.cfg)
+}
+
+func memoryLimit(dev replay.Device, cfg Config) uint64 {
+	if cfg.MemoryLimit > 0 {
+		return cfg.MemoryLimit
 	}
-	return p.limit
+	if c, capped := dev.Cap(); capped {
+		return c
+	}
+	if t := dev.TotalBytes(); t > 0 {
+		return t
+	}
+	return 1 << 62 // no limit known: the device decides
 }
 
 // extend is Extend: add one region big enough for rounded bytes.

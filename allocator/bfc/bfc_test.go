@@ -80,6 +80,15 @@ func TestRules(t *testing.T) {
 			reserved: 512 * MiB, largest: 0, stranded: 0, curr: 512 * MiB,
 		},
 		{
+			name: "fragmentation_fraction sets the split threshold as a fraction of the limit",
+			conf: "memory_limit_mb:1024,fragmentation_fraction:0.01", // 10.24 MiB
+			ops: []op{
+				{Do: "malloc", Size: 20 * MiB, Addr: base, Block: 20 * MiB},         // 32 MiB region: 12 MiB left >= 10.24
+				{Do: "malloc", Size: 7 * MiB, Addr: base + 20*MiB, Block: 12 * MiB}, // 12 < 14 and 5 < 10.24: whole
+			},
+			reserved: 32 * MiB, largest: 0, stranded: 0,
+		},
+		{
 			name: "best fit by size, then lowest address; freed chunks coalesce",
 			ops: []op{
 				{Do: "malloc", Size: KiB, Addr: base, Block: KiB},
