@@ -82,7 +82,9 @@ func (p *segPolicy) Stats() Stats {
 	return Stats{LargestFreeBytes: largest, AllocRetries: p.retries}
 }
 
-func (p *segPolicy) Reproduces(h *trace.Header) bool { return p.exact && h.Producer == trace.ProducerPyTorch }
+func (p *segPolicy) Reproduces(h *trace.Header) bool {
+	return p.exact && h.Producer == trace.ProducerPyTorch
+}
 
 func exactSegPolicy(dev Device, h *trace.Header) (Policy, error) {
 	p, _ := newSegPolicy(dev, h)
