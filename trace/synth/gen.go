@@ -56,10 +56,9 @@ type agent struct {
 	layerParams [][]int // parameter element counts: embeddings, each layer, head
 }
 
-// kvCache is one layer's cache: keys and values, and the tensor they are
-// views of until the first concatenation copies them.
+// kvCache is one layer's cache: keys and values.
 type kvCache struct {
-	k, v, base tensor
+	k, v tensor
 }
 
 const (

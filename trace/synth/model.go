@@ -445,60 +445,46 @@ func (g *gen) decodeStep(a *agent) {
 // endDecode drops a decode request's KV cache and last token.
 func (g *gen) endDecode(a *agent) {
 	for l := range a.kv {
-		c := &a.kv[l]
-		if c.base.size != 0 {
-			g.freeT(c.base)
-		} else {
-			g.freeT(c.k)
-			g.freeT(c.v)
-		}
-		*c = kvCache{}
+		g.freeT(a.kv[l].k)
+		g.freeT(a.kv[l].v)
+		a.kv[l] = kvCache{}
 	}
 	g.freeT(a.nextIDs)
 	a.nextIDs = tensor{}
 	a.busy = false
 }
 
-// decoderForward runs a GPT-2 forward pass of n new tokens with the KV
-// cache, computes the logits of every position, and takes the argmax of
-// the last one as the next input.
+// decoderForward runs a GPT-2 forward pass (transformers' GPT2LMHeadModel
+// with a DynamicCache) of n new tokens, computes the logits of every
+// position, and takes the argmax of the last one as the next input.
 func (g *gen) decoderForward(a *agent, n int) {
 	m := a.model
-	H, I, A, V, f := m.Hidden, m.Intermediate, m.Heads, m.Vocab, m.DTypeBytes
+	H, I, V, f := m.Hidden, m.Intermediate, m.Vocab, m.DTypeBytes
 	b := a.batch
 	bn := b * n
 	lc := a.length + n // context after this step
 	eager := g.cfg.EagerAttention
 
-	cachePos := g.out(n, int64Bytes, opEmbedding, -1)
 	emb := g.out(bn*H, f, opEmbedding, -1)
+	tmp := g.out(n, int64Bytes, opContiguous, -1)
+	cachePos := g.out(n, int64Bytes, opContiguous, -1)
+	g.freeT(tmp)
 	pos := g.out(n*H, f, opEmbedding, -1)
 	hidden := g.out(bn*H, f, opAdd, -1)
 	for l := range m.Layers {
-		h1 := g.out(bn*H, f, opLayerNorm, l)
+		h1 := g.layerNorm(bn, H, f, false, l)
 		qkv := g.matmul(bn, H, 3*H, f, opLinear, l)
 		c := &a.kv[l]
-		qkvHeld := false
-		if a.length == 0 { // the cache keeps views of this step's keys and values
-			c.base = qkv
-			qkvHeld = true
-		} else {
-			nk := g.out(b*lc*H, f, opCat, l)
-			if c.base.size == 0 {
-				g.freeT(c.k)
-			}
-			nv := g.out(b*lc*H, f, opCat, l)
-			if c.base.size == 0 {
-				g.freeT(c.v)
-			}
-			if c.base.size != 0 {
-				g.freeT(c.base)
-				c.base = tensor{}
-			}
-			c.k, c.v = nk, nv
-		}
+		// The cache's keys and values: contiguous copies on the prompt,
+		// then one token longer by torch.cat at every step.
+		nk := g.out(b*lc*H, f, opCat, l)
+		g.freeT(c.k)
+		nv := g.out(b*lc*H, f, opCat, l)
+		g.freeT(c.v)
+		c.k, c.v = nk, nv
 		var ctx tensor
 		if eager {
+			A := m.Heads
 			sc := g.matmul(b*A*n, H/A, lc, f, opMatmul, l)
 			sc2 := g.out(b*A*n*lc, f, opDiv, l)
 			g.freeT(sc)
@@ -509,56 +495,50 @@ func (g *gen) decoderForward(a *agent, n int) {
 			ctx = g.out(bn*H, f, opContiguous, l)
 			g.freeT(cx)
 		} else {
-			ctx = g.matmul(b*A*n, lc, H/A, f, opSDPA, l)
-			if n > 1 {
-				cx := g.out(bn*H, f, opContiguous, l)
-				g.freeT(ctx)
-				ctx = cx
-			}
+			ctx = g.matmul(b*m.Heads*n, lc, H/m.Heads, f, opSDPA, l)
 		}
 		proj := g.matmul(bn, H, H, f, opLinear, l)
 		g.freeT(ctx)
-		if !qkvHeld {
-			g.freeT(qkv)
-		}
+		g.freeT(qkv)
 		h2 := g.out(bn*H, f, opAdd, l)
-		g.freeT(proj)
 		g.freeT(h1)
-		h3 := g.out(bn*H, f, opLayerNorm, l)
+		h3 := g.layerNorm(bn, H, f, false, l)
 		fc := g.matmul(bn, H, I, f, opLinear, l)
-		// gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))
-		t := g.out(bn*I, f, opPow, l)
-		t2 := g.out(bn*I, f, opMul, l)
-		g.freeT(t)
-		t3 := g.out(bn*I, f, opAdd, l)
+		// gelu_new, 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), evaluated
+		// left to right.
+		t1 := g.out(bn*I, f, opMul, l)
+		t2 := g.out(bn*I, f, opPow, l)
+		t3 := g.out(bn*I, f, opMul, l)
 		g.freeT(t2)
-		t4 := g.out(bn*I, f, opMul, l)
+		t4 := g.out(bn*I, f, opAdd, l)
 		g.freeT(t3)
-		t5 := g.out(bn*I, f, opTanh, l)
+		t5 := g.out(bn*I, f, opMul, l)
 		g.freeT(t4)
-		t6 := g.out(bn*I, f, opAdd, l)
+		t6 := g.out(bn*I, f, opTanh, l)
 		g.freeT(t5)
-		t7 := g.out(bn*I, f, opMul, l)
-		act := g.out(bn*I, f, opMul, l)
-		g.freeT(t7)
+		t7 := g.out(bn*I, f, opAdd, l)
 		g.freeT(t6)
+		act := g.out(bn*I, f, opMul, l)
+		g.freeT(t1)
+		g.freeT(t7)
+		g.freeT(fc)
 		out := g.matmul(bn, I, H, f, opLinear, l)
 		g.freeT(act)
-		g.freeT(fc)
-		g.freeT(h3)
 		h4 := g.out(bn*H, f, opAdd, l)
-		g.freeT(out)
+		g.freeT(h3)
 		g.freeT(h2)
+		g.freeT(proj)
+		g.freeT(out)
 		g.freeT(hidden)
 		hidden = h4
 	}
-	lnf := g.out(bn*H, f, opLayerNorm, -1)
+	lnf := g.layerNorm(bn, H, f, false, -1)
 	g.freeT(hidden)
+	g.freeT(cachePos)
+	g.freeT(emb)
+	g.freeT(pos)
 	logits := g.matmul(bn, H, V, f, opLinear, -1)
 	g.freeT(lnf)
-	g.freeT(pos)
-	g.freeT(emb)
-	g.freeT(cachePos)
 	next := g.out(b, int64Bytes, opArgmax, -1)
 	g.freeT(a.nextIDs)
 	a.nextIDs = next
