@@ -18,9 +18,11 @@ const realRequests = 200 // requests in each real baseline run
 
 // Tolerances of the calibration (stated in the package documentation).
 const (
-	tolSizeLong = 0.10 // size distribution, long synthetic trace vs the real runs pooled
-	tolLifeLong = 0.02 // lifetime distribution, same
-	tolRun      = 0.15 // either distribution, a synthetic run as long as a real one vs the real runs pooled
+	tolDecodeSize = 0.12 // decode: size distribution, long synthetic trace vs the real run
+	tolDecodeLife = 0.02 // decode: lifetime distribution, same
+	tolSizeLong   = 0.10 // size distribution, long synthetic trace vs the real runs pooled
+	tolLifeLong   = 0.02 // lifetime distribution, same
+	tolRun        = 0.15 // either distribution, a synthetic run as long as a real one vs the real runs pooled
 )
 
 // profileFile measures the Profile of a trace file and counts its events.
@@ -124,5 +126,35 @@ func TestCalibratedOnRealTrace(t *testing.T) {
 	t.Logf("allocations per request: real %.2f, synthetic %.2f", realPer, synPer)
 	if d := synPer/realPer - 1; d > 0.01 || d < -0.01 {
 		t.Errorf("allocations per request: real %.2f, synthetic %.2f", realPer, synPer)
+	}
+}
+
+// TestCalibratedOnRealDecodeTrace checks Decode agents against a real trace
+// of traces/workloads/kv_decode.py (seed 1: three GPT-2 models, four
+// sessions of batch 1..4, prompts of 16..256 tokens, 16..128 tokens
+// generated, 700 decode steps), recorded and converted like the baselines.
+func TestCalibratedOnRealDecodeTrace(t *testing.T) {
+	real, _ := profileFile(t, "testdata/kv_decode_s1.fst")
+	cfg := DefaultConfig()
+	cfg.Kinds = []AgentKind{Decode}
+	cfg.Agents = 4
+	cfg.BatchSizes = []int{1, 2, 3, 4}
+	cfg.SeqMin, cfg.SeqMax = 16, 256
+	cfg.DecodeMin, cfg.DecodeMax = 16, 128
+	cfg.Events = 4_000_000
+	syn, st := profileConfig(t, cfg)
+	ds := TotalVariation(real.Sizes.Fractions(), syn.Sizes.Fractions())
+	dl := TotalVariation(real.Lifetimes.Fractions(), syn.Lifetimes.Fractions())
+	t.Logf("decode: synthetic (%d events, %d requests) vs real: size TVD %.4f (tolerance %.2f), lifetime TVD %.4f (tolerance %.2f)",
+		st.Events, st.Requests, ds, tolDecodeSize, dl, tolDecodeLife)
+	t.Logf("sizes real:  %v", real.Sizes.String())
+	t.Logf("sizes synth: %v", syn.Sizes.String())
+	t.Logf("lifetimes real:  %v", real.Lifetimes.String())
+	t.Logf("lifetimes synth: %v", syn.Lifetimes.String())
+	if ds >= tolDecodeSize {
+		t.Errorf("decode size distribution: TVD %.4f, tolerance %.2f", ds, tolDecodeSize)
+	}
+	if dl >= tolDecodeLife {
+		t.Errorf("decode lifetime distribution: TVD %.4f, tolerance %.2f", dl, tolDecodeLife)
 	}
 }

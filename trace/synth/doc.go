@@ -22,5 +22,9 @@
 // between an allocation and its free, log2 buckets; measured 0.001); a
 // synthetic run as long as a real one agrees within 0.15 on both. The bytes
 // left live at the end (weights, buffers, cuBLAS workspaces) are equal to the
-// byte, and allocations per request agree within 1%.
+// byte, and allocations per request agree within 1%. Decode agents, set up
+// like traces/workloads/kv_decode.py, agree with its real trace within 0.12
+// on sizes (measured 0.07; the real run holds only a dozen requests) and
+// 0.02 on lifetimes (measured 0.003). Train agents are approximate: their
+// backward pass is a simplified model of autograd's allocations.
 package synth
