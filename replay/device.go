@@ -60,6 +60,9 @@ func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction flo
 
 // SetFraction sets the per-process memory fraction (0 or >= 1: no cap).
 func (d *device) SetFraction(f float64) {
+	if d.e != nil && d.e.cfg.noFraction {
+		f = 0
+	}
 	d.fraction = f
 	d.capped = f > 0 && f < 1
 	if d.capped {

@@ -149,8 +149,10 @@ func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
 }
 
 // MinCapacity returns the smallest device capacity, to 2 MiB, on which the
-// trace completes with no OOM under the policies f builds (cfg's other
-// settings apply; its CapacityBytes is ignored).
+// trace completes with no OOM under the policies f builds. cfg's other
+// settings apply, except CapacityBytes and memory fractions (the config's,
+// the trace's and any a policy's configuration sets), which are ignored:
+// the device itself is sized.
 func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg Config) (uint64, error) {
 	run := func(capacity uint64) (*Result, error) {
 		r, c, err := open()
@@ -161,6 +163,7 @@ func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg C
 		cc := cfg
 		cc.CapacityBytes = capacity
 		cc.Observer = nil
+		cc.noFraction = true
 		return Run(r, f, cc)
 	}
 	free, err := run(math.MaxUint64 / 2)
@@ -350,6 +353,9 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 	frac := e.cfg.Fraction
 	if frac == 0 {
 		frac = e.hdr.MemoryFraction
+	}
+	if e.cfg.noFraction {
+		frac = 0
 	}
 	ds := &devState{id: id, unserved: map[uint64]struct{}{}}
 	ds.dev = newDevice(e, id, total, e.cfg.OutsideBytes, frac)
@@ -587,7 +593,9 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 		}
 		e.updateStats(ds)
 	case trace.KindSetFraction:
-		ds.dev.SetFraction(math.Float64frombits(ev.Aux))
+		if !e.cfg.noFraction {
+			ds.dev.SetFraction(math.Float64frombits(ev.Aux))
+		}
 	default:
 		// markers and snapshots pass through
 	}

@@ -23,6 +23,10 @@ type Config struct {
 	Observer func(s *Sample)
 	// Progress, when set, is called now and then with the events done.
 	Progress func(events int64)
+
+	// noFraction ignores every memory fraction (MinCapacity sizes the
+	// device itself).
+	noFraction bool
 }
 
 // Sample is the replayed state after one event.
