@@ -256,16 +256,89 @@ const (
 // decoder switches to a map (so a hostile index cannot force a huge slice).
 const maxMemoGap = 1 << 16
 
+// memoHole marks a memo slot that was never stored.
+type memoHole struct{}
+
+// smallInts holds boxed small ints so that decoding them does not allocate.
+var smallInts = func() (t [4096]any) {
+	for i := range t {
+		t[i] = int64(i)
+	}
+	return
+}()
+
+func boxInt(i int64) any {
+	if i >= 0 && i < int64(len(smallInts)) {
+		return smallInts[i]
+	}
+	return i
+}
+
+// slabSize is how many dicts, lists or pairs one slab allocation holds:
+// a snapshot is millions of small dicts, and allocating them in slabs
+// keeps the allocator and the garbage collector out of the way.
+const slabSize = 512
+
+func (d *Decoder) newDict() *Dict {
+	if len(d.dicts) == 0 {
+		d.dicts = make([]Dict, slabSize)
+	}
+	x := &d.dicts[0]
+	d.dicts = d.dicts[1:]
+	return x
+}
+
+func (d *Decoder) newList() *List {
+	if len(d.lists) == 0 {
+		d.lists = make([]List, slabSize)
+	}
+	x := &d.lists[0]
+	d.lists = d.lists[1:]
+	return x
+}
+
+// pairs returns an empty slice with room for exactly n pairs.
+func (d *Decoder) pairs(n int) []Pair {
+	if n > slabSize/4 {
+		return make([]Pair, 0, n)
+	}
+	if len(d.pairSlab) < n {
+		d.pairSlab = make([]Pair, 4*slabSize)
+	}
+	p := d.pairSlab[:0:n]
+	d.pairSlab = d.pairSlab[n:]
+	return p
+}
+
+// items returns a copy of v in slab storage (full capacity: appends copy).
+func (d *Decoder) items(v []any) []any {
+	n := len(v)
+	if n > slabSize/4 {
+		return append(make([]any, 0, n), v...)
+	}
+	if len(d.itemSlab) < n {
+		d.itemSlab = make([]any, 4*slabSize)
+	}
+	p := d.itemSlab[:n:n]
+	d.itemSlab = d.itemSlab[n:]
+	copy(p, v)
+	return p
+}
+
 // Decoder decodes one pickle held in memory.
 type Decoder struct {
-	data    []byte
-	pos     int
-	stack   []any
-	marks   []int
-	memo    []any
-	sparse  map[uint64]any // memo entries far past the slice's end
-	memoSet []bool         // which slice slots were stored
-	intern  map[string]string
+	data   []byte
+	pos    int
+	stack  []any
+	marks  []int
+	memo   []any
+	sparse map[uint64]any // memo entries far past the slice's end
+	intern map[string]string
+
+	dicts    []Dict
+	lists    []List
+	pairSlab []Pair
+	itemSlab []any
 
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
@@ -275,7 +348,9 @@ type Decoder struct {
 
 // NewDecoder returns a decoder of data.
 func NewDecoder(data []byte) *Decoder {
-	return &Decoder{data: data, intern: make(map[string]string, 1024)}
+	return &Decoder{data: data, intern: make(map[string]string, 1024),
+		// Protocol 4 memoizes nearly every container and string.
+		memo: make([]any, 0, min(len(data)/32+16, 1<<26))}
 }
 
 // Decode decodes the pickle in data.
@@ -324,10 +399,11 @@ func (d *Decoder) pop() any {
 
 func (d *Decoder) memoGet(idx uint64) (any, bool) {
 	if idx < uint64(len(d.memo)) {
-		if d.memoSet[idx] {
-			return d.memo[idx], true
+		v := d.memo[idx]
+		if _, hole := v.(memoHole); hole {
+			return nil, false
 		}
-		return nil, false
+		return v, true
 	}
 	v, ok := d.sparse[idx]
 	return v, ok
@@ -338,17 +414,13 @@ func (d *Decoder) memoPut(idx uint64, v any) {
 	switch {
 	case idx < n:
 		d.memo[idx] = v
-		d.memoSet[idx] = true
 	case idx == n:
 		d.memo = append(d.memo, v)
-		d.memoSet = append(d.memoSet, true)
 	case idx-n <= maxMemoGap && d.sparse == nil:
 		for uint64(len(d.memo)) < idx {
-			d.memo = append(d.memo, nil)
-			d.memoSet = append(d.memoSet, false)
+			d.memo = append(d.memo, memoHole{})
 		}
 		d.memo = append(d.memo, v)
-		d.memoSet = append(d.memoSet, true)
 	default:
 		if d.sparse == nil {
 			d.sparse = make(map[uint64]any)
@@ -457,9 +529,9 @@ func (d *Decoder) Decode() (any, error) {
 		case opMark:
 			d.marks = append(d.marks, len(d.stack))
 		case opEmptyDict:
-			d.stack = append(d.stack, &Dict{})
+			d.stack = append(d.stack, d.newDict())
 		case opEmptyList:
-			d.stack = append(d.stack, &List{})
+			d.stack = append(d.stack, d.newList())
 		case opEmptyTuple:
 			d.stack = append(d.stack, Tuple{})
 		case opNone:
@@ -472,19 +544,19 @@ func (d *Decoder) Decode() (any, error) {
 			if err := d.need(off, op, 4); err != nil {
 				return nil, err
 			}
-			d.stack = append(d.stack, int64(int32(binary.LittleEndian.Uint32(data[d.pos:]))))
+			d.stack = append(d.stack, boxInt(int64(int32(binary.LittleEndian.Uint32(data[d.pos:])))))
 			d.pos += 4
 		case opBinInt1:
 			if err := d.need(off, op, 1); err != nil {
 				return nil, err
 			}
-			d.stack = append(d.stack, int64(data[d.pos]))
+			d.stack = append(d.stack, smallInts[data[d.pos]])
 			d.pos++
 		case opBinInt2:
 			if err := d.need(off, op, 2); err != nil {
 				return nil, err
 			}
-			d.stack = append(d.stack, int64(binary.LittleEndian.Uint16(data[d.pos:])))
+			d.stack = append(d.stack, boxInt(int64(binary.LittleEndian.Uint16(data[d.pos:]))))
 			d.pos += 2
 		case opLong1, opLong4:
 			var n uint64
@@ -676,28 +748,29 @@ func (d *Decoder) Decode() (any, error) {
 			if err := d.have(off, op, n); err != nil {
 				return nil, err
 			}
-			t := make(Tuple, n)
-			copy(t, d.stack[len(d.stack)-n:])
+			t := Tuple(d.items(d.stack[len(d.stack)-n:]))
 			d.stack = append(d.stack[:len(d.stack)-n], t)
 		case opTuple, opList:
 			m, err := d.popMark(off, op)
 			if err != nil {
 				return nil, err
 			}
-			items := make([]any, len(d.stack)-m)
-			copy(items, d.stack[m:])
+			items := d.items(d.stack[m:])
+			clear(d.stack[m:])
 			d.stack = d.stack[:m]
 			if op == opTuple {
 				d.stack = append(d.stack, Tuple(items))
 			} else {
-				d.stack = append(d.stack, &List{Items: items})
+				l := d.newList()
+				l.Items = items
+				d.stack = append(d.stack, l)
 			}
 		case opDict:
 			m, err := d.popMark(off, op)
 			if err != nil {
 				return nil, err
 			}
-			dict := &Dict{}
+			dict := d.newDict()
 			if err := d.setItems(off, op, dict, d.stack[m:]); err != nil {
 				return nil, err
 			}
@@ -725,9 +798,10 @@ func (d *Decoder) Decode() (any, error) {
 				return nil, d.errAt(off, op, ErrMalformed, "appending to a %s, not a list", typeName(d.stack[m-1]))
 			}
 			if l.Items == nil {
-				l.Items = make([]any, 0, len(d.stack)-m)
+				l.Items = d.items(d.stack[m:])
+			} else {
+				l.Items = append(l.Items, d.stack[m:]...)
 			}
-			l.Items = append(l.Items, d.stack[m:]...)
 			clear(d.stack[m:])
 			d.stack = d.stack[:m]
 		case opSetItem:
@@ -798,7 +872,7 @@ func (d *Decoder) setItems(off int, op byte, dict *Dict, kv []any) error {
 		return d.errAt(off, op, ErrMalformed, "odd number (%d) of keys and values", len(kv))
 	}
 	if dict.Pairs == nil && dict.index == nil {
-		dict.Pairs = make([]Pair, 0, len(kv)/2)
+		dict.Pairs = d.pairs(len(kv) / 2)
 	}
 	for i := 0; i < len(kv); i += 2 {
 		var key string

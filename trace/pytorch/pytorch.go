@@ -31,8 +31,7 @@
 package pytorch
 
 import (
-	"bufio"
-	"bytes"
+		"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -138,34 +137,65 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 	if limit <= 0 {
 		limit = 64 << 30
 	}
-	br := bufio.NewReaderSize(r, 1<<20)
-	head, _ := br.Peek(4)
-	var src io.Reader = br
+	var hint int64 = 1 << 20
+	switch x := r.(type) {
+	case *os.File:
+		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
+			hint = st.Size() + 1
+		}
+	case interface{ Len() int }:
+		hint = int64(x.Len()) + 1
+	}
+	raw, err := readAll(&progressReader{r: r, p: opt.Progress}, min(hint, limit+1), limit)
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case bytes.HasPrefix(head, gzipMagic):
-		zr, err := gzip.NewReader(br)
+	case bytes.HasPrefix(raw, gzipMagic):
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
 		if err != nil {
 			return nil, fmt.Errorf("gzip: %w", err)
 		}
 		defer zr.Close()
-		src = zr
-	case bytes.HasPrefix(head, zstdMagic):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxMemory(uint64(limit)))
+		out, err := readAll(zr, min(int64(len(raw))*6, limit+1), limit)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		return out, nil
+	case bytes.HasPrefix(raw, zstdMagic):
+		zr, err := zstd.NewReader(bytes.NewReader(raw), zstd.WithDecoderMaxMemory(uint64(limit)), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
 		defer zr.Close()
-		src = zr
+		out, err := readAll(zr, min(int64(len(raw))*6, limit+1), limit)
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		return out, nil
 	}
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, &progressReader{r: io.LimitReader(src, limit+1), p: opt.Progress})
-	if err != nil {
-		return nil, fmt.Errorf("after %d decompressed bytes: %w", n, err)
+	return raw, nil
+}
+
+// readAll reads r to its end into a buffer of capacity hint, failing past limit.
+func readAll(r io.Reader, hint, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, max(hint, 512))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("input exceeds %d bytes", limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("after %d bytes: %w", len(buf), err)
+		}
 	}
-	if n > limit {
-		return nil, fmt.Errorf("input exceeds %d bytes", limit)
-	}
-	return buf.Bytes(), nil
 }
 
 type progressReader struct {
