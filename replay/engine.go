@@ -84,7 +84,26 @@ type engine struct {
 	err               error
 }
 
-// Run replays the trace r to its end through policies built by f.
+// Run replays the trace r to its end through policies built by f, one
+// policy per trace device, and returns what it measured. Memory is bounded
+// by the live blocks, not by the trace's length.
+//
+// Requests: alloc calls Malloc; free_requested FreeRequested;
+// free_completed FreeCompleted, passed on just before the device's next
+// request so that a policy sees that request's recorded device events
+// first; a trace whose first free_requested is not followed by its
+// free_completed (live recordings, RMM logs), or whose header says frees
+// were not recorded completing, has every free completed at once.
+// empty_cache calls EmptyCache; an oom event replays its request (and
+// frees it at once if the replay serves it); set_fraction changes the
+// device's cap; markers pass through. A free of an address no alloc
+// returned is an error naming the event, unless the replay could not
+// serve that alloc (OOM).
+//
+// Device events (segment_alloc, ...) are the recorded allocator's moves:
+// they give new segments their recorded addresses and, when the policy
+// implements Reproducer and reproduces the trace's allocator, every device
+// call and allocation address is checked against them (Result.Fidelity).
 func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header()}
 	if e.hdr == nil {
