@@ -20,6 +20,8 @@ const realRequests = 200 // requests in each real baseline run
 const (
 	tolDecodeSize = 0.12 // decode: size distribution, long synthetic trace vs the real run
 	tolDecodeLife = 0.02 // decode: lifetime distribution, same
+	tolTrainSize  = 0.10 // train: size distribution, long synthetic trace vs the real run
+	tolTrainLife  = 0.05 // train: lifetime distribution, same
 	tolSizeLong   = 0.10 // size distribution, long synthetic trace vs the real runs pooled
 	tolLifeLong   = 0.02 // lifetime distribution, same
 	tolRun        = 0.15 // either distribution, a synthetic run as long as a real one vs the real runs pooled
@@ -156,5 +158,39 @@ func TestCalibratedOnRealDecodeTrace(t *testing.T) {
 	}
 	if dl >= tolDecodeLife {
 		t.Errorf("decode lifetime distribution: TVD %.4f, tolerance %.2f", dl, tolDecodeLife)
+	}
+}
+
+// TestCalibratedOnRealTrainTrace checks Train agents against a real trace of
+// traces/workloads/train.py (seed 1: a 6-layer BERT with a 4-label head,
+// AdamW, 60 steps of batch 8..32 and 32..512 tokens).
+func TestCalibratedOnRealTrainTrace(t *testing.T) {
+	real, _ := profileFile(t, "testdata/train_s1.fst")
+	cfg := DefaultConfig()
+	cfg.Kinds = []AgentKind{Train}
+	cfg.Agents = 1
+	cfg.Encoder.Layers = 6
+	cfg.BatchSizes = nil
+	for b := 8; b <= 32; b++ {
+		cfg.BatchSizes = append(cfg.BatchSizes, b)
+	}
+	cfg.SeqMin, cfg.SeqMax = 32, 512
+	cfg.Events = 1_000_000
+	syn, st := profileConfig(t, cfg)
+	ds := TotalVariation(real.Sizes.Fractions(), syn.Sizes.Fractions())
+	dl := TotalVariation(real.Lifetimes.Fractions(), syn.Lifetimes.Fractions())
+	t.Logf("train: synthetic (%d events, %d steps) vs real: size TVD %.4f (tolerance %.2f), lifetime TVD %.4f (tolerance %.2f)",
+		st.Events, st.Requests, ds, tolTrainSize, dl, tolTrainLife)
+	t.Logf("lifetimes real:  %v", real.Lifetimes.String())
+	t.Logf("lifetimes synth: %v", syn.Lifetimes.String())
+	if ds >= tolTrainSize {
+		t.Errorf("train size distribution: TVD %.4f, tolerance %.2f", ds, tolTrainSize)
+	}
+	if dl >= tolTrainLife {
+		t.Errorf("train lifetime distribution: TVD %.4f, tolerance %.2f", dl, tolTrainLife)
+	}
+	// What stays: weights, buffers, both cuBLAS workspaces, AdamW's state.
+	if real.LiveBytes != st.PersistentBytes || syn.LiveBytes != st.PersistentBytes {
+		t.Errorf("live at the end: real %d bytes, synthetic %d (persistent %d)", real.LiveBytes, syn.LiveBytes, st.PersistentBytes)
 	}
 }

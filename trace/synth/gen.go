@@ -52,8 +52,10 @@ type agent struct {
 	nextIDs tensor // the last token, input of the next step
 
 	// training state
-	optState    []tensor
-	layerParams [][]int // parameter element counts: embeddings, each layer, head
+	optState              []tensor
+	params                []int // parameter element counts, in order
+	layers                []trainLayer
+	trainIDs, trainLabels tensor // the loop's inputs, until the next step
 }
 
 // kvCache is one layer's cache: keys and values.
@@ -90,15 +92,13 @@ type gen struct {
 	free       [][]uint64     // addresses of freed blocks of one rounded size
 	next       uint64         // next fresh address
 
-	agents    []*agent
-	current   int // agent of the last step, -1 before the first
-	held      []tensor
-	saved     []tensor // training: activations kept for backward, in order
-	savedGrad []bool   // training: whether a gradient flows into saved[i]
-	savedAt   []int    // training: start of each layer's saved activations
-	grads     []tensor // training: parameter gradients until zero_grad
-	scratch   []tensor
-	wsDone    []bool // cuBLAS workspaces allocated, per stream
+	agents  []*agent
+	current int // agent of the last step, -1 before the first
+	held    []tensor
+	grads   []tensor // training: parameter gradients until zero_grad
+	scratch []tensor
+	wsDone  []bool // cuBLAS workspaces allocated, per stream
+	bwdWS   bool   // autograd thread's cuBLAS workspace allocated
 
 	stepText [3]trace.StringID
 	sites    [2][]trace.StackID // [encoder, decoder][site] -> stack, lazily
@@ -182,6 +182,12 @@ func (g *gen) run() {
 		if a.busy {
 			g.switchTo(a)
 			g.endDecode(a)
+		}
+		if a.trainIDs.size != 0 {
+			g.switchTo(a)
+			g.freeT(a.trainIDs)
+			g.freeT(a.trainLabels)
+			a.trainIDs, a.trainLabels = tensor{}, tensor{}
 		}
 	}
 	for _, t := range g.held {

@@ -127,47 +127,21 @@ func (g *gen) loadWeights(a *agent) {
 	})
 }
 
-// drop frees t now, or, when training and autograd saves it, keeps it for
-// backward (grad says whether a gradient flows back into it).
-func (g *gen) drop(t tensor, train, saved, grad bool) {
-	if train && saved {
-		g.saved = append(g.saved, t)
-		g.savedGrad = append(g.savedGrad, grad)
-		return
-	}
-	g.freeT(t)
-}
-
-// dropout applies dropout to x: nothing in eval, an output and a byte mask
-// when training (the mask is saved; x is freed unless keepX).
-func (g *gen) dropout(x tensor, elems int, train bool, layer int) tensor {
-	if !train {
-		return x
-	}
-	f := g.cfg.Encoder.DTypeBytes
-	out := g.out(elems, f, opDropout, layer)
-	mask := g.alloc(uint64(elems), opDropout, layer)
-	g.drop(mask, train, true, false)
-	return out
-}
-
 // layerNorm runs native_layer_norm over rows of width h: the output, and
-// the per-row mean and rstd it always returns (freed at once in inference,
-// saved for backward when training).
-func (g *gen) layerNorm(rows, h, f int, train bool, layer int) tensor {
+// the per-row mean and rstd it always returns, freed at once (inference).
+func (g *gen) layerNorm(rows, h, f int, layer int) tensor {
 	out := g.out(rows*h, f, opLayerNorm, layer)
 	mean := g.alloc(uint64(rows)*4, opLayerNorm, layer)
 	rstd := g.alloc(uint64(rows)*4, opLayerNorm, layer)
-	g.drop(mean, train, true, false)
-	g.drop(rstd, train, true, false)
+	g.freeT(mean)
+	g.freeT(rstd)
 	return out
 }
 
-// encoderForward runs a BERT forward pass (transformers' BertModel, no
-// attention mask) of batch b and length s on the current agent; it returns
-// the last hidden state and the pooled output. When training, the
-// activations autograd saves are kept in g.saved.
-func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, pooled tensor) {
+// encoderForward runs an inference forward pass of BERT (transformers'
+// BertModel, no attention mask) of batch b and length s on the current
+// agent; it returns the last hidden state and the pooled output.
+func (g *gen) encoderForward(m *ModelShape, b, s int) (hidden, pooled tensor) {
 	H, I, A := m.Hidden, m.Intermediate, m.Heads
 	f := m.DTypeBytes
 	bs := b * s
@@ -182,40 +156,23 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 		g.freeT(t)
 	}
 
-	// Embeddings: words + token types + positions, LayerNorm, dropout.
+	// Embeddings: words + token types + positions, LayerNorm.
 	posIDs := g.out(s, int64Bytes, opContiguous, -1)
 	words := g.out(bs*H, f, opEmbedding, -1)
-	var types tensor
-	if m.TypeVocab > 0 {
-		// The token-type buffer expanded to the batch is copied to be
-		// contiguous, except for a batch of one.
-		var typeIDs tensor
-		if b > 1 {
-			typeIDs = g.out(bs, int64Bytes, opContiguous, -1)
-		}
-		types = g.out(bs*H, f, opEmbedding, -1)
-		g.freeT(typeIDs)
-	}
+	types := g.tokenTypes(m, b, s)
 	sum := g.out(bs*H, f, opAdd, -1)
 	pos := g.out(s*H, f, opEmbedding, -1)
 	sum2 := g.out(bs*H, f, opAdd, -1)
 	g.freeT(sum)
-	ln := g.layerNorm(bs, H, f, train, -1)
+	embOut := g.layerNorm(bs, H, f, -1)
 	g.freeT(words)
 	g.freeT(types)
 	g.freeT(posIDs)
-	g.drop(sum2, train, true, true)
+	g.freeT(sum2)
 	g.freeT(pos)
-	embOut := g.dropout(ln, bs*H, train, -1)
-	if train {
-		g.freeT(ln)
-	}
 	hidden = embOut
 
 	for l := range m.Layers {
-		if train {
-			g.savedAt = append(g.savedAt, len(g.saved))
-		}
 		// Self-attention.
 		q := g.matmul(bs, H, H, f, opLinear, l)
 		k := g.matmul(bs, H, H, f, opLinear, l)
@@ -228,58 +185,41 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 			sc3 := g.out(b*A*s*s, f, opAdd, l)
 			g.freeT(sc2)
 			p := g.out(b*A*s*s, f, opSoftmax, l)
-			pd := g.dropout(p, b*A*s*s, train, l)
 			c := g.matmul(b*A*s, s, H/A, f, opMatmul, l)
 			ctx = g.out(bs*H, f, opContiguous, l)
 			g.freeT(c)
 			g.freeT(sc3)
-			g.drop(p, train, true, false)
-			if train {
-				g.drop(pd, train, true, true)
-			}
+			g.freeT(p)
 		} else {
 			// scaled_dot_product_attention (memory-efficient kernel): its
 			// output is laid out so that the transpose back is free.
 			ctx = g.matmul(b*A*s, s, H/A, f, opSDPA, l)
-			if train {
-				g.drop(g.out(b*A*s, 4, opSDPA, l), true, true, false) // logsumexp
-			}
 		}
-		g.drop(q, train, true, true)
-		g.drop(k, train, true, true)
-		g.drop(v, train, true, true)
-		// Self-output: dense, dropout, residual, LayerNorm.
+		g.freeT(q)
+		g.freeT(k)
+		g.freeT(v)
+		// Self-output: dense, residual, LayerNorm.
 		d := g.matmul(bs, H, H, f, opLinear, l)
-		dd := g.dropout(d, bs*H, train, l)
 		r := g.out(bs*H, f, opAdd, l)
-		ln1 := g.layerNorm(bs, H, f, train, l)
-		g.drop(r, train, true, true)
-		if train {
-			g.freeT(dd)
-		}
+		ln1 := g.layerNorm(bs, H, f, l)
+		g.freeT(r)
 		g.freeT(d)
-		g.drop(ctx, train, true, true)
+		g.freeT(ctx)
 		// Feed-forward.
 		i1 := g.matmul(bs, H, I, f, opLinear, l)
 		i2 := g.out(bs*I, f, opGELU, l)
-		g.drop(i1, train, true, true)
+		g.freeT(i1)
 		o := g.matmul(bs, I, H, f, opLinear, l)
-		od := g.dropout(o, bs*H, train, l)
 		r2 := g.out(bs*H, f, opAdd, l)
-		ln2 := g.layerNorm(bs, H, f, train, l)
-		g.drop(r2, train, true, true)
-		if train {
-			g.freeT(od)
-		}
+		ln2 := g.layerNorm(bs, H, f, l)
+		g.freeT(r2)
 		g.freeT(o)
-		g.drop(i2, train, true, true)
-		g.drop(ln1, train, true, true)
+		g.freeT(i2)
+		g.freeT(ln1)
 		// The layer's input is dropped when the loop moves on (the
 		// embeddings' output stays referenced until the model returns).
 		if l > 0 {
-			g.drop(hidden, train, true, true)
-		} else if train {
-			g.drop(embOut, true, true, true)
+			g.freeT(hidden)
 		}
 		hidden = ln2
 	}
@@ -288,14 +228,27 @@ func (g *gen) encoderForward(m *ModelShape, b, s int, train bool) (hidden, poole
 	pd := g.matmul(b, H, H, f, opLinear, -1)
 	pooled = g.out(b*H, f, opTanh, -1)
 	g.freeT(pd)
-	if !train {
-		g.freeT(embOut)
-	}
+	g.freeT(embOut)
 	if eager {
 		g.freeT(ext)
 		g.freeT(ones)
 	}
 	return hidden, pooled
+}
+
+// tokenTypes looks up the token-type embeddings: the buffer expanded to the
+// batch is copied to be contiguous first, except for a batch of one.
+func (g *gen) tokenTypes(m *ModelShape, b, s int) tensor {
+	if m.TypeVocab == 0 {
+		return tensor{}
+	}
+	var ids tensor
+	if b > 1 {
+		ids = g.out(b*s, int64Bytes, opContiguous, -1)
+	}
+	t := g.out(b*s*m.Hidden, m.DTypeBytes, opEmbedding, -1)
+	g.freeT(ids)
+	return t
 }
 
 // encodeRequest serves one inference request of an Encode agent: input ids
@@ -306,114 +259,10 @@ func (g *gen) encodeRequest(a *agent) {
 	g.st.Requests++
 	g.marker(trace.MarkerStep, g.stepText[0], uint64(g.st.Requests))
 	ids := g.out(b*s, int64Bytes, opRandint, -1)
-	hidden, pooled := g.encoderForward(a.model, b, s, false)
+	hidden, pooled := g.encoderForward(a.model, b, s)
 	g.freeT(pooled)
 	g.freeT(ids)
 	g.hold(hidden)
-}
-
-// trainStep runs one training step of a Train agent: forward with the
-// activations autograd saves kept, a classification loss, backward (saved
-// activations freed layer by layer, gradients allocated), an AdamW step,
-// and zero_grad(set_to_none=True).
-func (g *gen) trainStep(a *agent) {
-	m := a.model
-	H, f := m.Hidden, m.DTypeBytes
-	b, s := g.batch(), g.seqLen()
-	g.st.Requests++
-	g.marker(trace.MarkerStep, g.stepText[2], uint64(g.st.Requests))
-	ids := g.out(b*s, int64Bytes, opRandint, -1)
-	labels := g.out(b, int64Bytes, opRandint, -1)
-	g.saved, g.savedGrad, g.savedAt = g.saved[:0], g.savedGrad[:0], g.savedAt[:0]
-
-	hidden, pooled := g.encoderForward(m, b, s, true)
-	g.savedAt = append(g.savedAt, len(g.saved)) // the head
-	g.drop(hidden, true, true, true)            // the pooler reads its first token
-	g.drop(pooled, true, true, true)            // tanh saves its output
-	pdrop := g.dropout(pooled, b*H, true, -1)
-	logits := g.matmul(b, H, numLabels, f, opLinear, -1)
-	g.drop(pdrop, true, true, true)
-	ls := g.out(b*numLabels, f, opLogSoftmax, -1)
-	loss := g.out(1, f, opNLLLoss, -1)
-	tw := g.out(1, f, opNLLLoss, -1)
-	g.drop(ls, true, true, true)
-	g.drop(tw, true, true, false)
-	g.freeT(logits)
-
-	// Backward: the head first, then the layers from the last, then the
-	// embeddings (saved before the first layer).
-	if a.layerParams == nil {
-		a.layerParams = make([][]int, m.Layers+2) // [0] embeddings, [l+1] layer l, [Layers+1] head
-		inHead := false
-		params(m, a.kind, func(elems, layer int, buffer bool) {
-			switch {
-			case buffer:
-				return
-			case layer >= 0:
-				inHead = true
-				a.layerParams[layer+1] = append(a.layerParams[layer+1], elems)
-			case inHead:
-				a.layerParams[m.Layers+1] = append(a.layerParams[m.Layers+1], elems)
-			default:
-				a.layerParams[0] = append(a.layerParams[0], elems)
-			}
-		})
-	}
-	grad := g.out(1, f, opGrad, -1) // d loss / d loss
-	end := len(g.saved)
-	for seg := len(g.savedAt); seg >= 0; seg-- {
-		start := 0
-		if seg > 0 {
-			start = g.savedAt[seg-1]
-		}
-		layer := seg - 1 // -1: embeddings; Layers: head
-		if layer == m.Layers {
-			layer = -1
-		}
-		for i := end - 1; i >= start; i-- {
-			t := g.saved[i]
-			if g.savedGrad[i] {
-				ng := g.out(int(t.size), 1, opGrad, layer)
-				g.freeT(grad)
-				grad = ng
-			}
-			g.freeT(t)
-		}
-		end = start
-		ps := a.layerParams[seg]
-		for j := len(ps) - 1; j >= 0; j-- {
-			g.grads = append(g.grads, g.out(ps[j], f, opGrad, layer))
-		}
-	}
-	g.freeT(grad)
-	g.saved, g.savedGrad, g.savedAt = g.saved[:0], g.savedGrad[:0], g.savedAt[:0]
-
-	// AdamW (foreach): state on the first step, one temporary per
-	// parameter (the square root of the second moment) every step.
-	if a.optState == nil {
-		for j := len(g.grads) - 1; j >= 0; j-- {
-			n := int(g.grads[j].size) / f
-			a.optState = append(a.optState, g.out(n, f, opZerosLike, -1), g.out(n, f, opZerosLike, -1))
-			g.st.PersistentBytes += 2 * uint64(n*f)
-		}
-	}
-	g.scratch = g.scratch[:0]
-	for j := len(g.grads) - 1; j >= 0; j-- {
-		g.scratch = append(g.scratch, g.out(int(g.grads[j].size)/f, f, opForeachSqrt, -1))
-	}
-	for _, t := range g.scratch {
-		g.freeT(t)
-	}
-	g.scratch = g.scratch[:0]
-	// zero_grad(set_to_none=True), in parameter order.
-	for j := len(g.grads) - 1; j >= 0; j-- {
-		g.freeT(g.grads[j])
-	}
-	g.grads = g.grads[:0]
-	g.freeT(loss)
-	g.freeT(labels)
-	g.freeT(ids)
-	g.sync()
 }
 
 // decodeStep runs one step of a Decode agent: a new request's prompt
@@ -472,7 +321,7 @@ func (g *gen) decoderForward(a *agent, n int) {
 	pos := g.out(n*H, f, opEmbedding, -1)
 	hidden := g.out(bn*H, f, opAdd, -1)
 	for l := range m.Layers {
-		h1 := g.layerNorm(bn, H, f, false, l)
+		h1 := g.layerNorm(bn, H, f, l)
 		qkv := g.matmul(bn, H, 3*H, f, opLinear, l)
 		c := &a.kv[l]
 		// The cache's keys and values: contiguous copies on the prompt,
@@ -502,7 +351,7 @@ func (g *gen) decoderForward(a *agent, n int) {
 		g.freeT(qkv)
 		h2 := g.out(bn*H, f, opAdd, l)
 		g.freeT(h1)
-		h3 := g.layerNorm(bn, H, f, false, l)
+		h3 := g.layerNorm(bn, H, f, l)
 		fc := g.matmul(bn, H, I, f, opLinear, l)
 		// gelu_new, 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), evaluated
 		// left to right.
@@ -532,7 +381,7 @@ func (g *gen) decoderForward(a *agent, n int) {
 		g.freeT(hidden)
 		hidden = h4
 	}
-	lnf := g.layerNorm(bn, H, f, false, -1)
+	lnf := g.layerNorm(bn, H, f, -1)
 	g.freeT(hidden)
 	g.freeT(cachePos)
 	g.freeT(emb)
