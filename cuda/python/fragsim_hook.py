@@ -26,6 +26,7 @@ __all__ = ["FragsimError", "install", "close", "flush", "recording"]
 
 _lib = None
 _closed = False
+_owner = None  # the recording process; forked children never call into the library
 
 
 class FragsimError(RuntimeError):
@@ -34,7 +35,7 @@ class FragsimError(RuntimeError):
 
 def recording():
     """True while a trace is being recorded in this process."""
-    return _lib is not None and not _closed
+    return _lib is not None and not _closed and os.getpid() == _owner
 
 
 def _load(lib):
@@ -73,7 +74,7 @@ def install(path=None, lib=None, tags=None):
     start (no torch, torch too old, CUDA already initialised, no driver or
     no GPU).
     """
-    global _lib
+    global _lib, _owner
     if _lib is not None:
         return
     path = path or os.environ.get("FRAGSIM_TRACE")
@@ -123,8 +124,8 @@ def install(path=None, lib=None, tags=None):
                 "allocator): install fragsim before the first CUDA call"
             ) from None
         raise FragsimError(f"PyTorch refused the fragsim allocator: {e}") from None
-    _lib = cdll
-    os.environ["FRAGSIM_OWNER_PID"] = str(os.getpid())
+    _lib, _owner = cdll, os.getpid()
+    os.environ["FRAGSIM_OWNER_PID"] = str(_owner)
     _wrap_torch(torch)
     atexit.register(close)
     _install_sigterm()
@@ -192,7 +193,7 @@ def flush():
 def close():
     """Stop recording and close the trace (memory keeps being served)."""
     global _closed
-    if _lib is None or _closed:
+    if _lib is None or _closed or os.getpid() != _owner:
         return
     _closed = True
     if _lib.fragsim_close() != 0:

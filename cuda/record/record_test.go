@@ -100,7 +100,7 @@ func TestRecordPython(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run.fragsim")
 	var stdout, stderr bytes.Buffer
 	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "4", "7"},
-		Env: env, Stdout: &stdout, Stderr: &stderr})
+		Env: append(env, "WORKLOAD_FORK=1"), Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
 	}

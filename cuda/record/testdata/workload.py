@@ -2,6 +2,7 @@
 
 Usage: workload.py STEPS EXIT_CODE [READY_FILE]
 With READY_FILE it writes the file after the steps and sleeps (to be signalled).
+With WORKLOAD_FORK=1 it forks a child that exits normally.
 """
 import os
 import sys
@@ -21,6 +22,15 @@ for s in range(steps):
         torch.cuda.free(p, n, 7)
     held.extend(ptrs[5:])
 torch.cuda.empty_cache()
+if os.environ.get("WORKLOAD_FORK") == "1":
+    # A forked child that exits normally must neither touch the trace nor hang.
+    pid = os.fork()
+    if pid == 0:
+        fragsim_marker.text("from the child")
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        sys.exit(90)
 if len(sys.argv) > 3:
     with open(sys.argv[3], "w") as f:
         f.write("ready")
