@@ -618,11 +618,14 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 	default:
 		// markers and snapshots pass through
 	}
-	e.reserved = 0
-	for _, d := range e.devs {
-		e.reserved += d.dev.reserved
+	if len(e.devs) == 1 {
+		e.reserved = ds.dev.reserved
+	} else {
+		e.syncReserved(ds)
 	}
-	e.inject(ds)
+	if e.cfg.EmptyCacheEvery > 0 || e.cfg.DefragThresholdPct > 0 {
+		e.inject(ds)
+	}
 	return nil
 }
 

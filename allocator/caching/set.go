@@ -13,13 +13,15 @@ func (e entry) less(size, addr uint64) bool {
 }
 
 // maxChunk is the largest chunk a freeSet keeps before splitting it.
-const maxChunk = 128
+const maxChunk = 64
 
 // freeSet is a sorted set of free blocks of one (pool, stream), ordered by
 // (size, addr): a list of sorted chunks, so that inserts and deletes move
-// at most maxChunk entries.
+// at most maxChunk entries, with each chunk's last entry kept apart for
+// the search.
 type freeSet struct {
 	chunks [][]entry
+	lasts  []entry // lasts[c] is the last entry of chunks[c]
 	n      int
 	spare  [][]entry // emptied chunks, reused before allocating
 }
@@ -38,23 +40,21 @@ type pos struct{ c, i int }
 
 // lowerBound returns the position of the first entry >= (size, addr).
 func (s *freeSet) lowerBound(size, addr uint64) pos {
-	cs := s.chunks
-	// first chunk whose last entry is >= key
-	lo, hi := 0, len(cs)
+	ls := s.lasts
+	lo, hi := 0, len(ls)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		ch := cs[m]
-		if ch[len(ch)-1].less(size, addr) {
+		if ls[m].less(size, addr) {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo == len(cs) {
+	if lo == len(ls) {
 		return pos{lo, 0}
 	}
-	ch := cs[lo]
-	i, j := 0, len(ch)
+	ch := s.chunks[lo]
+	i, j := 0, len(ch)-1 // the last entry is >= the key
 	for i < j {
 		m := int(uint(i+j) >> 1)
 		if ch[m].less(size, addr) {
@@ -89,20 +89,18 @@ func (s *freeSet) prev(p pos) (pos, bool) {
 	return pos{p.c - 1, len(s.chunks[p.c-1]) - 1}, true
 }
 
-func (s *freeSet) first() pos { return pos{0, 0} }
-
 func (s *freeSet) last() (entry, bool) {
-	if len(s.chunks) == 0 {
+	if len(s.lasts) == 0 {
 		return entry{}, false
 	}
-	ch := s.chunks[len(s.chunks)-1]
-	return ch[len(ch)-1], true
+	return s.lasts[len(s.lasts)-1], true
 }
 
 func (s *freeSet) insert(e entry) {
 	s.n++
 	if len(s.chunks) == 0 {
 		s.chunks = append(s.chunks, append(s.newChunk(), e))
+		s.lasts = append(s.lasts, e)
 		return
 	}
 	p := s.lowerBound(e.size, e.addr)
@@ -121,8 +119,12 @@ func (s *freeSet) insert(e entry) {
 		s.chunks = append(s.chunks, nil)
 		copy(s.chunks[p.c+2:], s.chunks[p.c+1:])
 		s.chunks[p.c+1] = nc
+		s.lasts = append(s.lasts, entry{})
+		copy(s.lasts[p.c+2:], s.lasts[p.c+1:])
+		s.lasts[p.c+1] = nc[len(nc)-1]
 	}
 	s.chunks[p.c] = ch
+	s.lasts[p.c] = ch[len(ch)-1]
 }
 
 // remove deletes the entry (size, addr); it reports whether it was there.
@@ -149,9 +151,12 @@ func (s *freeSet) removeAt(p pos) {
 		copy(s.chunks[p.c:], s.chunks[p.c+1:])
 		s.chunks[len(s.chunks)-1] = nil
 		s.chunks = s.chunks[:len(s.chunks)-1]
+		copy(s.lasts[p.c:], s.lasts[p.c+1:])
+		s.lasts = s.lasts[:len(s.lasts)-1]
 		return
 	}
 	s.chunks[p.c] = ch
+	s.lasts[p.c] = ch[len(ch)-1]
 }
 
 // each calls fn for every entry in order.
@@ -163,22 +168,12 @@ func (s *freeSet) each(fn func(e entry)) {
 	}
 }
 
-// entries returns a copy of all entries in order.
+// entries appends all entries in order to dst.
 func (s *freeSet) entries(dst []entry) []entry {
 	for _, ch := range s.chunks {
 		dst = append(dst, ch...)
 	}
 	return dst
-}
-
-func (s *freeSet) clone() freeSet {
-	c := freeSet{n: s.n, chunks: make([][]entry, len(s.chunks))}
-	for i, ch := range s.chunks {
-		nc := make([]entry, len(ch), maxChunk+1)
-		copy(nc, ch)
-		c.chunks[i] = nc
-	}
-	return c
 }
 
 // addrSet is a sorted set of block ids keyed by address (unmapped blocks of
@@ -210,8 +205,4 @@ func (s *addrSet) remove(addr uint64) bool {
 	s.addrs = append(s.addrs[:i], s.addrs[i+1:]...)
 	s.ids = append(s.ids[:i], s.ids[i+1:]...)
 	return true
-}
-
-func (s *addrSet) clone() addrSet {
-	return addrSet{addrs: append([]uint64(nil), s.addrs...), ids: append([]int32(nil), s.ids...)}
 }
