@@ -2,6 +2,7 @@ package caching_test
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -287,4 +288,39 @@ func BenchmarkDecodeOnly(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkReplayMemory replays synthetic recordings of 100k and 1M events
+// and reports the largest heap seen during the replay: it stays flat as
+// the trace grows, since the engine holds only the live blocks.
+func BenchmarkReplayMemory(b *testing.B) {
+	for _, n := range []int64{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			evs := synthEvents(b, n, false)
+			cfg := caching.DefaultConfig()
+			rec, _ := record(b, evs, cfg, 150109880320, 0, 0)
+			data := encode(b, &trace.Header{Producer: trace.ProducerPyTorch, GPUTotalBytes: 150109880320}, rec)
+			evs, rec = nil, nil
+			var peak uint64
+			var ms runtime.MemStats
+			obs := replay.Config{Observer: func(s *replay.Sample) {
+				if s.Index&(1<<16-1) == 0 {
+					runtime.ReadMemStats(&ms)
+					peak = max(peak, ms.HeapAlloc)
+				}
+			}}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				runtime.GC()
+				r, err := trace.NewReader(bytes.NewReader(data))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := replay.Run(r, factory(cfg), obs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(peak-uint64(len(data))), "peak-heap-bytes")
+		})
+	}
 }
