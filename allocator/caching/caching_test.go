@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/fragsim/fragsim/trace"
 )
 
 const (
@@ -379,6 +381,37 @@ func TestExpandableRules(t *testing.T) {
 				{op: "malloc", size: 11 * M, addr: B + 100*M, calls: mp(B+100*M, 20*M)}, // 100+12 <= 128; maps 20
 				{op: "malloc", size: 10 * M, addr: 0, calls: "-"},                       // 120+10 > 128
 			},
+		},
+	})
+}
+
+func TestPendingFreeReading(t *testing.T) {
+	const G = uint64(1 << 30)
+	setup := []step{
+		{op: "malloc", size: 60 * M, addr: B},
+		{op: "malloc", size: 60 * M, addr: B + 60*M},
+		{op: "req", addr: B + 60*M}, // waits on another stream
+	}
+	runTable(t, []tableCase{
+		{
+			// The recorded release shows the free completed in the malloc's
+			// own synchronize: the block was pending during the search.
+			name: "a completion from the retry's synchronize", total: G, frac: 0.125,
+			steps: append(append([]step{}, setup...),
+				step{op: "rec", rec: []trace.Event{
+					{Kind: trace.KindSegmentFree, Addr: B + 60*M, SizeBytes: 60 * M},
+					{Kind: trace.KindSegmentAlloc, Addr: B + 120*M, SizeBytes: 50 * M}}},
+				step{op: "done", addr: B + 60*M},
+				step{op: "malloc", size: 50 * M, addr: B + 120*M, calls: calls(fre(B+60*M, 60*M), mal(B+120*M, 50*M))},
+			),
+		},
+		{
+			name: "a completion before the search", total: G, frac: 0.125,
+			steps: append(append([]step{}, setup...),
+				step{op: "done", addr: B + 60*M},
+				step{op: "malloc", size: 50 * M, addr: B + 60*M, calls: "-"},
+			),
+			strand: 10 * M,
 		},
 	})
 }

@@ -126,6 +126,7 @@ type step struct {
 	stream trace.StreamID
 	addr   uint64 // malloc: want address (0: OOM expected); free/req/done: the block
 	calls  string // device calls it must make (checked when non-empty; "-" means none)
+	rec    []trace.Event
 }
 
 type tableCase struct {
@@ -181,6 +182,8 @@ func runTable(t *testing.T, cases []tableCase) {
 					a.FreeCompleted(s.addr)
 				case "empty":
 					a.EmptyCache()
+				case "rec":
+					dev.rec = s.rec
 				case "fraction":
 					dev.fraction = float64(s.size) / 100
 				default:

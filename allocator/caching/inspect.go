@@ -179,12 +179,6 @@ func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int
 	return last
 }
 
-// chooseReading returns how many held-back completions took effect before
-// the search of the next malloc (spec §12.4).
-func (a *Allocator) chooseReading(size uint64, stream trace.StreamID) int {
-	return len(a.completions)
-}
-
 // Reproduces reports whether the allocator runs with the settings the
 // trace was recorded with, by PyTorch's caching allocator (a PyTorch
 // snapshot or a live recording): then the replay can be checked against
