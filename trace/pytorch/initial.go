@@ -331,7 +331,7 @@ func (c *converter) inferEmptyCache(dev int, evs []event, init *trace.InitialSta
 				out = make([]event, 0, len(evs)+16)
 			}
 			out = append(out, evs[copied:j]...)
-			ec := event{}
+			ec := event{frames: noFrames}
 			ec.Kind = trace.KindEmptyCache
 			ec.Device = trace.DeviceID(dev)
 			ec.TimeNS = evs[j-1].TimeNS

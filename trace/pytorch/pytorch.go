@@ -31,7 +31,7 @@
 package pytorch
 
 import (
-		"bytes"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -96,15 +96,27 @@ type Summary struct {
 // event is a trace event waiting for its stack.
 type event struct {
 	trace.Event
-	frames *pickle.List
-	text   string
+	frames pickle.Value // the entry's frames list, or noFrames
+	text   int32        // index into Snapshot.texts; 0 for none
 }
 
 // Snapshot is a decoded, converted snapshot ready to be written.
 type Snapshot struct {
 	header  trace.Header
 	events  []event
+	texts   []string
+	doc     *pickle.Doc
 	summary Summary
+}
+
+const noFrames = ^pickle.Value(0)
+
+func (s *Snapshot) text(t string) int32 {
+	if len(s.texts) == 0 {
+		s.texts = append(s.texts, "")
+	}
+	s.texts = append(s.texts, t)
+	return int32(len(s.texts) - 1)
 }
 
 // Header returns the trace header the snapshot converts to.
@@ -235,15 +247,37 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 	if opt.Progress != nil {
 		dec.Progress = func(done, total int64) { opt.Progress("decode", done, total) }
 	}
-	v, err := dec.Decode()
+	doc, err := dec.DecodeDoc()
 	if err != nil {
 		return nil, err
 	}
-	top, ok := v.(*pickle.Dict)
-	if !ok {
-		return nil, fmt.Errorf("not a memory snapshot: the pickle holds a %s, not a dict", pickle.TypeName(v))
+	root := doc.Root()
+	if k := doc.Kind(root); k != pickle.KindDict {
+		return nil, fmt.Errorf("not a memory snapshot: the pickle holds a %s, not a dict", k)
 	}
-	c := &converter{opt: opt, snap: &Snapshot{}}
+	// Everything but the trace entries is small: take it as Go values.
+	top := &pickle.Dict{}
+	traces := noFrames
+	var convErr error
+	doc.Pairs(root, func(k, v pickle.Value) bool {
+		key, _ := doc.Str(k)
+		if key == "device_traces" {
+			traces = v
+			top.Set(key, nil)
+			return true
+		}
+		a, err := doc.ToAny(v)
+		if err != nil {
+			convErr = fmt.Errorf("snapshot key %q: %w", key, err)
+			return false
+		}
+		top.Set(key, a)
+		return true
+	})
+	if convErr != nil {
+		return nil, convErr
+	}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: traces}
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {
 		return nil, err
@@ -253,32 +287,67 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 
 // Emit writes the snapshot's events to sink, in order.
 func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
+	doc := s.doc
 	var frames []trace.Frame
+	var strIDs []uint32 // doc string index -> sink StringID + 1
+	if doc != nil {
+		strIDs = make([]uint32, doc.NumStrings())
+	}
+	str := func(v pickle.Value) trace.StringID {
+		id, ok := doc.StrID(v)
+		if !ok {
+			return trace.NoString
+		}
+		if sid := strIDs[id]; sid != 0 {
+			return trace.StringID(sid - 1)
+		}
+		t, _ := doc.Str(v)
+		sid := sink.String(t)
+		strIDs[id] = uint32(sid) + 1
+		return sid
+	}
+	var kFile, kName, kLine uint32
+	var okFile, okName, okLine bool
+	if doc != nil {
+		kFile, okFile = doc.LookupStr("filename")
+		kName, okName = doc.LookupStr("name")
+		kLine, okLine = doc.LookupStr("line")
+	}
 	total := int64(len(s.events))
 	for i := range s.events {
 		e := &s.events[i]
 		ev := e.Event
-		if e.frames != nil && len(e.frames.Items) > 0 {
+		if e.frames != noFrames {
 			frames = frames[:0]
-			for _, f := range e.frames.Items {
-				fd, ok := f.(*pickle.Dict)
-				if !ok {
+			for _, f := range doc.Slice(e.frames) {
+				if doc.Kind(f) != pickle.KindDict {
 					continue
 				}
-				file, _ := getString(fd, "filename")
-				fn, _ := getString(fd, "name")
-				line, _ := getInt(fd, "line")
-				if line < 0 || line > math.MaxUint32 {
-					line = 0
+				var fr trace.Frame
+				ps := doc.PairSlice(f)
+				for j := 0; j+1 < len(ps); j += 2 {
+					k, v := ps[j], ps[j+1]
+					id, ok := doc.StrID(k)
+					switch {
+					case !ok:
+					case okFile && id == kFile:
+						fr.File = str(v)
+					case okName && id == kName:
+						fr.Func = str(v)
+					case okLine && id == kLine:
+						if n, ok := doc.Int(v); ok && n >= 0 && n <= math.MaxUint32 {
+							fr.Line = uint32(n)
+						}
+					}
 				}
-				frames = append(frames, trace.Frame{Func: sink.String(fn), File: sink.String(file), Line: uint32(line)})
+				frames = append(frames, fr)
 			}
 			if len(frames) > 0 {
 				ev.Stack = sink.Stack(frames)
 			}
 		}
-		if e.text != "" {
-			ev.Text = sink.String(e.text)
+		if e.text != 0 {
+			ev.Text = sink.String(s.texts[e.text])
 		}
 		if err := sink.WriteEvent(ev); err != nil {
 			return fmt.Errorf("event %d: %w", i, err)
@@ -515,6 +584,8 @@ func (s *settings) roundSize(n uint64) uint64 {
 // ---- conversion ----
 
 type converter struct {
+	doc    *pickle.Doc
+	traces pickle.Value // device_traces, or noFrames when absent
 	opt    Options
 	snap   *Snapshot
 	set    settings
@@ -553,77 +624,12 @@ func (c *converter) convert(top *pickle.Dict) error {
 	} else {
 		c.note("the snapshot has no allocator_settings (older PyTorch): the replay uses default settings")
 	}
-	if _, ok := top.Get("device_traces"); !ok {
+	if c.traces == noFrames {
 		return errors.New("not a memory snapshot: no device_traces key")
 	}
-	dt, _ := top.Get("device_traces")
-	traces := asItems(dt)
-	if traces == nil && dt != nil {
-		return fmt.Errorf("device_traces is a %s, not a list", pickle.TypeName(dt))
-	}
-	perDev := make([][]event, len(traces))
-	total := 0
-	for _, t := range traces {
-		total += len(asItems(t))
-	}
-	done := 0
-	for dev, t := range traces {
-		entries := asItems(t)
-		evs := make([]event, 0, len(entries))
-		counts := map[string]int{}
-		var lastTime int64
-		for k, it := range entries {
-			ed, ok := it.(*pickle.Dict)
-			if !ok {
-				return fmt.Errorf("device_traces[%d][%d] is a %s, not a dict", dev, k, pickle.TypeName(it))
-			}
-			action, _ := getString(ed, "action")
-			counts[action]++
-			kind, known := actionKinds[action]
-			if !known {
-				if sum.UnknownActs == nil {
-					sum.UnknownActs = map[string]int{}
-				}
-				sum.UnknownActs[action]++
-				continue
-			}
-			e := event{}
-			e.Kind = kind
-			e.Device = trace.DeviceID(dev)
-			e.Stream = trace.StreamID(getUint(ed, "stream"))
-			if t, ok := getInt(ed, "time_us"); ok {
-				lastTime = t * 1000
-			}
-			e.TimeNS = lastTime
-			e.SizeBytes = getUint(ed, "size")
-			switch kind {
-			case trace.KindOOM:
-				e.Aux = getUint(ed, "device_free")
-			case trace.KindSnapshot:
-			case trace.KindMarker:
-				e.Addr = getUint(ed, "addr")
-				e.Marker = trace.MarkerText
-				md, _ := getString(ed, "user_metadata")
-				e.text = "annotate"
-				if md != "" {
-					e.text = "annotate " + md
-				}
-			default:
-				e.Addr = getUint(ed, "addr")
-			}
-			if fv, ok := ed.Get("frames"); ok {
-				if fl, ok := fv.(*pickle.List); ok && len(fl.Items) > 0 {
-					e.frames = fl
-				}
-			}
-			evs = append(evs, e)
-			done++
-			if c.opt.Progress != nil && done&(1<<18-1) == 0 {
-				c.opt.Progress("convert", int64(done), int64(total))
-			}
-		}
-		sum.Actions[strconv.Itoa(dev)] = counts
-		perDev[dev] = evs
+	perDev, err := c.entries()
+	if err != nil {
+		return err
 	}
 	if len(sum.UnknownActs) > 0 {
 		keys := make([]string, 0, len(sum.UnknownActs))
@@ -679,7 +685,9 @@ func (c *converter) convert(top *pickle.Dict) error {
 			e.Device = trace.DeviceID(dev)
 			t, _ := getInt(ad, "time_us")
 			e.TimeNS = t * 1000
-			e.text, _ = getString(ad, "name")
+			name, _ := getString(ad, "name")
+			e.text = c.snap.text(name)
+			e.frames = noFrames
 			markers[int(dev)] = append(markers[int(dev)], e)
 			sum.Markers++
 		}
@@ -808,7 +816,7 @@ func (c *converter) summarize() {
 		if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM {
 			streams[e.Stream] = true
 		}
-		if e.frames != nil {
+		if e.frames != noFrames {
 			sum.Stacks++
 		}
 		if i == 0 || e.TimeNS < sum.FirstNS {

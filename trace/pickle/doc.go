@@ -1,0 +1,942 @@
+package pickle
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Kind is the Python type of a value in a Doc.
+type Kind uint8
+
+// Value kinds.
+const (
+	KindNone Kind = iota
+	KindBool
+	KindInt   // int64
+	KindUint  // an int in [2^63, 2^64)
+	KindFloat // float64
+	KindString
+	KindList
+	KindTuple
+	KindDict
+)
+
+var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict"}
+
+// String returns the Python type name.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "invalid"
+}
+
+// Value is a value of a Doc: an index into its value table.
+type Value uint32
+
+type val struct {
+	x    uint64 // the bits of a scalar; a string or container index
+	kind Kind
+}
+
+// cont is a list, tuple or dict: a chain of chunks of item indexes (dicts
+// hold keys and values alternately).
+type cont struct {
+	first, last int32 // chunk indexes, -1 when empty
+	n           uint32
+}
+
+type chunk struct {
+	start, n uint32
+	next     int32
+}
+
+// Doc is a decoded pickle held in flat, pointer-free tables, so that
+// decoding millions of small dicts costs neither allocations nor garbage
+// collection. Values are addressed by Value.
+type Doc struct {
+	vals   []val
+	strs   []string
+	conts  []cont
+	chunks []chunk
+	items  []Value
+	root   Value
+	intern map[string]uint32
+}
+
+// Root returns the pickle's top-level value.
+func (d *Doc) Root() Value { return d.root }
+
+// Kind returns v's kind.
+func (d *Doc) Kind(v Value) Kind { return d.vals[v].kind }
+
+// Int returns v as an int64: ints (uint64 ones bit-cast), bools and floats
+// (truncated); ok is false for other kinds.
+func (d *Doc) Int(v Value) (int64, bool) {
+	x := d.vals[v]
+	switch x.kind {
+	case KindInt, KindUint, KindBool:
+		return int64(x.x), true
+	case KindFloat:
+		return int64(math.Float64frombits(x.x)), true
+	}
+	return 0, false
+}
+
+// Float returns v as a float64 (ints converted).
+func (d *Doc) Float(v Value) (float64, bool) {
+	x := d.vals[v]
+	switch x.kind {
+	case KindFloat:
+		return math.Float64frombits(x.x), true
+	case KindInt, KindBool:
+		return float64(int64(x.x)), true
+	case KindUint:
+		return float64(x.x), true
+	}
+	return 0, false
+}
+
+// Str returns v's string and whether v is a string (str or bytes).
+func (d *Doc) Str(v Value) (string, bool) {
+	x := d.vals[v]
+	if x.kind != KindString {
+		return "", false
+	}
+	return d.strs[x.x], true
+}
+
+// StrID returns the index of v's string in the Doc's string table: equal
+// short strings (up to 128 bytes) share one index.
+func (d *Doc) StrID(v Value) (uint32, bool) {
+	x := d.vals[v]
+	if x.kind != KindString {
+		return 0, false
+	}
+	return uint32(x.x), true
+}
+
+// LookupStr returns the string-table index of s, if some short string of
+// the Doc equals it.
+func (d *Doc) LookupStr(s string) (uint32, bool) {
+	i, ok := d.intern[s]
+	return i, ok
+}
+
+// Len returns the number of items of a list or tuple, or pairs of a dict.
+func (d *Doc) Len(v Value) int {
+	x := d.vals[v]
+	switch x.kind {
+	case KindList, KindTuple, KindDict:
+		return int(d.conts[x.x].n)
+	}
+	return 0
+}
+
+// Items calls f with each item of a list or tuple, in order, until f
+// returns false.
+func (d *Doc) Items(v Value, f func(i int, item Value) bool) {
+	x := d.vals[v]
+	if x.kind != KindList && x.kind != KindTuple {
+		return
+	}
+	i := 0
+	for c := d.conts[x.x].first; c >= 0; c = d.chunks[c].next {
+		ch := d.chunks[c]
+		for _, it := range d.items[ch.start : ch.start+ch.n] {
+			if !f(i, it) {
+				return
+			}
+			i++
+		}
+	}
+}
+
+// Slice returns the items of a list or tuple.
+func (d *Doc) Slice(v Value) []Value {
+	x := d.vals[v]
+	if x.kind != KindList && x.kind != KindTuple {
+		return nil
+	}
+	c := d.conts[x.x]
+	if c.first >= 0 && c.first == c.last {
+		ch := d.chunks[c.first]
+		return d.items[ch.start : ch.start+ch.n : ch.start+ch.n]
+	}
+	out := make([]Value, 0, c.n)
+	d.Items(v, func(_ int, it Value) bool { out = append(out, it); return true })
+	return out
+}
+
+// Pairs calls f with each key and value of a dict, in the order they were
+// set (a key set twice appears twice; the later value is Python's), until
+// f returns false.
+func (d *Doc) Pairs(v Value, f func(key, value Value) bool) {
+	x := d.vals[v]
+	if x.kind != KindDict {
+		return
+	}
+	for c := d.conts[x.x].first; c >= 0; c = d.chunks[c].next {
+		ch := d.chunks[c]
+		its := d.items[ch.start : ch.start+ch.n]
+		for i := 0; i+1 < len(its); i += 2 {
+			if !f(its[i], its[i+1]) {
+				return
+			}
+		}
+	}
+}
+
+// Get returns the value a dict holds under the string key.
+func (d *Doc) Get(v Value, key string) (Value, bool) {
+	var out Value
+	found := false
+	d.Pairs(v, func(k, val Value) bool {
+		if s, ok := d.Str(k); ok && s == key {
+			out, found = val, true
+		}
+		return true
+	})
+	return out, found
+}
+
+// MaxInputBytes is the largest pickle DecodeDoc accepts (values are
+// addressed by 32-bit indexes).
+const MaxInputBytes = 1<<31 - 1
+
+// PairSlice returns a dict's keys and values, alternating, without copying
+// when the dict was filled in one go (the usual case).
+func (d *Doc) PairSlice(v Value) []Value {
+	x := d.vals[v]
+	if x.kind != KindDict {
+		return nil
+	}
+	c := d.conts[x.x]
+	if c.first >= 0 && c.first == c.last {
+		ch := d.chunks[c.first]
+		return d.items[ch.start : ch.start+ch.n : ch.start+ch.n]
+	}
+	out := make([]Value, 0, 2*c.n)
+	d.Pairs(v, func(k, val Value) bool { out = append(out, k, val); return true })
+	return out
+}
+
+// NumStrings returns the size of the Doc's string table (StrID < NumStrings).
+func (d *Doc) NumStrings() int { return len(d.strs) }
+
+// maxDepth bounds the nesting ToAny follows (pickles may hold cycles).
+const maxDepth = 1000
+
+// ToAny converts v to the Go representation of the package doc (*Dict,
+// *List, Tuple, ...), preserving shared containers. It fails on nesting
+// deeper than 1000 (which includes cyclic values).
+func (d *Doc) ToAny(v Value) (any, error) {
+	seen := map[Value]any{}
+	return d.toAny(v, seen, 0)
+}
+
+func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("%w: values nested deeper than %d (or cyclic)", ErrMalformed, maxDepth)
+	}
+	x := d.vals[v]
+	switch x.kind {
+	case KindNone:
+		return nil, nil
+	case KindBool:
+		return x.x != 0, nil
+	case KindInt:
+		return int64(x.x), nil
+	case KindUint:
+		return x.x, nil
+	case KindFloat:
+		return math.Float64frombits(x.x), nil
+	case KindString:
+		return d.strs[x.x], nil
+	}
+	if got, ok := seen[v]; ok {
+		return got, nil
+	}
+	switch x.kind {
+	case KindList, KindTuple:
+		items := make([]any, 0, d.conts[x.x].n)
+		var out any
+		if x.kind == KindList {
+			l := &List{}
+			seen[v] = l
+			out = l
+		}
+		var err error
+		d.Items(v, func(_ int, it Value) bool {
+			var a any
+			a, err = d.toAny(it, seen, depth+1)
+			items = append(items, a)
+			return err == nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if x.kind == KindTuple {
+			t := Tuple(items)
+			seen[v] = t
+			return t, nil
+		}
+		out.(*List).Items = items
+		return out, nil
+	case KindDict:
+		dict := &Dict{}
+		seen[v] = dict
+		var err error
+		d.Pairs(v, func(k, val Value) bool {
+			var key string
+			switch kx := d.vals[k]; kx.kind {
+			case KindString:
+				key = d.strs[kx.x]
+			case KindInt:
+				key = strconv.FormatInt(int64(kx.x), 10)
+			case KindUint:
+				key = strconv.FormatUint(kx.x, 10)
+			}
+			var a any
+			a, err = d.toAny(val, seen, depth+1)
+			dict.Set(key, a)
+			return err == nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return dict, nil
+	}
+	return nil, fmt.Errorf("%w: bad value kind %d", ErrMalformed, x.kind)
+}
+
+// Decode decodes the pickle in data into the package's Go representation.
+func Decode(data []byte) (any, error) {
+	doc, err := NewDecoder(data).DecodeDoc()
+	if err != nil {
+		return nil, err
+	}
+	return doc.ToAny(doc.Root())
+}
+
+// Limits on interning: short strings are shared so that a snapshot's
+// repeated keys and file names cost one table entry each.
+const (
+	internMaxLen     = 128
+	internMaxEntries = 1 << 20
+)
+
+// maxMemoGap bounds how far past the memo's end a PUT may store before the
+// decoder switches to a map (so a hostile index cannot force a huge slice).
+const maxMemoGap = 1 << 16
+
+const memoHole = ^Value(0)
+
+// Decoder decodes one pickle held in memory.
+type Decoder struct {
+	data   []byte
+	pos    int
+	doc    *Doc
+	stack  []Value
+	marks  []int
+	memo   []Value
+	sparse map[uint64]Value
+
+	// Progress, when set, is called about every ProgressEvery bytes
+	// with the offset reached and the input's size.
+	Progress      func(done, total int64)
+	ProgressEvery int64
+}
+
+// NewDecoder returns a decoder of data.
+func NewDecoder(data []byte) *Decoder {
+	// Sized for a snapshot (a value per 5 input bytes, an item per 2):
+	// growing these tables would copy them. Untouched capacity costs no memory.
+	n := min(len(data), 1<<31)
+	return &Decoder{
+		data: data,
+		doc: &Doc{
+			vals:   make([]val, 0, n/5+16),
+			items:  make([]Value, 0, n/2+16),
+			chunks: make([]chunk, 0, n/16+16),
+			conts:  make([]cont, 0, n/16+16),
+			intern: make(map[string]uint32, 1024),
+		},
+		memo:  make([]Value, 0, n/10+16),
+		stack: make([]Value, 0, 1024),
+	}
+}
+
+// Offset returns the byte offset the decoder has reached.
+func (d *Decoder) Offset() int64 { return int64(d.pos) }
+
+func (d *Decoder) errAt(off int, op byte, class error, format string, args ...any) error {
+	return &Error{Offset: int64(off), Op: op, Msg: fmt.Sprintf(format, args...), Err: class}
+}
+
+func (d *Decoder) truncated(off int, op byte, what string) error {
+	return &Error{Offset: int64(off), Op: op, Msg: fmt.Sprintf("input ends at byte %d inside %s", len(d.data), what), Err: ErrTruncated}
+}
+
+// need checks that n more bytes exist after the opcode at off.
+func (d *Decoder) need(off int, op byte, n uint64) error {
+	if n > uint64(len(d.data)-d.pos) {
+		return d.truncated(off, op, fmt.Sprintf("an argument of %d bytes", n))
+	}
+	return nil
+}
+
+func (d *Decoder) push(k Kind, x uint64) {
+	d.stack = append(d.stack, Value(len(d.doc.vals)))
+	d.doc.vals = append(d.doc.vals, val{x: x, kind: k})
+}
+
+func (d *Decoder) pushStr(b []byte) {
+	doc := d.doc
+	if len(b) <= internMaxLen {
+		if i, ok := doc.intern[string(b)]; ok {
+			d.push(KindString, uint64(i))
+			return
+		}
+		s := string(b)
+		i := uint32(len(doc.strs))
+		doc.strs = append(doc.strs, s)
+		if len(doc.intern) < internMaxEntries {
+			doc.intern[s] = i
+		}
+		d.push(KindString, uint64(i))
+		return
+	}
+	doc.strs = append(doc.strs, string(b))
+	d.push(KindString, uint64(len(doc.strs)-1))
+}
+
+func (d *Decoder) pushCont(k Kind) int {
+	d.doc.conts = append(d.doc.conts, cont{first: -1, last: -1})
+	ci := len(d.doc.conts) - 1
+	d.push(k, uint64(ci))
+	return ci
+}
+
+// appendItems adds items to container ci.
+func (d *Decoder) appendItems(ci int, items []Value, count uint32) {
+	doc := d.doc
+	c := &doc.conts[ci]
+	if len(items) == 0 {
+		return
+	}
+	if c.last >= 0 {
+		last := &doc.chunks[c.last]
+		if last.start+last.n == uint32(len(doc.items)) {
+			doc.items = append(doc.items, items...)
+			last.n += uint32(len(items))
+			c.n += count
+			return
+		}
+	}
+	doc.chunks = append(doc.chunks, chunk{start: uint32(len(doc.items)), n: uint32(len(items)), next: -1})
+	doc.items = append(doc.items, items...)
+	ch := int32(len(doc.chunks) - 1)
+	if c.last >= 0 {
+		doc.chunks[c.last].next = ch
+	} else {
+		c.first = ch
+	}
+	c.last = ch
+	c.n += count
+}
+
+func (d *Decoder) memoGet(idx uint64) (Value, bool) {
+	if idx < uint64(len(d.memo)) {
+		v := d.memo[idx]
+		return v, v != memoHole
+	}
+	v, ok := d.sparse[idx]
+	return v, ok
+}
+
+func (d *Decoder) memoPut(idx uint64, v Value) {
+	n := uint64(len(d.memo))
+	switch {
+	case idx < n:
+		d.memo[idx] = v
+	case idx == n:
+		d.memo = append(d.memo, v)
+	case idx-n <= maxMemoGap && idx < uint64(len(d.data)) && d.sparse == nil:
+		// A real pickle stores at most one memo entry per input byte; a
+		// wider gap goes to the map so no input can inflate the slice.
+		for uint64(len(d.memo)) < idx {
+			d.memo = append(d.memo, memoHole)
+		}
+		d.memo = append(d.memo, v)
+	default:
+		if d.sparse == nil {
+			d.sparse = make(map[uint64]Value)
+		}
+		d.sparse[idx] = v
+	}
+}
+
+// line reads a newline-terminated argument (text opcodes of protocol 0).
+func (d *Decoder) line(off int, op byte) (string, error) {
+	rest := d.data[d.pos:]
+	i := bytes.IndexByte(rest, '\n')
+	if i < 0 {
+		return "", d.truncated(off, op, "a text argument")
+	}
+	s := string(rest[:i])
+	d.pos += i + 1
+	return s, nil
+}
+
+// decodeLong decodes a little-endian two's complement integer.
+func decodeLong(b []byte) (Kind, uint64, bool) {
+	if len(b) == 0 {
+		return KindInt, 0, true
+	}
+	neg := b[len(b)-1]&0x80 != 0
+	for len(b) > 1 {
+		last, prev := b[len(b)-1], b[len(b)-2]
+		if (last == 0 && prev&0x80 == 0) || (last == 0xff && prev&0x80 != 0) {
+			b = b[:len(b)-1]
+			continue
+		}
+		break
+	}
+	if len(b) > 9 || (len(b) == 9 && (neg || b[8] != 0)) {
+		return 0, 0, false
+	}
+	var u uint64
+	for i := min(len(b), 8) - 1; i >= 0; i-- {
+		u = u<<8 | uint64(b[i])
+	}
+	if len(b) == 9 {
+		return KindUint, u, true
+	}
+	if neg {
+		shift := uint(64 - 8*len(b))
+		return KindInt, uint64(int64(u<<shift) >> shift), true
+	}
+	if u > math.MaxInt64 {
+		return KindUint, u, true
+	}
+	return KindInt, u, true
+}
+
+func (d *Decoder) top() Value { return d.stack[len(d.stack)-1] }
+
+// have checks that n values are on the stack above the top mark.
+func (d *Decoder) have(off int, op byte, n int) error {
+	base := 0
+	if len(d.marks) > 0 {
+		base = d.marks[len(d.marks)-1]
+	}
+	if len(d.stack)-base < n {
+		return d.errAt(off, op, ErrMalformed, "needs %d values on the stack, has %d", n, len(d.stack)-base)
+	}
+	return nil
+}
+
+func (d *Decoder) popMark(off int, op byte) (int, error) {
+	if len(d.marks) == 0 {
+		return 0, d.errAt(off, op, ErrMalformed, "no MARK on the stack")
+	}
+	m := d.marks[len(d.marks)-1]
+	d.marks = d.marks[:len(d.marks)-1]
+	return m, nil
+}
+
+func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
+	x := d.doc.vals[dict]
+	if x.kind != KindDict {
+		return d.errAt(off, op, ErrMalformed, "setting items of a %s, not a dict", x.kind)
+	}
+	if len(kv)%2 != 0 {
+		return d.errAt(off, op, ErrMalformed, "odd number (%d) of keys and values", len(kv))
+	}
+	for i := 0; i < len(kv); i += 2 {
+		switch k := d.doc.vals[kv[i]].kind; k {
+		case KindString, KindInt, KindUint:
+		default:
+			return d.errAt(off, op, ErrMalformed, "dict key of type %s (only str and int keys are supported)", k)
+		}
+	}
+	d.appendItems(int(x.x), kv, uint32(len(kv)/2))
+	return nil
+}
+
+func (d *Decoder) appendList(off int, op byte, list Value, items []Value) error {
+	x := d.doc.vals[list]
+	if x.kind != KindList {
+		return d.errAt(off, op, ErrMalformed, "appending to a %s, not a list", x.kind)
+	}
+	d.appendItems(int(x.x), items, uint32(len(items)))
+	return nil
+}
+
+// DecodeDoc decodes the pickle into a Doc.
+func (d *Decoder) DecodeDoc() (*Doc, error) {
+	data := d.data
+	total := int64(len(data))
+	every := d.ProgressEvery
+	if every <= 0 {
+		every = 8 << 20
+	}
+	nextProgress := every
+	doc := d.doc
+	// Each opcode adds at most one value, chunk or stack item per input
+	// byte, so the 32-bit indexes cannot overflow below this size.
+	if len(data) >= MaxInputBytes {
+		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
+	}
+	for {
+		if d.pos >= len(data) {
+			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
+		}
+		if d.Progress != nil && int64(d.pos) >= nextProgress {
+			d.Progress(int64(d.pos), total)
+			nextProgress = int64(d.pos) + every
+		}
+		off := d.pos
+		op := data[off]
+		d.pos++
+		switch op {
+		case opBinGet:
+			if d.pos >= len(data) {
+				return nil, d.truncated(off, op, "an argument of 1 bytes")
+			}
+			v, ok := d.memoGet(uint64(data[d.pos]))
+			if !ok {
+				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", data[d.pos])
+			}
+			d.pos++
+			d.stack = append(d.stack, v)
+		case opLongBinGet:
+			if err := d.need(off, op, 4); err != nil {
+				return nil, err
+			}
+			idx := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+			d.pos += 4
+			v, ok := d.memoGet(idx)
+			if !ok {
+				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
+			}
+			d.stack = append(d.stack, v)
+		case opMemoize:
+			if len(d.stack) == 0 {
+				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
+			}
+			d.memoPut(uint64(len(d.memo)), d.top())
+		case opMark:
+			d.marks = append(d.marks, len(d.stack))
+		case opEmptyDict:
+			d.pushCont(KindDict)
+		case opEmptyList:
+			d.pushCont(KindList)
+		case opEmptyTuple:
+			d.pushCont(KindTuple)
+		case opNone:
+			d.push(KindNone, 0)
+		case opNewTrue:
+			d.push(KindBool, 1)
+		case opNewFalse:
+			d.push(KindBool, 0)
+		case opBinInt1:
+			if d.pos >= len(data) {
+				return nil, d.truncated(off, op, "an argument of 1 bytes")
+			}
+			d.push(KindInt, uint64(data[d.pos]))
+			d.pos++
+		case opBinInt2:
+			if err := d.need(off, op, 2); err != nil {
+				return nil, err
+			}
+			d.push(KindInt, uint64(binary.LittleEndian.Uint16(data[d.pos:])))
+			d.pos += 2
+		case opBinInt:
+			if err := d.need(off, op, 4); err != nil {
+				return nil, err
+			}
+			d.push(KindInt, uint64(int64(int32(binary.LittleEndian.Uint32(data[d.pos:])))))
+			d.pos += 4
+		case opLong1, opLong4:
+			var n uint64
+			if op == opLong1 {
+				if err := d.need(off, op, 1); err != nil {
+					return nil, err
+				}
+				n = uint64(data[d.pos])
+				d.pos++
+			} else {
+				if err := d.need(off, op, 4); err != nil {
+					return nil, err
+				}
+				n4 := int32(binary.LittleEndian.Uint32(data[d.pos:]))
+				d.pos += 4
+				if n4 < 0 {
+					return nil, d.errAt(off, op, ErrMalformed, "negative length")
+				}
+				n = uint64(n4)
+			}
+			if err := d.need(off, op, n); err != nil {
+				return nil, err
+			}
+			k, x, ok := decodeLong(data[d.pos : d.pos+int(n)])
+			if !ok {
+				return nil, d.errAt(off, op, ErrMalformed, "integer of %d bytes does not fit in 64 bits", n)
+			}
+			d.pos += int(n)
+			d.push(k, x)
+		case opShortBinUni, opShortBinBytes, opShortBinString:
+			if d.pos >= len(data) {
+				return nil, d.truncated(off, op, "an argument of 1 bytes")
+			}
+			n := int(data[d.pos])
+			d.pos++
+			if err := d.need(off, op, uint64(n)); err != nil {
+				return nil, err
+			}
+			d.pushStr(data[d.pos : d.pos+n])
+			d.pos += n
+		case opBinUnicode, opBinBytes, opBinString:
+			if err := d.need(off, op, 4); err != nil {
+				return nil, err
+			}
+			n := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+			if op == opBinString && int32(n) < 0 {
+				return nil, d.errAt(off, op, ErrMalformed, "negative length")
+			}
+			d.pos += 4
+			if err := d.need(off, op, n); err != nil {
+				return nil, err
+			}
+			d.pushStr(data[d.pos : d.pos+int(n)])
+			d.pos += int(n)
+		case opBinUnicode8, opBinBytes8, opByteArray8:
+			if err := d.need(off, op, 8); err != nil {
+				return nil, err
+			}
+			n := binary.LittleEndian.Uint64(data[d.pos:])
+			d.pos += 8
+			if err := d.need(off, op, n); err != nil {
+				return nil, err
+			}
+			d.pushStr(data[d.pos : d.pos+int(n)])
+			d.pos += int(n)
+		case opSetItems:
+			m, err := d.popMark(off, op)
+			if err != nil {
+				return nil, err
+			}
+			if m == 0 {
+				return nil, d.errAt(off, op, ErrMalformed, "no dict below the mark")
+			}
+			if err := d.setItems(off, op, d.stack[m-1], d.stack[m:]); err != nil {
+				return nil, err
+			}
+			d.stack = d.stack[:m]
+		case opAppends:
+			m, err := d.popMark(off, op)
+			if err != nil {
+				return nil, err
+			}
+			if m == 0 {
+				return nil, d.errAt(off, op, ErrMalformed, "no list below the mark")
+			}
+			if err := d.appendList(off, op, d.stack[m-1], d.stack[m:]); err != nil {
+				return nil, err
+			}
+			d.stack = d.stack[:m]
+		case opSetItem:
+			if err := d.have(off, op, 3); err != nil {
+				return nil, err
+			}
+			n := len(d.stack)
+			if err := d.setItems(off, op, d.stack[n-3], d.stack[n-2:]); err != nil {
+				return nil, err
+			}
+			d.stack = d.stack[:n-2]
+		case opAppend:
+			if err := d.have(off, op, 2); err != nil {
+				return nil, err
+			}
+			n := len(d.stack)
+			if err := d.appendList(off, op, d.stack[n-2], d.stack[n-1:]); err != nil {
+				return nil, err
+			}
+			d.stack = d.stack[:n-1]
+		case opBinPut, opLongBinPut, opPut:
+			var idx uint64
+			switch op {
+			case opBinPut:
+				if err := d.need(off, op, 1); err != nil {
+					return nil, err
+				}
+				idx = uint64(data[d.pos])
+				d.pos++
+			case opLongBinPut:
+				if err := d.need(off, op, 4); err != nil {
+					return nil, err
+				}
+				idx = uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+				d.pos += 4
+			default:
+				s, err := d.line(off, op)
+				if err != nil {
+					return nil, err
+				}
+				u, err := strconv.ParseUint(s, 10, 32)
+				if err != nil {
+					return nil, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
+				}
+				idx = u
+			}
+			if len(d.stack) == 0 {
+				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
+			}
+			d.memoPut(idx, d.top())
+		case opGet:
+			s, err := d.line(off, op)
+			if err != nil {
+				return nil, err
+			}
+			idx, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return nil, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
+			}
+			v, ok := d.memoGet(idx)
+			if !ok {
+				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
+			}
+			d.stack = append(d.stack, v)
+		case opProto:
+			if err := d.need(off, op, 1); err != nil {
+				return nil, err
+			}
+			if p := data[d.pos]; p > 5 {
+				return nil, d.errAt(off, op, ErrMalformed, "protocol %d is not supported (0 to 5 are)", p)
+			}
+			d.pos++
+		case opFrame:
+			if err := d.need(off, op, 8); err != nil {
+				return nil, err
+			}
+			n := binary.LittleEndian.Uint64(data[d.pos:])
+			d.pos += 8
+			if err := d.need(off, op, n); err != nil {
+				return nil, err
+			}
+		case opStop:
+			if len(d.stack) != 1 || len(d.marks) != 0 {
+				if len(d.stack) == 0 {
+					return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
+				}
+				return nil, d.errAt(off, op, ErrMalformed, "%d values and %d marks left on the stack", len(d.stack), len(d.marks))
+			}
+			if d.Progress != nil {
+				d.Progress(int64(d.pos), total)
+			}
+			doc.root = d.stack[0]
+			return doc, nil
+		case opInt, opLong:
+			s, err := d.line(off, op)
+			if err != nil {
+				return nil, err
+			}
+			if op == opInt && (s == "00" || s == "01") {
+				d.push(KindBool, uint64(s[1]-'0'))
+				break
+			}
+			if len(s) > 0 && s[len(s)-1] == 'L' {
+				s = s[:len(s)-1]
+			}
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				d.push(KindInt, uint64(i))
+			} else if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+				d.push(KindUint, u)
+			} else {
+				return nil, d.errAt(off, op, ErrMalformed, "bad or too wide integer %q", s)
+			}
+		case opBinFloat:
+			if err := d.need(off, op, 8); err != nil {
+				return nil, err
+			}
+			d.push(KindFloat, binary.BigEndian.Uint64(data[d.pos:]))
+			d.pos += 8
+		case opFloat:
+			s, err := d.line(off, op)
+			if err != nil {
+				return nil, err
+			}
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, d.errAt(off, op, ErrMalformed, "bad float %q", s)
+			}
+			d.push(KindFloat, math.Float64bits(f))
+		case opPop:
+			switch {
+			case len(d.marks) > 0 && d.marks[len(d.marks)-1] == len(d.stack):
+				d.marks = d.marks[:len(d.marks)-1] // Python's POP also pops a bare mark
+			case len(d.stack) > 0:
+				d.stack = d.stack[:len(d.stack)-1]
+			default:
+				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
+			}
+		case opPopMark:
+			m, err := d.popMark(off, op)
+			if err != nil {
+				return nil, err
+			}
+			d.stack = d.stack[:m]
+		case opDup:
+			if err := d.have(off, op, 1); err != nil {
+				return nil, err
+			}
+			d.stack = append(d.stack, d.top())
+		case opTuple1, opTuple2, opTuple3:
+			n := int(op-opTuple1) + 1
+			if err := d.have(off, op, n); err != nil {
+				return nil, err
+			}
+			items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
+			d.stack = d.stack[:len(d.stack)-n]
+			ci := d.pushCont(KindTuple)
+			d.appendItems(ci, items, uint32(n))
+		case opTuple, opList:
+			m, err := d.popMark(off, op)
+			if err != nil {
+				return nil, err
+			}
+			items := append([]Value(nil), d.stack[m:]...)
+			d.stack = d.stack[:m]
+			k := KindTuple
+			if op == opList {
+				k = KindList
+			}
+			ci := d.pushCont(k)
+			d.appendItems(ci, items, uint32(len(items)))
+		case opDict:
+			m, err := d.popMark(off, op)
+			if err != nil {
+				return nil, err
+			}
+			items := append([]Value(nil), d.stack[m:]...)
+			d.stack = d.stack[:m]
+			d.pushCont(KindDict)
+			if err := d.setItems(off, op, d.top(), items); err != nil {
+				return nil, err
+			}
+		default:
+			if isUnsafe(op) {
+				return nil, &Error{Offset: int64(off), Op: op, Msg: "refused: it would construct an object or call code; a memory snapshot holds only plain data", Err: ErrUnsafe}
+			}
+			if _, known := opNames[op]; known {
+				return nil, d.errAt(off, op, ErrMalformed, "not supported: a memory snapshot never holds it")
+			}
+			return nil, &Error{Offset: int64(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
+		}
+	}
+}
