@@ -514,7 +514,7 @@ func decodeTable(p []byte, strings []string, stacks [][]Frame) ([]string, [][]Fr
 			if n, i = uvarint(p, i); i < 0 {
 				return strings, stacks, &decodeError{-1, "table chunk: bad varint in frame count"}
 			}
-			if n > maxStackFrames || n > uint64(len(p)-i)/3 {
+			if n == 0 || n > maxStackFrames || n > uint64(len(p)-i)/3 {
 				return strings, stacks, &decodeError{-1, "table chunk: stack " + itoa(v) + " of " + itoa(n) + " frames overruns the chunk"}
 			}
 			frames := make([]Frame, n)

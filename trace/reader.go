@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -90,8 +91,7 @@ func (r *Reader) readStart() error {
 			"format version %d, this reader reads versions 1 to %d (a newer fragsim wrote it?)", v, Version)
 	}
 	r.version = int(v)
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxChunkRaw),
-		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderLowmem(true))
+	dec, err := getDecoder()
 	if err != nil {
 		return err
 	}
@@ -370,7 +370,7 @@ func (r *Reader) EventsRead() int64 { return r.nEvents - int64(len(r.events)-r.n
 // underlying io.Reader.
 func (r *Reader) Close() error {
 	if r.dec != nil {
-		r.dec.Close()
+		decoders.Put(r.dec)
 		r.dec = nil
 	}
 	if r.err == nil {
@@ -424,4 +424,15 @@ func ReadAll(r io.Reader) (*Header, []Event, error) {
 		}
 		evs = append(evs, e)
 	}
+}
+
+// decoders holds idle zstd decoders, returned by Reader.Close.
+var decoders sync.Pool
+
+func getDecoder() (*zstd.Decoder, error) {
+	if d, ok := decoders.Get().(*zstd.Decoder); ok {
+		return d, nil
+	}
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxChunkRaw),
+		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderLowmem(true))
 }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -88,8 +89,7 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: encoding header: %w", err)
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	enc, err := getEncoder()
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +245,20 @@ func (w *Writer) Close() error {
 	if err := w.writeChunk(chunkEnd, p); err != nil {
 		return err
 	}
-	w.enc.Close()
+	encoders.Put(w.enc)
+	w.enc = nil
 	return nil
+}
+
+// encoders holds idle zstd encoders: making one costs far more than a small trace.
+var encoders sync.Pool
+
+func getEncoder() (*zstd.Encoder, error) {
+	if e, ok := encoders.Get().(*zstd.Encoder); ok {
+		return e, nil
+	}
+	return zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
 }
 
 // Events returns the number of events written so far.
@@ -256,6 +268,10 @@ func (w *Writer) Events() int64 { return w.nEvents + int64(len(w.events)) }
 //
 //	type uvarint(rawLen) uvarint(storedLen) crc32c payload
 func (w *Writer) writeChunk(typ byte, raw []byte) error {
+	if w.enc == nil {
+		w.err = errClosed
+		return w.err
+	}
 	if len(raw) > maxChunkRaw {
 		w.err = fmt.Errorf("trace: chunk of %d bytes exceeds the %d-byte limit", len(raw), maxChunkRaw)
 		return w.err
