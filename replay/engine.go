@@ -56,7 +56,7 @@ type engine struct {
 	last    *devState
 	res     Result
 	index   int64 // index of the event being processed
-	ev      trace.Event
+	ev      *trace.Event
 	exact   bool
 	sawDev  bool
 
@@ -116,7 +116,7 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	for {
 		n, err := r.ReadEvents(buf)
 		for i := 0; i < n; i++ {
-			if err := e.step(buf[i]); err != nil {
+			if err := e.step(&buf[i]); err != nil {
 				return e.partial(), err
 			}
 		}
@@ -403,7 +403,7 @@ func (e *engine) partial() *Result {
 }
 
 // step processes one event.
-func (e *engine) step(ev trace.Event) error {
+func (e *engine) step(ev *trace.Event) error {
 	if e.heldFree {
 		e.heldFree = false
 		if e.immediate == 0 {
@@ -416,7 +416,7 @@ func (e *engine) step(ev trace.Event) error {
 		if e.immediate == 1 {
 			held := e.heldEvent
 			held.Kind = trace.KindFreeCompleted
-			if err := e.apply(held, e.index-1); err != nil {
+			if err := e.apply(&held, e.index-1); err != nil {
 				return err
 			}
 		}
@@ -428,7 +428,7 @@ func (e *engine) step(ev trace.Event) error {
 	}
 	if ev.Kind == trace.KindFreeRequested && e.immediate == 0 {
 		e.heldFree = true
-		e.heldEvent = ev
+		e.heldEvent = *ev
 	}
 	e.res.Events++
 	e.measure(ev, idx)
@@ -440,7 +440,7 @@ func (e *engine) finish() error {
 		e.heldFree = false
 		held := e.heldEvent
 		held.Kind = trace.KindFreeCompleted
-		if err := e.apply(held, e.index-1); err != nil {
+		if err := e.apply(&held, e.index-1); err != nil {
 			return err
 		}
 	}
@@ -510,7 +510,7 @@ func (e *engine) endRequest(ds *devState) {
 	}
 }
 
-func (e *engine) apply(ev trace.Event, idx int64) error {
+func (e *engine) apply(ev *trace.Event, idx int64) error {
 	ds, err := e.device(ev.Device)
 	if err != nil {
 		return err
@@ -527,7 +527,7 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 			if !errors.Is(err, ErrOOM) {
 				return fmt.Errorf("event %d: %w", idx, err)
 			}
-			e.oom(ds, ev, idx)
+			e.oom(ds, *ev, idx)
 			ds.unserved[ev.Addr] = struct{}{}
 			break
 		}
@@ -589,7 +589,7 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
-		ds.dev.rec = append(ds.dev.rec, ev)
+		ds.dev.rec = append(ds.dev.rec, *ev)
 		return nil
 	case trace.KindEmptyCache:
 		e.requests++
@@ -608,7 +608,7 @@ func (e *engine) apply(ev trace.Event, idx int64) error {
 		} else if !errors.Is(err, ErrOOM) {
 			return fmt.Errorf("event %d: %w", idx, err)
 		} else {
-			e.oom(ds, ev, idx)
+			e.oom(ds, *ev, idx)
 		}
 		e.updateStats(ds)
 	case trace.KindSetFraction:
@@ -676,7 +676,7 @@ func (e *engine) oom(ds *devState, ev trace.Event, idx int64) {
 }
 
 // measure updates the metrics after event idx.
-func (e *engine) measure(ev trace.Event, idx int64) {
+func (e *engine) measure(ev *trace.Event, idx int64) {
 	r := &e.res
 	if e.reserved > e.peakReserved {
 		e.peakReserved = e.reserved
@@ -712,7 +712,7 @@ func (e *engine) measure(ev trace.Event, idx int64) {
 		s := &e.sample
 		s.Index = idx
 		s.TimeNS = ev.TimeNS
-		s.Event = ev
+		s.Event = *ev
 		s.ReservedBytes = e.reserved
 		s.ActiveBytes = e.active
 		s.AllocatedBytes = e.allocated
