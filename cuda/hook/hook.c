@@ -23,6 +23,7 @@
 
 #define FS_CHUNK_RECS 1024
 #define FS_MAX_DEVICES 64
+#define FS_SPARES 32 /* drained chunks a queue keeps for reuse */
 
 typedef struct fs_chunk {
 	_Atomic uint32_t n;              /* records published; written by the owner thread only */
@@ -30,6 +31,11 @@ typedef struct fs_chunk {
 	fs_rec recs[FS_CHUNK_RECS];
 } fs_chunk;
 
+/*
+ * fs_queue is one thread's buffer. Drained chunks go back to the owner
+ * through spare, a ring with one writer (the drainer: head) and one reader
+ * (the owner: tail), so that a thread in steady state allocates nothing.
+ */
 typedef struct fs_queue {
 	fs_chunk *write;       /* owner thread's current chunk */
 	fs_chunk *read;        /* drainer's current chunk; NULL once a dead thread is drained */
@@ -37,6 +43,9 @@ typedef struct fs_queue {
 	_Atomic int dead;      /* the owner thread exited */
 	struct fs_queue *next; /* registry link, immutable once published */
 	int32_t tid;
+	_Atomic uint32_t spare_head;
+	_Atomic uint32_t spare_tail;
+	fs_chunk *spare[FS_SPARES];
 } fs_queue;
 
 static cudrv D;
@@ -142,15 +151,50 @@ static void queue_thread_exit(void *p) {
 
 static void make_key(void) { pthread_key_create(&g_queue_key, queue_thread_exit); }
 
+/* new_chunk returns an empty chunk for q's owner: a spare one, else a new one. */
+static fs_chunk *new_chunk(fs_queue *q) {
+	fs_chunk *c;
+	uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_relaxed);
+	if (t != atomic_load_explicit(&q->spare_head, memory_order_acquire)) {
+		c = q->spare[t % FS_SPARES];
+		atomic_store_explicit(&q->spare_tail, t + 1, memory_order_release);
+	} else if (!(c = malloc(sizeof *c))) {
+		return NULL;
+	}
+	atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->next, NULL, memory_order_relaxed);
+	return c;
+}
+
+/* recycle hands a drained chunk back to q's owner, or frees it. */
+static void recycle(fs_queue *q, fs_chunk *c, int dead) {
+	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
+	if (!dead && h - atomic_load_explicit(&q->spare_tail, memory_order_acquire) < FS_SPARES) {
+		q->spare[h % FS_SPARES] = c;
+		atomic_store_explicit(&q->spare_head, h + 1, memory_order_release);
+		return;
+	}
+	free(c);
+}
+
+/* retire frees a dead, fully drained queue's chunks. */
+static void retire(fs_queue *q, fs_chunk *c) {
+	free(c);
+	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
+	for (uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_acquire); t != h; t++)
+		free(q->spare[t % FS_SPARES]);
+	atomic_store_explicit(&q->spare_tail, h, memory_order_relaxed);
+	q->read = NULL;
+}
+
 static fs_queue *thread_queue(void) {
 	fs_queue *q = t_queue;
 	if (q)
 		return q;
 	q = calloc(1, sizeof *q);
-	fs_chunk *c = calloc(1, sizeof *c);
-	if (!q || !c) {
+	fs_chunk *c = q ? new_chunk(q) : NULL;
+	if (!c) {
 		free(q);
-		free(c);
 		return NULL;
 	}
 	q->write = c;
@@ -181,7 +225,7 @@ static void record(uint8_t kind, uint8_t marker, int device, uint64_t stream, ui
 	fs_chunk *c = q->write;
 	uint32_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
 	if (n == FS_CHUNK_RECS) {
-		fs_chunk *nc = calloc(1, sizeof *nc);
+		fs_chunk *nc = new_chunk(q);
 		if (!nc) {
 			atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
 			return;
@@ -230,21 +274,17 @@ size_t fs_drain(fs_rec *out, size_t max) {
 			q->read_i += take;
 			if (q->read_i < FS_CHUNK_RECS) {
 				if (dead && q->read_i == n &&
-				    atomic_load_explicit(&c->next, memory_order_acquire) == NULL) {
-					free(c);
-					q->read = NULL;
-				}
+				    atomic_load_explicit(&c->next, memory_order_acquire) == NULL)
+					retire(q, c);
 				break;
 			}
 			fs_chunk *next = atomic_load_explicit(&c->next, memory_order_acquire);
 			if (!next) {
-				if (dead) {
-					free(c);
-					q->read = NULL;
-				}
+				if (dead)
+					retire(q, c);
 				break;
 			}
-			free(c);
+			recycle(q, c, dead);
 			q->read = next;
 			q->read_i = 0;
 		}
@@ -351,4 +391,12 @@ void fragsim_marker(int kind, const char *text) {
 		return;
 	}
 	record(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, 0, (uint64_t)(uintptr_t)copy);
+}
+
+/* fs_alloc_free_pairs allocates and frees n blocks of 1 KiB on stream 0x10 (benchmarks). */
+void fs_alloc_free_pairs(long n) {
+	for (long i = 0; i < n; i++) {
+		void *p = fragsim_alloc(1024, 0, (void *)0x10);
+		fragsim_free(p, 1024, 0, (void *)0x10);
+	}
 }

@@ -54,6 +54,9 @@ uint64_t fs_lost(void);
 /* fs_seq returns the next sequence number to be handed out. */
 uint64_t fs_seq(void);
 
+/* fs_alloc_free_pairs makes n alloc/free pairs (benchmarks). */
+void fs_alloc_free_pairs(long n);
+
 /* The exported allocator ABI (PyTorch's pluggable allocator plus extras). */
 void *fragsim_alloc(ssize_t size, int device, void *stream);
 void fragsim_free(void *ptr, ssize_t size, int device, void *stream);

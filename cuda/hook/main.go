@@ -42,7 +42,7 @@ const (
 	gapTimeout = 2 * time.Second
 	drainBatch = 4096
 
-	maxDrainPasses = 256
+	maxDrainTime = 100 * time.Millisecond
 )
 
 // meta is what the host process tells fragsim_open about itself (JSON).
@@ -61,6 +61,7 @@ type recorder struct {
 	w         *trace.FileWriter
 	path      string
 	seq       sequencer
+	texts     map[uint64]string // marker texts by seq, until written
 	buf       []C.fs_rec
 	lastTime  int64
 	unflushed bool
@@ -145,6 +146,7 @@ func open(path string, metaJSON *C.char) error {
 		w:         w,
 		path:      path,
 		buf:       make([]C.fs_rec, drainBatch),
+		texts:     map[uint64]string{},
 		lastFlush: time.Now(),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -259,35 +261,38 @@ func (r *recorder) loop() {
 }
 
 // drain moves recorded calls from the C buffers to the trace writer.
-//
-// Unless all is set, one pass takes at most maxDrainPasses batches, so that
-// threads that record faster than the trace is written cannot keep the
-// drainer from flushing.
+// It works in batches, so that its buffers stay small. Unless all is set,
+// it stops after maxDrainTime, so that threads that record faster than the
+// trace is written cannot keep the drainer from flushing.
 func (r *recorder) drain(now time.Time, all bool) {
-	for pass := 0; all || pass < maxDrainPasses; pass++ {
+	for {
 		n := int(C.fs_drain(&r.buf[0], C.size_t(len(r.buf))))
-		rs := make([]rec, n)
-		for i := range rs {
+		for i := range n {
 			c := &r.buf[i]
-			rs[i] = rec{
+			x := rec{
 				seq: uint64(c.seq), timeNS: int64(c.time_ns), addr: uint64(c.addr),
 				size: uint64(c.size), stream: uint64(c.stream), aux: uint64(c.aux),
 				device: int32(c.device), tid: int32(c.tid), kind: uint8(c.kind), marker: uint8(c.marker),
 			}
-			if rs[i].kind == C.FS_REC_MARKER {
+			if x.kind == C.FS_REC_MARKER {
 				p := C.fs_rec_text(c)
-				rs[i].text = C.GoString(p)
+				r.texts[x.seq] = C.GoString(p)
 				C.free(unsafe.Pointer(p))
-				rs[i].aux = 0
+				x.aux = 0
 			}
+			r.seq.add(x)
 		}
-		r.seq.add(rs)
-		if n < len(r.buf) {
+		for _, x := range r.seq.release(now, false) {
+			r.write(x)
+		}
+		if n < len(r.buf) || !all && time.Since(now) > maxDrainTime {
 			break
 		}
 	}
-	for _, x := range r.seq.release(now, all) {
-		r.write(x)
+	if all {
+		for _, x := range r.seq.release(now, true) {
+			r.write(x)
+		}
 	}
 }
 
@@ -326,7 +331,8 @@ func (r *recorder) write(x rec) {
 		err = r.w.WriteEvent(e)
 	case C.FS_REC_MARKER:
 		e.Kind, e.Marker, e.Aux = trace.KindMarker, trace.MarkerKind(x.marker), uint64(x.marker)
-		e.Text = r.w.String(x.text)
+		e.Text = r.w.String(r.texts[x.seq])
+		delete(r.texts, x.seq)
 		err = r.w.WriteEvent(e)
 	default:
 		return
@@ -413,6 +419,19 @@ func fragsim_close() C.int {
 		return -1
 	}
 	return 0
+}
+
+// allocFreePairs makes n alloc/free pairs through the hook (benchmarks).
+func allocFreePairs(n int) { C.fs_alloc_free_pairs(C.long(n)) }
+
+// openForBench opens a trace at path in this process (benchmarks).
+func openForBench(path string) error {
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	if fragsim_open(p, nil) != 0 {
+		return errors.New(C.GoString(fragsim_last_error()))
+	}
+	return nil
 }
 
 func main() {}

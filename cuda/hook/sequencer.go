@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// rec is one recorded call, copied out of the C buffers.
+// rec is one recorded call, copied out of the C buffers. It holds no
+// pointers (a marker's text is kept by the recorder, keyed by seq), so
+// large batches cost the garbage collector nothing.
 type rec struct {
 	seq    uint64
 	timeNS int64
@@ -19,7 +21,6 @@ type rec struct {
 	tid    int32
 	kind   uint8
 	marker uint8
-	text   string
 }
 
 // sequencer restores the global call order from per-thread buffers.
@@ -36,13 +37,15 @@ type sequencer struct {
 	gapSince   time.Time
 	gapTimeout time.Duration
 	skipped    uint64
+	out        []rec
 }
 
 // add queues records in any order.
-func (s *sequencer) add(rs []rec) { s.pending = append(s.pending, rs...) }
+func (s *sequencer) add(rs ...rec) { s.pending = append(s.pending, rs...) }
 
-// release returns the records that can be written now, in sequence order.
-// With all set, it returns every pending record, skipping any gaps.
+// release returns the records that can be written now, in sequence order,
+// in a slice valid until the next call. With all set, it returns every
+// pending record, skipping any gaps.
 func (s *sequencer) release(now time.Time, all bool) []rec {
 	if len(s.pending) == 0 {
 		s.gapSince = time.Time{}
@@ -57,7 +60,7 @@ func (s *sequencer) release(now time.Time, all bool) []rec {
 		}
 		return 0
 	})
-	var out []rec
+	out := s.out[:0]
 	i := 0
 	for ; i < len(s.pending); i++ {
 		r := s.pending[i]
@@ -80,6 +83,7 @@ func (s *sequencer) release(now time.Time, all bool) []rec {
 		out = append(out, r)
 		s.next++
 	}
-	s.pending = slices.Delete(s.pending, 0, i)
+	s.pending = s.pending[:copy(s.pending, s.pending[i:])]
+	s.out = out
 	return out
 }

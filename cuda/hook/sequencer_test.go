@@ -30,12 +30,12 @@ func equal(a, b []uint64) bool {
 func TestSequencer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	s := sequencer{gapTimeout: 2 * time.Second}
-	s.add([]rec{{seq: 3}, {seq: 0}, {seq: 1}, {seq: 5}})
+	s.add(rec{seq: 3}, rec{seq: 0}, rec{seq: 1}, rec{seq: 5})
 	if got := seqs(s.release(t0, false)); !equal(got, []uint64{0, 1}) {
 		t.Fatalf("first release %v, want [0 1] (2 is missing)", got)
 	}
 	// 2 arrives: 2 and 3 go; 4 is still missing.
-	s.add([]rec{{seq: 2}})
+	s.add(rec{seq: 2})
 	if got := seqs(s.release(t0.Add(time.Second), false)); !equal(got, []uint64{2, 3}) {
 		t.Fatalf("second release %v, want [2 3]", got)
 	}
@@ -47,7 +47,7 @@ func TestSequencer(t *testing.T) {
 		t.Fatalf("after the timeout: %v skipped %d, want [5] skipped 1", got, s.skipped)
 	}
 	// A late 4 is dropped; all releases everything across gaps.
-	s.add([]rec{{seq: 4}, {seq: 9}, {seq: 7}})
+	s.add(rec{seq: 4}, rec{seq: 9}, rec{seq: 7})
 	if got := seqs(s.release(t0.Add(4*time.Second), true)); !equal(got, []uint64{7, 9}) || s.skipped != 3 {
 		t.Fatalf("final release %v skipped %d, want [7 9] skipped 3", got, s.skipped)
 	}
