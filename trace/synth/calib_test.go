@@ -25,6 +25,7 @@ const (
 	tolSizeLong   = 0.10 // size distribution, long synthetic trace vs the real runs pooled
 	tolLifeLong   = 0.02 // lifetime distribution, same
 	tolRun        = 0.15 // either distribution, a synthetic run as long as a real one vs the real runs pooled
+	tolPeak       = 0.02 // peak live bytes of such a run vs the real runs' mean
 )
 
 // profileFile measures the Profile of a trace file and counts its events.
@@ -67,10 +68,12 @@ func TestCalibratedOnRealTrace(t *testing.T) {
 	var pooled Profile
 	var reals []Profile
 	var realEvents int64
+	var realPeak float64
 	for _, path := range realBaselines {
 		p, n := profileFile(t, path)
 		reals = append(reals, p)
 		realEvents = max(realEvents, n)
+		realPeak += float64(p.PeakLiveBytes) / float64(len(realBaselines))
 		for k := range p.Sizes {
 			pooled.Sizes[k] += p.Sizes[k]
 			pooled.Lifetimes[k] += p.Lifetimes[k]
@@ -110,9 +113,14 @@ func TestCalibratedOnRealTrace(t *testing.T) {
 		p, _ := profileConfig(t, cfg)
 		ds := TotalVariation(pooled.Sizes.Fractions(), p.Sizes.Fractions())
 		dl := TotalVariation(pooled.Lifetimes.Fractions(), p.Lifetimes.Fractions())
-		t.Logf("seed %d, %d events: size TVD %.4f, lifetime TVD %.4f", seed, cfg.Events, ds, dl)
+		dp := float64(p.PeakLiveBytes)/realPeak - 1
+		t.Logf("seed %d, %d events: size TVD %.4f, lifetime TVD %.4f, peak live %d bytes (%+.2f%% from the real runs' mean)",
+			seed, cfg.Events, ds, dl, p.PeakLiveBytes, 100*dp)
 		if ds >= tolRun || dl >= tolRun {
 			t.Errorf("seed %d: size TVD %.4f, lifetime TVD %.4f, tolerance %.2f", seed, ds, dl, tolRun)
+		}
+		if dp > tolPeak || dp < -tolPeak {
+			t.Errorf("seed %d: peak live %d bytes, real runs' mean %.0f (tolerance %.0f%%)", seed, p.PeakLiveBytes, realPeak, 100*tolPeak)
 		}
 	}
 

@@ -93,8 +93,9 @@ type Profile struct {
 	// UnknownFrees counts frees of addresses not allocated in the trace
 	// (blocks allocated before recording started).
 	UnknownFrees uint64
-	// LiveBytes is the requested bytes live at the end.
-	LiveBytes uint64
+	// LiveBytes is the requested bytes live at the end; PeakLiveBytes the
+	// most live at once.
+	LiveBytes, PeakLiveBytes uint64
 }
 
 // Profiler measures a Profile from events. It is a trace.Sink, so Generate
@@ -121,6 +122,7 @@ func (p *Profiler) WriteEvent(e trace.Event) error {
 		p.live[e.Addr] = liveBlock{index: p.index, size: e.SizeBytes}
 		p.index++
 		p.p.LiveBytes += e.SizeBytes
+		p.p.PeakLiveBytes = max(p.p.PeakLiveBytes, p.p.LiveBytes)
 	case trace.KindFreeRequested:
 		b, ok := p.live[e.Addr]
 		if !ok {
