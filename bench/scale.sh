@@ -7,7 +7,8 @@
 # Usage: bench/scale.sh [SIZE...]     (default: 1M 10M 100M)
 # Env:   SEED (default 1), TIMEOUT per command in seconds (default 1200),
 #        KEEP=1 keeps the temporary directory, FRAGSIM_EXTRA_SYNTH extra synth flags,
-#        WORKTREE=1 builds the checkout as it is instead of HEAD.
+#        WORKTREE=1 builds the checkout as it is instead of HEAD,
+#        FRAGSIM_BIN=path uses that binary instead of building one.
 # A command that says "not built yet" (or does not exist) is shown as n/a.
 set -u
 cd "$(dirname "$0")/.."
@@ -21,7 +22,9 @@ if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$tmp"' EXIT; fi
 bin="$tmp/fragsim"
 # Builds the committed tree (HEAD), so that other work in progress in the
 # checkout does not get in the way; WORKTREE=1 builds the checkout as it is.
-if [ "${WORKTREE:-0}" != 1 ] && git rev-parse --verify -q HEAD >/dev/null; then
+if [ -n "${FRAGSIM_BIN:-}" ]; then
+  cp "$FRAGSIM_BIN" "$bin"
+elif [ "${WORKTREE:-0}" != 1 ] && git rev-parse --verify -q HEAD >/dev/null; then
   mkdir -p "$tmp/src" && git archive HEAD | tar -x -C "$tmp/src"
   (cd "$tmp/src" && CGO_ENABLED=0 go build -o "$bin" ./cmd/fragsim) || { echo "scale: build failed" >&2; exit 1; }
   rm -rf "$tmp/src"
@@ -31,7 +34,8 @@ fi
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
-echo "machine: $(nproc) cores, ${cpu:-unknown CPU}, $mem RAM; $(go version | cut -d' ' -f3-4); $(date -u +%Y-%m-%dT%H:%MZ)"
+gov=$(go version 2>/dev/null | cut -d' ' -f3-4)
+echo "machine: $(nproc) cores, ${cpu:-unknown CPU}, $mem RAM; ${gov:-prebuilt binary}; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "commit:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
 
