@@ -31,6 +31,10 @@ enum {
 /* CUmemPool_attribute values. */
 enum {
 	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+	CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
 };
 
 /* cudrv holds the driver entry points. */
@@ -52,6 +56,7 @@ typedef struct {
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 	CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
+	CUresult (*cuMemPoolGetAttribute)(CUmemoryPool, int, void *);
 	CUresult (*cuMemPoolTrimTo)(CUmemoryPool, size_t);
 	CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 	CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
@@ -114,6 +119,7 @@ static int cudrv_load(cudrv *d, char *err, size_t errlen) {
 	CUDRV_SYM(cuMemFree, "cuMemFree_v2");
 	CUDRV_SYM(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool");
 	CUDRV_SYM(cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
+	CUDRV_SYM(cuMemPoolGetAttribute, "cuMemPoolGetAttribute");
 	CUDRV_SYM(cuMemPoolTrimTo, "cuMemPoolTrimTo");
 	CUDRV_SYM(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
 	CUDRV_SYM(cuMemFreeAsync, "cuMemFreeAsync");

@@ -60,6 +60,9 @@ typedef struct {
 } fs_device;
 static fs_device g_dev[FS_MAX_DEVICES];
 
+/* Live and peak requested bytes per device, for torch.cuda.memory_stats. */
+static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
+
 static _Atomic int g_recording;
 static _Atomic uint64_t g_seq;
 static _Atomic uint64_t g_lost;
@@ -334,6 +337,11 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 		return NULL;
 	}
 	restore_ctx(dv, prev);
+	int64_t live = atomic_fetch_add_explicit(&g_live[device], size, memory_order_relaxed) + size;
+	int64_t peak = atomic_load_explicit(&g_peak[device], memory_order_relaxed);
+	while (live > peak && !atomic_compare_exchange_weak_explicit(&g_peak[device], &peak, live, memory_order_relaxed,
+								      memory_order_relaxed))
+		;
 	if (recording())
 		record(FS_REC_ALLOC, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)p, (uint64_t)size, 0);
 	return (void *)(uintptr_t)p;
@@ -348,6 +356,7 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 	if (recording())
 		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr,
 		       (uint64_t)(size < 0 ? 0 : size), 0);
+	atomic_fetch_sub_explicit(&g_live[device], size < 0 ? 0 : size, memory_order_relaxed);
 	CUcontext prev = with_ctx(dv);
 	CUresult r = D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
 	restore_ctx(dv, prev);
@@ -391,6 +400,39 @@ void fragsim_marker(int kind, const char *text) {
 		return;
 	}
 	record(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, 0, (uint64_t)(uintptr_t)copy);
+}
+
+/*
+ * fragsim_memory_stats fills out with device's live and peak requested
+ * bytes and the pool's reserved bytes now and at their highest.
+ */
+void fragsim_memory_stats(int device, int64_t out[4]) {
+	memset(out, 0, 4 * sizeof out[0]);
+	if (device < 0 || device >= FS_MAX_DEVICES)
+		return;
+	out[0] = atomic_load(&g_live[device]);
+	out[1] = atomic_load(&g_peak[device]);
+	fs_device *dv = &g_dev[device];
+	if (atomic_load_explicit(&dv->ready, memory_order_acquire) != 1)
+		return;
+	unsigned long long cur = 0, high = 0;
+	D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &cur);
+	D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high);
+	out[2] = (int64_t)cur;
+	out[3] = (int64_t)high;
+}
+
+/* fragsim_reset_peak sets device's peaks to the current values. */
+void fragsim_reset_peak(int device) {
+	if (device < 0 || device >= FS_MAX_DEVICES)
+		return;
+	atomic_store(&g_peak[device], atomic_load(&g_live[device]));
+	fs_device *dv = &g_dev[device];
+	if (atomic_load_explicit(&dv->ready, memory_order_acquire) != 1)
+		return;
+	unsigned long long zero = 0;
+	D.cuMemPoolSetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+	D.cuMemPoolSetAttribute(dv->pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
 }
 
 /* fs_alloc_free_pairs allocates and frees n blocks of 1 KiB on stream 0x10 (benchmarks). */

@@ -63,5 +63,7 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream);
 void fragsim_empty_cache(void);
 void fragsim_set_fraction(double fraction, int device);
 void fragsim_marker(int kind, const char *text);
+void fragsim_memory_stats(int device, int64_t out[4]);
+void fragsim_reset_peak(int device);
 
 #endif

@@ -180,10 +180,23 @@ func TestHookThreads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("harness: %v\n%s", err, stderr.String())
 	}
-	var fa, ff, fl, ftr int64
+	var fa, ff, fl, ftr, live, peak, res, resHigh int64
 	var thr uint64
-	if _, err := fmt.Sscanf(string(out), "allocs=%d frees=%d live=%d trims=%d threshold=%d", &fa, &ff, &fl, &ftr, &thr); err != nil {
+	if _, err := fmt.Sscanf(string(out), "allocs=%d frees=%d live=%d trims=%d threshold=%d stats=%d,%d,%d,%d",
+		&fa, &ff, &fl, &ftr, &thr, &live, &peak, &res, &resHigh); err != nil {
 		t.Fatalf("harness output %q: %v", out, err)
+	}
+	// fragsim_memory_stats: nothing live after the threads ended; the peak
+	// is at least the largest block and at most every thread's window full
+	// of its largest blocks; reserved comes from the pool (the fake reports
+	// its live bytes, and one more as the high mark).
+	if most := int64(0); true {
+		for th := int64(0); th < threads; th++ {
+			most += (th%4 + 2) * ((th+1)*100000 + calls)
+		}
+		if live != 0 || peak < 8*100000 || peak > most || res != 0 || resHigh != 1 {
+			t.Errorf("memory stats live %d peak %d reserved %d/%d; want 0, %d..%d, 0/1", live, peak, res, resHigh, 8*100000, most)
+		}
 	}
 	// Every block recorded was served by the pool and returned to it; the
 	// extra alloc and free are the one made after close.

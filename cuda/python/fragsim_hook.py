@@ -57,6 +57,10 @@ def _load(lib):
     cdll.fragsim_set_fraction.restype = None
     cdll.fragsim_marker.argtypes = [ctypes.c_int, ctypes.c_char_p]
     cdll.fragsim_marker.restype = None
+    cdll.fragsim_memory_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+    cdll.fragsim_memory_stats.restype = None
+    cdll.fragsim_reset_peak.argtypes = [ctypes.c_int]
+    cdll.fragsim_reset_peak.restype = None
     return cdll
 
 
@@ -131,8 +135,38 @@ def install(path=None, lib=None, tags=None):
     _install_sigterm()
 
 
+def _device_index(torch, device):
+    try:
+        from torch.cuda._utils import _get_device_index
+
+        return _get_device_index(device, optional=True)
+    except Exception:
+        return device if isinstance(device, int) else 0
+
+
+def memory_stats(device=None):
+    """The few torch.cuda.memory_stats keys the pluggable allocator can give.
+
+    Like PyTorch's cudaMallocAsync backend: allocated and active bytes are
+    the live requested bytes, reserved bytes are the CUDA pool's.
+    """
+    import torch
+
+    out = (ctypes.c_int64 * 4)()
+    _lib.fragsim_memory_stats(_device_index(torch, device), out)
+    live, peak, reserved, reserved_peak = out
+    stats = {}
+    for key, cur, high in (("allocated_bytes", live, peak), ("active_bytes", live, peak),
+                           ("requested_bytes", live, peak), ("reserved_bytes", reserved, reserved_peak)):
+        stats[f"{key}.all.current"] = cur
+        stats[f"{key}.all.peak"] = high
+    return stats
+
+
 def _wrap_torch(torch):
-    """Record empty_cache and set_per_process_memory_fraction calls."""
+    """Record empty_cache and set_per_process_memory_fraction calls, and
+    answer memory_stats (and so memory_allocated, max_memory_reserved, ...),
+    which PyTorch's pluggable allocator refuses."""
     orig_empty = torch.cuda.empty_cache
 
     @functools.wraps(orig_empty)
@@ -147,19 +181,26 @@ def _wrap_torch(torch):
     def set_per_process_memory_fraction(fraction, device=None):
         orig_fraction(fraction, device)
         if _lib is not None:
-            try:
-                from torch.cuda._utils import _get_device_index
+            _lib.fragsim_set_fraction(float(fraction), int(_device_index(torch, device)))
 
-                index = _get_device_index(device) if device is not None else torch.cuda.current_device()
-            except Exception:
-                index = 0
-            _lib.fragsim_set_fraction(float(fraction), int(index))
+    def reset_peak_memory_stats(device=None):
+        """Resets the peaks memory_stats reports."""
+        _lib.fragsim_reset_peak(_device_index(torch, device))
 
+    def reset_accumulated_memory_stats(device=None):
+        """No accumulated statistics are kept under fragsim."""
+
+    wrappers = {
+        "empty_cache": empty_cache,
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "memory_stats": memory_stats,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": reset_accumulated_memory_stats,
+    }
     for mod in (torch.cuda, torch.cuda.memory):
-        if hasattr(mod, "empty_cache"):
-            mod.empty_cache = empty_cache
-        if hasattr(mod, "set_per_process_memory_fraction"):
-            mod.set_per_process_memory_fraction = set_per_process_memory_fraction
+        for name, fn in wrappers.items():
+            if hasattr(mod, name):
+                setattr(mod, name, fn)
 
 
 def _install_sigterm():

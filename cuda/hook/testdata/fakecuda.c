@@ -65,6 +65,17 @@ CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
 		threshold = *(unsigned long long *)value;
 	return 0;
 }
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
+	if (pool != &pool_dummy)
+		return 1;
+	unsigned long long *v = value;
+	switch (attr) {
+	case 4: *v = threshold; return 0;
+	case 5: case 7: *v = (unsigned long long)atomic_load(&live_bytes); return 0;
+	case 6: case 8: *v = (unsigned long long)atomic_load(&live_bytes) + 1; return 0; /* "high": distinguishable */
+	}
+	return 1;
+}
 CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
 	(void)keep;
 	if (pool != &pool_dummy)

@@ -126,6 +126,10 @@ int main(int argc, char **argv) {
 	for (int t = 0; t < threads; t++)
 		pthread_join(th[t], NULL);
 	fs_marker(0, "done");
+	void (*fs_stats)(int, long long *);
+	SYM(fs_stats, "fragsim_memory_stats");
+	long long st[4];
+	fs_stats(0, st);
 	if (fs_close() != 0) {
 		fprintf(stderr, "harness: fragsim_close: %s\n", fs_err());
 		return 6;
@@ -144,6 +148,7 @@ int main(int argc, char **argv) {
 	long long a, f, l, tr;
 	unsigned long long thr;
 	stats(&a, &f, &l, &tr, &thr);
-	printf("allocs=%lld frees=%lld live=%lld trims=%lld threshold=%llu\n", a, f, l, tr, thr);
+	printf("allocs=%lld frees=%lld live=%lld trims=%lld threshold=%llu stats=%lld,%lld,%lld,%lld\n", a, f, l, tr, thr,
+	       st[0], st[1], st[2], st[3]);
 	return 0;
 }

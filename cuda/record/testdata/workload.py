@@ -2,7 +2,9 @@
 
 Usage: workload.py STEPS EXIT_CODE [READY_FILE]
 With READY_FILE it writes the file after the steps and sleeps (to be signalled).
-With WORKLOAD_FORK=1 it forks a child that exits normally.
+With WORKLOAD_FORK=1 it forks a child that exits normally. It exits with 91 or 92
+when torch.cuda.memory_allocated/max_memory_allocated disagree with what
+it holds (peak: WORKLOAD_PEAK).
 """
 import os
 import sys
@@ -22,6 +24,15 @@ for s in range(steps):
         torch.cuda.free(p, n, 7)
     held.extend(ptrs[5:])
 torch.cuda.empty_cache()
+# memory_stats works under fragsim (the pluggable allocator alone refuses it).
+live = sum(n for _, n in held)
+want_peak = int(os.environ.get("WORKLOAD_PEAK", torch.cuda.max_memory_allocated()))
+if torch.cuda.memory_allocated() != live or torch.cuda.max_memory_allocated() != want_peak:
+    print(f"memory stats: allocated {torch.cuda.memory_allocated()} (want {live}), peak {torch.cuda.max_memory_allocated()}", file=sys.stderr)
+    sys.exit(91)
+torch.cuda.reset_peak_memory_stats()
+if torch.cuda.max_memory_allocated() != live:
+    sys.exit(92)
 if os.environ.get("WORKLOAD_FORK") == "1":
     # A forked child that exits normally must neither touch the trace nor hang.
     pid = os.fork()

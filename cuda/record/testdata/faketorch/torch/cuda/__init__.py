@@ -16,7 +16,14 @@ def current_device():
 
 
 from . import memory  # noqa: E402
-from .memory import empty_cache, set_per_process_memory_fraction  # noqa: E402,F401
+from .memory import (  # noqa: E402,F401
+    empty_cache,
+    max_memory_allocated,
+    memory_allocated,
+    memory_stats,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
 
 
 def alloc(size, stream=0):

@@ -13,6 +13,22 @@ def set_per_process_memory_fraction(fraction, device=None):
     pass
 
 
+def memory_stats(device=None):
+    raise RuntimeError("CUDAPluggableAllocator does not yet support getDeviceStats.")
+
+
+def reset_peak_memory_stats(device=None):
+    raise RuntimeError("CUDAPluggableAllocator does not yet support resetPeakStats.")
+
+
+def memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.peak", 0)
+
+
 if os.environ.get("FAKE_TORCH_OLD") != "1":
 
     class CUDAPluggableAllocator:
