@@ -140,6 +140,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	var n int
+	cpu0 := cpuSeconds()
 	for b.Loop() {
 		r, err := NewReader(bytes.NewReader(data))
 		if err != nil {
@@ -161,7 +162,7 @@ func BenchmarkDecode(b *testing.B) {
 	if n != len(evs) {
 		b.Fatalf("decoded %d events, want %d", n, len(evs))
 	}
-	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	reportRates(b, n*b.N, cpuSeconds()-cpu0)
 	b.ReportMetric(float64(len(data))/float64(len(evs)), "bytes/event")
 }
 
@@ -169,6 +170,7 @@ func BenchmarkEncode(b *testing.B) {
 	var buf bytes.Buffer
 	evs := transformerStream(rand.New(rand.NewPCG(1, 2)), discardSink{}, 1<<20)
 	b.ResetTimer()
+	cpu0 := cpuSeconds()
 	for b.Loop() {
 		buf.Reset()
 		w, err := NewWriter(&buf, &Header{Producer: ProducerSynthetic})
@@ -184,7 +186,7 @@ func BenchmarkEncode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(evs))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	reportRates(b, len(evs)*b.N, cpuSeconds()-cpu0)
 	b.ReportMetric(float64(buf.Len())/float64(len(evs)), "bytes/event")
 }
 
@@ -193,3 +195,47 @@ type discardSink struct{}
 func (discardSink) WriteEvent(Event) error { return nil }
 func (discardSink) String(string) StringID { return 0 }
 func (discardSink) Stack([]Frame) StackID  { return 0 }
+
+// BenchmarkDecodeBatch decodes with ReadEvents, the way a replay engine
+// consumes a trace.
+func BenchmarkDecodeBatch(b *testing.B) {
+	data, evs := encodeStream(b, 1<<20)
+	b.SetBytes(int64(len(data)))
+	buf := make([]Event, 1024)
+	b.ResetTimer()
+	var n int
+	cpu0 := cpuSeconds()
+	for b.Loop() {
+		r, err := NewReader(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = 0
+		for {
+			k, err := r.ReadEvents(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += k
+		}
+		r.Close()
+	}
+	if n != len(evs) {
+		b.Fatalf("decoded %d events, want %d", n, len(evs))
+	}
+	reportRates(b, n*b.N, cpuSeconds()-cpu0)
+	b.ReportMetric(float64(len(data))/float64(len(evs)), "bytes/event")
+}
+
+// reportRates reports events per wall-clock second and, where measured,
+// per CPU-second of the process (the rate on one unshared core when run
+// with -cpu 1).
+func reportRates(b *testing.B, events int, cpu float64) {
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(events)/cpu, "events/cpu-s")
+	}
+}

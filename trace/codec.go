@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"math"
+	"strings"
 )
 
 // The raw codec: varints, chunk framing and the column layout of event
@@ -258,6 +259,7 @@ type eventDecoder struct {
 	sp                    *[32]field
 	nk                    Kind
 	nStrings, nStacks     uint64
+	errVal                uint64 // the value at fault, for error messages
 }
 
 // start checks the column header of an events chunk payload p and makes
@@ -307,6 +309,46 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 // remaining returns the number of events of the chunk not yet decoded.
 func (d *eventDecoder) remaining() int { return len(d.kinds) - d.j }
 
+// Decoding error codes; the hot loop only records one and its value.
+const (
+	errNone = iota
+	errKind
+	errDevice
+	errDeviceRange
+	errStream
+	errMask
+	errMaskBits
+	errStack
+	errStackID
+	errTime
+	errAddr
+	errSize
+	errAux
+	errText
+	errTextID
+	errMarker
+	errMarkerRange
+)
+
+var errMsgs = [...]string{
+	errKind:        "unknown event kind ",
+	errDevice:      "bad varint in device",
+	errDeviceRange: "device out of range: zigzag ",
+	errStream:      "bad varint in stream",
+	errMask:        "bad varint in field mask",
+	errMaskBits:    "bad field mask ",
+	errStack:       "bad varint in stack",
+	errStackID:     "undefined stack ",
+	errTime:        "bad varint in time",
+	errAddr:        "bad varint in address",
+	errSize:        "bad varint in size",
+	errAux:         "bad varint in aux",
+	errText:        "bad varint in text",
+	errTextID:      "undefined string ",
+	errMarker:      "bad varint in marker",
+	errMarkerRange: "marker kind out of range: ",
+}
+
 // next decodes up to len(dst) events into dst. After the chunk's last
 // event it checks that the columns hold nothing more.
 func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
@@ -314,85 +356,46 @@ func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
 	if len(dst) > len(kinds) {
 		dst = dst[:len(kinds)]
 	}
-	tc, ac, sc, mc := d.tc, d.ac, d.sc, d.mc
-	ti, ai, si, mi := d.ti, d.ai, d.si, d.mi
-	tu, au, su := d.tu, d.au, d.su
+	kinds = kinds[:len(dst)]
+	tc, ac, sc := d.tc, d.ac, d.sc
+	ti, ai, si := d.ti, d.ai, d.si
 	t, a := d.t, d.a
-	dev, stream := d.dev, d.stream
-	sp, nk := d.sp, d.nk
+	sp := d.sp
 	var v uint64
-	var err *decodeError
+	var errc int
 	n := 0
-	for ; n < len(dst); n++ {
+	for ; n < len(kinds); n++ {
 		tb := kinds[n]
 		k := Kind(tb & kindMask)
-		if k == KindInvalid || k >= nk {
-			err = &decodeError{d.j + n, "unknown event kind " + itoa(uint64(k))}
+		if k-1 >= d.nk-1 { // k == KindInvalid wraps around
+			errc, d.errVal = errKind, uint64(k)
 			break
 		}
 		f := sp[k]
 		var stack StackID
 		if tb&(flagDS|flagExtra|flagStack) != 0 {
-			if tb&flagDS != 0 {
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					err = &decodeError{d.j + n, "bad varint in device"}
-					break
-				}
-				dv := unzigzag(v)
-				if dv != int64(int32(dv)) {
-					err = &decodeError{d.j + n, "device " + itoa(v) + " out of range"}
-					break
-				}
-				dev = DeviceID(dv)
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					err = &decodeError{d.j + n, "bad varint in stream"}
-					break
-				}
-				stream = StreamID(v)
-			}
-			if tb&flagExtra != 0 {
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					err = &decodeError{d.j + n, "bad varint in field mask"}
-					break
-				}
-				if v&^uint64(allFields) != 0 || v == 0 {
-					err = &decodeError{d.j + n, "bad field mask " + itoa(v)}
-					break
-				}
-				f |= field(v)
-			}
-			if tb&flagStack != 0 {
-				if v, mi = uvarint(mc, mi); mi < 0 {
-					err = &decodeError{d.j + n, "bad varint in stack"}
-					break
-				}
-				if v == 0 || v >= d.nStacks {
-					err = &decodeError{d.j + n, "stack " + itoa(v) + " not defined"}
-					break
-				}
-				stack = StackID(v)
+			if f, stack, errc = d.prefix(tb, f); errc != errNone {
+				break
 			}
 		}
-
 		if ti < len(tc) && tc[ti] < 0x80 {
 			v = uint64(tc[ti])
 			ti++
 		} else if v, ti = uvarint(tc, ti); ti < 0 {
-			err = &decodeError{d.j + n, "bad varint in time"}
+			errc = errTime
 			break
 		}
-		t += uint64(unzigzag(v) * int64(tu))
-
+		t += uint64(unzigzag(v) * int64(d.tu))
 		var size, addr uint64
 		if f&fieldAddr != 0 {
 			if ai < len(ac) && ac[ai] < 0x80 {
 				v = uint64(ac[ai])
 				ai++
 			} else if v, ai = uvarint(ac, ai); ai < 0 {
-				err = &decodeError{d.j + n, "bad varint in address"}
+				errc = errAddr
 				break
 			}
-			a += uint64(unzigzag(v) * int64(au))
+			a += uint64(unzigzag(v) * int64(d.au))
 			addr = a
 		}
 		if f&fieldSize != 0 {
@@ -400,60 +403,116 @@ func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
 				v = uint64(sc[si])
 				si++
 			} else if v, si = uvarint(sc, si); si < 0 {
-				err = &decodeError{d.j + n, "bad varint in size"}
+				errc = errSize
 				break
 			}
-			size = v * su
+			size = v * d.su
 		}
-		if f&(fieldAux|fieldText|fieldMarker) == 0 {
-			dst[n] = Event{Kind: k, Device: dev, Stream: stream, TimeNS: int64(t), Addr: addr, SizeBytes: size, Stack: stack}
-			continue
-		}
-		var aux uint64
-		var text StringID
-		var marker MarkerKind
-		if f&fieldAux != 0 {
-			if aux, mi = uvarint(mc, mi); mi < 0 {
-				err = &decodeError{d.j + n, "bad varint in aux"}
+		// Field by field: a struct literal is built on the stack and
+		// copied in wide moves that stall on store forwarding.
+		e := &dst[n]
+		e.Kind, e.Marker, e.Device, e.Stream = k, 0, d.dev, d.stream
+		e.TimeNS, e.Addr, e.SizeBytes, e.Aux = int64(t), addr, size, 0
+		e.Text, e.Stack = 0, stack
+		if f&(fieldAux|fieldText|fieldMarker) != 0 {
+			if errc = d.suffix(f, e); errc != errNone {
 				break
 			}
 		}
-		if f&fieldText != 0 {
-			if v, mi = uvarint(mc, mi); mi < 0 {
-				err = &decodeError{d.j + n, "bad varint in text"}
-				break
-			}
-			if v >= d.nStrings {
-				err = &decodeError{d.j + n, "string " + itoa(v) + " not defined"}
-				break
-			}
-			text = StringID(v)
-		}
-		if f&fieldMarker != 0 {
-			if v, mi = uvarint(mc, mi); mi < 0 {
-				err = &decodeError{d.j + n, "bad varint in marker"}
-				break
-			}
-			if v > math.MaxUint8 {
-				err = &decodeError{d.j + n, "marker kind " + itoa(v) + " out of range"}
-				break
-			}
-			marker = MarkerKind(v)
-		}
-		dst[n] = Event{Kind: k, Marker: marker, Device: dev, Stream: stream, TimeNS: int64(t),
-			Addr: addr, SizeBytes: size, Aux: aux, Text: text, Stack: stack}
 	}
-	d.ti, d.ai, d.si, d.mi = ti, ai, si, mi
+	d.ti, d.ai, d.si = ti, ai, si
 	d.t, d.a = t, a
-	d.dev, d.stream = dev, stream
 	d.j += n
-	if err != nil {
-		return n, err
+	if errc != errNone {
+		msg := errMsgs[errc]
+		if strings.HasSuffix(msg, " ") {
+			msg += itoa(d.errVal)
+		}
+		return n, &decodeError{d.j, msg}
 	}
-	if d.j == len(d.kinds) && (ti != len(tc) || ai != len(ac) || si != len(sc) || mi != len(mc)) {
+	if d.j == len(d.kinds) && (ti != len(tc) || ai != len(ac) || si != len(sc) || d.mi != len(d.mc)) {
 		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
 	}
 	return n, nil
+}
+
+// prefix decodes an event's leading misc-column fields: device and
+// stream, extra field mask, stack.
+func (d *eventDecoder) prefix(tb byte, f field) (field, StackID, int) {
+	var v uint64
+	mc, mi := d.mc, d.mi
+	defer func() { d.mi = mi }()
+	if tb&flagDS != 0 {
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return f, 0, errDevice
+		}
+		dv := unzigzag(v)
+		if dv != int64(int32(dv)) {
+			d.errVal = v
+			return f, 0, errDeviceRange
+		}
+		d.dev = DeviceID(dv)
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return f, 0, errStream
+		}
+		d.stream = StreamID(v)
+	}
+	if tb&flagExtra != 0 {
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return f, 0, errMask
+		}
+		if v&^uint64(allFields) != 0 || v == 0 {
+			d.errVal = v
+			return f, 0, errMaskBits
+		}
+		f |= field(v)
+	}
+	var stack StackID
+	if tb&flagStack != 0 {
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return f, 0, errStack
+		}
+		if v == 0 || v >= d.nStacks {
+			d.errVal = v
+			return f, 0, errStackID
+		}
+		stack = StackID(v)
+	}
+	return f, stack, errNone
+}
+
+// suffix decodes an event's trailing misc-column fields into e: aux,
+// text, marker.
+func (d *eventDecoder) suffix(f field, e *Event) int {
+	var v uint64
+	mc, mi := d.mc, d.mi
+	defer func() { d.mi = mi }()
+	if f&fieldAux != 0 {
+		if e.Aux, mi = uvarint(mc, mi); mi < 0 {
+			return errAux
+		}
+	}
+	if f&fieldText != 0 {
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return errText
+		}
+		if v >= d.nStrings {
+			d.errVal = v
+			return errTextID
+		}
+		e.Text = StringID(v)
+	}
+	if f&fieldMarker != 0 {
+		if v, mi = uvarint(mc, mi); mi < 0 {
+			return errMarker
+		}
+		if v > math.MaxUint8 {
+			d.errVal = v
+			return errMarkerRange
+		}
+		e.Marker = MarkerKind(v)
+	}
+	return errNone
 }
 
 // Table records.

@@ -585,358 +585,492 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	if every <= 0 {
 		every = 8 << 20
 	}
-	nextProgress := every
+	next := len(data) + 1 // the next offset at which to report progress
+	if d.Progress != nil {
+		next = int(min(every, total))
+	}
 	doc := d.doc
 	// Each opcode adds at most one value, chunk or stack item per input
 	// byte, so the 32-bit indexes cannot overflow below this size.
 	if len(data) >= MaxInputBytes {
 		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
 	}
+	// The opcodes a snapshot is made of are decoded inline on local copies
+	// of the decoder's state; anything else (and every error) goes through
+	// step, the general path.
+	pos, stack, vals, memo := d.pos, d.stack, doc.vals, d.memo
 	for {
-		if d.pos >= len(data) {
+		if pos >= len(data) {
 			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
 		}
-		if d.Progress != nil && int64(d.pos) >= nextProgress {
-			d.Progress(int64(d.pos), total)
-			nextProgress = int64(d.pos) + every
+		if pos >= next {
+			d.Progress(int64(pos), total)
+			next = pos + int(every)
 		}
-		off := d.pos
-		op := data[off]
-		d.pos++
+		op := data[pos]
 		switch op {
 		case opBinGet:
-			if d.pos >= len(data) {
-				return nil, d.truncated(off, op, "an argument of 1 bytes")
+			if pos+1 < len(data) {
+				if idx := int(data[pos+1]); idx < len(memo) && memo[idx] != memoHole {
+					stack = append(stack, memo[idx])
+					pos += 2
+					continue
+				}
 			}
-			v, ok := d.memoGet(uint64(data[d.pos]))
-			if !ok {
-				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", data[d.pos])
-			}
-			d.pos++
-			d.stack = append(d.stack, v)
-		case opLongBinGet:
-			if err := d.need(off, op, 4); err != nil {
-				return nil, err
-			}
-			idx := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
-			d.pos += 4
-			v, ok := d.memoGet(idx)
-			if !ok {
-				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
-			}
-			d.stack = append(d.stack, v)
 		case opMemoize:
-			if len(d.stack) == 0 {
-				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
+			if len(stack) > 0 && d.sparse == nil {
+				memo = append(memo, stack[len(stack)-1])
+				pos++
+				continue
 			}
-			d.memoPut(uint64(len(d.memo)), d.top())
 		case opMark:
-			d.marks = append(d.marks, len(d.stack))
-		case opEmptyDict:
-			d.pushCont(KindDict)
-		case opEmptyList:
-			d.pushCont(KindList)
-		case opEmptyTuple:
-			d.pushCont(KindTuple)
-		case opNone:
-			d.push(KindNone, 0)
-		case opNewTrue:
-			d.push(KindBool, 1)
-		case opNewFalse:
-			d.push(KindBool, 0)
-		case opBinInt1:
-			if d.pos >= len(data) {
-				return nil, d.truncated(off, op, "an argument of 1 bytes")
-			}
-			d.push(KindInt, uint64(data[d.pos]))
-			d.pos++
-		case opBinInt2:
-			if err := d.need(off, op, 2); err != nil {
-				return nil, err
-			}
-			d.push(KindInt, uint64(binary.LittleEndian.Uint16(data[d.pos:])))
-			d.pos += 2
-		case opBinInt:
-			if err := d.need(off, op, 4); err != nil {
-				return nil, err
-			}
-			d.push(KindInt, uint64(int64(int32(binary.LittleEndian.Uint32(data[d.pos:])))))
-			d.pos += 4
-		case opLong1, opLong4:
-			var n uint64
-			if op == opLong1 {
-				if err := d.need(off, op, 1); err != nil {
-					return nil, err
-				}
-				n = uint64(data[d.pos])
-				d.pos++
-			} else {
-				if err := d.need(off, op, 4); err != nil {
-					return nil, err
-				}
-				n4 := int32(binary.LittleEndian.Uint32(data[d.pos:]))
-				d.pos += 4
-				if n4 < 0 {
-					return nil, d.errAt(off, op, ErrMalformed, "negative length")
-				}
-				n = uint64(n4)
-			}
-			if err := d.need(off, op, n); err != nil {
-				return nil, err
-			}
-			k, x, ok := decodeLong(data[d.pos : d.pos+int(n)])
-			if !ok {
-				return nil, d.errAt(off, op, ErrMalformed, "integer of %d bytes does not fit in 64 bits", n)
-			}
-			d.pos += int(n)
-			d.push(k, x)
-		case opShortBinUni, opShortBinBytes, opShortBinString:
-			if d.pos >= len(data) {
-				return nil, d.truncated(off, op, "an argument of 1 bytes")
-			}
-			n := int(data[d.pos])
-			d.pos++
-			if err := d.need(off, op, uint64(n)); err != nil {
-				return nil, err
-			}
-			d.pushStr(data[d.pos : d.pos+n])
-			d.pos += n
-		case opBinUnicode, opBinBytes, opBinString:
-			if err := d.need(off, op, 4); err != nil {
-				return nil, err
-			}
-			n := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
-			if op == opBinString && int32(n) < 0 {
-				return nil, d.errAt(off, op, ErrMalformed, "negative length")
-			}
-			d.pos += 4
-			if err := d.need(off, op, n); err != nil {
-				return nil, err
-			}
-			d.pushStr(data[d.pos : d.pos+int(n)])
-			d.pos += int(n)
-		case opBinUnicode8, opBinBytes8, opByteArray8:
-			if err := d.need(off, op, 8); err != nil {
-				return nil, err
-			}
-			n := binary.LittleEndian.Uint64(data[d.pos:])
-			d.pos += 8
-			if err := d.need(off, op, n); err != nil {
-				return nil, err
-			}
-			d.pushStr(data[d.pos : d.pos+int(n)])
-			d.pos += int(n)
-		case opSetItems:
-			m, err := d.popMark(off, op)
-			if err != nil {
-				return nil, err
-			}
-			if m == 0 {
-				return nil, d.errAt(off, op, ErrMalformed, "no dict below the mark")
-			}
-			if err := d.setItems(off, op, d.stack[m-1], d.stack[m:]); err != nil {
-				return nil, err
-			}
-			d.stack = d.stack[:m]
-		case opAppends:
-			m, err := d.popMark(off, op)
-			if err != nil {
-				return nil, err
-			}
-			if m == 0 {
-				return nil, d.errAt(off, op, ErrMalformed, "no list below the mark")
-			}
-			if err := d.appendList(off, op, d.stack[m-1], d.stack[m:]); err != nil {
-				return nil, err
-			}
-			d.stack = d.stack[:m]
-		case opSetItem:
-			if err := d.have(off, op, 3); err != nil {
-				return nil, err
-			}
-			n := len(d.stack)
-			if err := d.setItems(off, op, d.stack[n-3], d.stack[n-2:]); err != nil {
-				return nil, err
-			}
-			d.stack = d.stack[:n-2]
-		case opAppend:
-			if err := d.have(off, op, 2); err != nil {
-				return nil, err
-			}
-			n := len(d.stack)
-			if err := d.appendList(off, op, d.stack[n-2], d.stack[n-1:]); err != nil {
-				return nil, err
-			}
-			d.stack = d.stack[:n-1]
-		case opBinPut, opLongBinPut, opPut:
-			var idx uint64
-			switch op {
-			case opBinPut:
-				if err := d.need(off, op, 1); err != nil {
-					return nil, err
-				}
-				idx = uint64(data[d.pos])
-				d.pos++
-			case opLongBinPut:
-				if err := d.need(off, op, 4); err != nil {
-					return nil, err
-				}
-				idx = uint64(binary.LittleEndian.Uint32(data[d.pos:]))
-				d.pos += 4
-			default:
-				s, err := d.line(off, op)
-				if err != nil {
-					return nil, err
-				}
-				u, err := strconv.ParseUint(s, 10, 32)
-				if err != nil {
-					return nil, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
-				}
-				idx = u
-			}
-			if len(d.stack) == 0 {
-				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
-			}
-			d.memoPut(idx, d.top())
-		case opGet:
-			s, err := d.line(off, op)
-			if err != nil {
-				return nil, err
-			}
-			idx, err := strconv.ParseUint(s, 10, 32)
-			if err != nil {
-				return nil, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
-			}
-			v, ok := d.memoGet(idx)
-			if !ok {
-				return nil, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
-			}
-			d.stack = append(d.stack, v)
-		case opProto:
-			if err := d.need(off, op, 1); err != nil {
-				return nil, err
-			}
-			if p := data[d.pos]; p > 5 {
-				return nil, d.errAt(off, op, ErrMalformed, "protocol %d is not supported (0 to 5 are)", p)
-			}
-			d.pos++
-		case opFrame:
-			if err := d.need(off, op, 8); err != nil {
-				return nil, err
-			}
-			n := binary.LittleEndian.Uint64(data[d.pos:])
-			d.pos += 8
-			if err := d.need(off, op, n); err != nil {
-				return nil, err
-			}
-		case opStop:
-			if len(d.stack) != 1 || len(d.marks) != 0 {
-				if len(d.stack) == 0 {
-					return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
-				}
-				return nil, d.errAt(off, op, ErrMalformed, "%d values and %d marks left on the stack", len(d.stack), len(d.marks))
-			}
-			if d.Progress != nil {
-				d.Progress(int64(d.pos), total)
-			}
-			doc.root = d.stack[0]
-			return doc, nil
-		case opInt, opLong:
-			s, err := d.line(off, op)
-			if err != nil {
-				return nil, err
-			}
-			if op == opInt && (s == "00" || s == "01") {
-				d.push(KindBool, uint64(s[1]-'0'))
-				break
-			}
-			if len(s) > 0 && s[len(s)-1] == 'L' {
-				s = s[:len(s)-1]
-			}
-			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				d.push(KindInt, uint64(i))
-			} else if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-				d.push(KindUint, u)
-			} else {
-				return nil, d.errAt(off, op, ErrMalformed, "bad or too wide integer %q", s)
-			}
-		case opBinFloat:
-			if err := d.need(off, op, 8); err != nil {
-				return nil, err
-			}
-			d.push(KindFloat, binary.BigEndian.Uint64(data[d.pos:]))
-			d.pos += 8
-		case opFloat:
-			s, err := d.line(off, op)
-			if err != nil {
-				return nil, err
-			}
-			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return nil, d.errAt(off, op, ErrMalformed, "bad float %q", s)
-			}
-			d.push(KindFloat, math.Float64bits(f))
-		case opPop:
-			switch {
-			case len(d.marks) > 0 && d.marks[len(d.marks)-1] == len(d.stack):
-				d.marks = d.marks[:len(d.marks)-1] // Python's POP also pops a bare mark
-			case len(d.stack) > 0:
-				d.stack = d.stack[:len(d.stack)-1]
-			default:
-				return nil, d.errAt(off, op, ErrMalformed, "stack is empty")
-			}
-		case opPopMark:
-			m, err := d.popMark(off, op)
-			if err != nil {
-				return nil, err
-			}
-			d.stack = d.stack[:m]
-		case opDup:
-			if err := d.have(off, op, 1); err != nil {
-				return nil, err
-			}
-			d.stack = append(d.stack, d.top())
-		case opTuple1, opTuple2, opTuple3:
-			n := int(op-opTuple1) + 1
-			if err := d.have(off, op, n); err != nil {
-				return nil, err
-			}
-			items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
-			d.stack = d.stack[:len(d.stack)-n]
-			ci := d.pushCont(KindTuple)
-			d.appendItems(ci, items, uint32(n))
-		case opTuple, opList:
-			m, err := d.popMark(off, op)
-			if err != nil {
-				return nil, err
-			}
-			items := append([]Value(nil), d.stack[m:]...)
-			d.stack = d.stack[:m]
-			k := KindTuple
-			if op == opList {
+			d.marks = append(d.marks, len(stack))
+			pos++
+			continue
+		case opEmptyDict, opEmptyList:
+			k := KindDict
+			if op == opEmptyList {
 				k = KindList
 			}
-			ci := d.pushCont(k)
-			d.appendItems(ci, items, uint32(len(items)))
-		case opDict:
-			m, err := d.popMark(off, op)
-			if err != nil {
-				return nil, err
+			doc.conts = append(doc.conts, cont{first: -1, last: -1})
+			stack = append(stack, Value(len(vals)))
+			vals = append(vals, val{x: uint64(len(doc.conts) - 1), kind: k})
+			pos++
+			continue
+		case opBinInt1:
+			if pos+1 < len(data) {
+				stack = append(stack, Value(len(vals)))
+				vals = append(vals, val{x: uint64(data[pos+1]), kind: KindInt})
+				pos += 2
+				continue
 			}
-			items := append([]Value(nil), d.stack[m:]...)
-			d.stack = d.stack[:m]
-			d.pushCont(KindDict)
-			if err := d.setItems(off, op, d.top(), items); err != nil {
-				return nil, err
+		case opBinInt2:
+			if pos+2 < len(data) {
+				stack = append(stack, Value(len(vals)))
+				vals = append(vals, val{x: uint64(binary.LittleEndian.Uint16(data[pos+1:])), kind: KindInt})
+				pos += 3
+				continue
 			}
-		default:
-			if isUnsafe(op) {
-				return nil, &Error{Offset: int64(off), Op: op, Msg: "refused: it would construct an object or call code; a memory snapshot holds only plain data", Err: ErrUnsafe}
+		case opBinInt:
+			if pos+4 < len(data) {
+				stack = append(stack, Value(len(vals)))
+				vals = append(vals, val{x: uint64(int64(int32(binary.LittleEndian.Uint32(data[pos+1:])))), kind: KindInt})
+				pos += 5
+				continue
 			}
-			if _, known := opNames[op]; known {
-				return nil, d.errAt(off, op, ErrMalformed, "not supported: a memory snapshot never holds it")
+		case opLong1:
+			if pos+1 < len(data) {
+				n := int(data[pos+1])
+				if pos+2+n <= len(data) {
+					if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
+						stack = append(stack, Value(len(vals)))
+						vals = append(vals, val{x: x, kind: k})
+						pos += 2 + n
+						continue
+					}
+				}
 			}
-			return nil, &Error{Offset: int64(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
+		case opShortBinUni:
+			if pos+1 < len(data) {
+				n := int(data[pos+1])
+				if pos+2+n <= len(data) {
+					b := data[pos+2 : pos+2+n]
+					i, ok := doc.intern[string(b)]
+					if !ok {
+						i = uint32(len(doc.strs))
+						str := string(b)
+						doc.strs = append(doc.strs, str)
+						if len(doc.intern) < internMaxEntries {
+							doc.intern[str] = i
+						}
+					}
+					stack = append(stack, Value(len(vals)))
+					vals = append(vals, val{x: uint64(i), kind: KindString})
+					pos += 2 + n
+					continue
+				}
+			}
+		case opSetItems, opAppends:
+			if nm := len(d.marks); nm > 0 {
+				m := d.marks[nm-1]
+				want := KindDict
+				if op == opAppends {
+					want = KindList
+				}
+				if m > 0 && vals[stack[m-1]].kind == want && (op == opAppends || (len(stack)-m)%2 == 0) {
+					items := stack[m:]
+					count := uint32(len(items))
+					okKeys := true
+					if op == opSetItems {
+						count /= 2
+						for i := 0; i < len(items); i += 2 {
+							if k := vals[items[i]].kind; k != KindString && k != KindInt && k != KindUint {
+								okKeys = false
+								break
+							}
+						}
+					}
+					if okKeys {
+						d.marks = d.marks[:nm-1]
+						doc.vals = vals
+						d.appendItems(int(vals[stack[m-1]].x), items, count)
+						stack = stack[:m]
+						pos++
+						continue
+					}
+				}
+			}
 		}
+		// The general path.
+		d.pos, d.stack, doc.vals, d.memo = pos+1, stack, vals, memo
+		done, err := d.step(pos, op)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return doc, nil
+		}
+		pos, stack, vals, memo = d.pos, d.stack, doc.vals, d.memo
 	}
+}
+
+// step decodes the opcode op at off (d.pos is past it): the general path.
+func (d *Decoder) step(off int, op byte) (done bool, err error) {
+	data := d.data
+	switch op {
+	case opBinGet:
+		if d.pos >= len(data) {
+			return false, d.truncated(off, op, "an argument of 1 bytes")
+		}
+		v, ok := d.memoGet(uint64(data[d.pos]))
+		if !ok {
+			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", data[d.pos])
+		}
+		d.pos++
+		d.stack = append(d.stack, v)
+	case opLongBinGet:
+		if err := d.need(off, op, 4); err != nil {
+			return false, err
+		}
+		idx := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+		d.pos += 4
+		v, ok := d.memoGet(idx)
+		if !ok {
+			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
+		}
+		d.stack = append(d.stack, v)
+	case opMemoize:
+		if len(d.stack) == 0 {
+			return false, d.errAt(off, op, ErrMalformed, "stack is empty")
+		}
+		d.memoPut(uint64(len(d.memo)), d.top())
+	case opMark:
+		d.marks = append(d.marks, len(d.stack))
+	case opEmptyDict:
+		d.pushCont(KindDict)
+	case opEmptyList:
+		d.pushCont(KindList)
+	case opEmptyTuple:
+		d.pushCont(KindTuple)
+	case opNone:
+		d.push(KindNone, 0)
+	case opNewTrue:
+		d.push(KindBool, 1)
+	case opNewFalse:
+		d.push(KindBool, 0)
+	case opBinInt1:
+		if d.pos >= len(data) {
+			return false, d.truncated(off, op, "an argument of 1 bytes")
+		}
+		d.push(KindInt, uint64(data[d.pos]))
+		d.pos++
+	case opBinInt2:
+		if err := d.need(off, op, 2); err != nil {
+			return false, err
+		}
+		d.push(KindInt, uint64(binary.LittleEndian.Uint16(data[d.pos:])))
+		d.pos += 2
+	case opBinInt:
+		if err := d.need(off, op, 4); err != nil {
+			return false, err
+		}
+		d.push(KindInt, uint64(int64(int32(binary.LittleEndian.Uint32(data[d.pos:])))))
+		d.pos += 4
+	case opLong1, opLong4:
+		var n uint64
+		if op == opLong1 {
+			if err := d.need(off, op, 1); err != nil {
+				return false, err
+			}
+			n = uint64(data[d.pos])
+			d.pos++
+		} else {
+			if err := d.need(off, op, 4); err != nil {
+				return false, err
+			}
+			n4 := int32(binary.LittleEndian.Uint32(data[d.pos:]))
+			d.pos += 4
+			if n4 < 0 {
+				return false, d.errAt(off, op, ErrMalformed, "negative length")
+			}
+			n = uint64(n4)
+		}
+		if err := d.need(off, op, n); err != nil {
+			return false, err
+		}
+		k, x, ok := decodeLong(data[d.pos : d.pos+int(n)])
+		if !ok {
+			return false, d.errAt(off, op, ErrMalformed, "integer of %d bytes does not fit in 64 bits", n)
+		}
+		d.pos += int(n)
+		d.push(k, x)
+	case opShortBinUni, opShortBinBytes, opShortBinString:
+		if d.pos >= len(data) {
+			return false, d.truncated(off, op, "an argument of 1 bytes")
+		}
+		n := int(data[d.pos])
+		d.pos++
+		if err := d.need(off, op, uint64(n)); err != nil {
+			return false, err
+		}
+		d.pushStr(data[d.pos : d.pos+n])
+		d.pos += n
+	case opBinUnicode, opBinBytes, opBinString:
+		if err := d.need(off, op, 4); err != nil {
+			return false, err
+		}
+		n := uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+		if op == opBinString && int32(n) < 0 {
+			return false, d.errAt(off, op, ErrMalformed, "negative length")
+		}
+		d.pos += 4
+		if err := d.need(off, op, n); err != nil {
+			return false, err
+		}
+		d.pushStr(data[d.pos : d.pos+int(n)])
+		d.pos += int(n)
+	case opBinUnicode8, opBinBytes8, opByteArray8:
+		if err := d.need(off, op, 8); err != nil {
+			return false, err
+		}
+		n := binary.LittleEndian.Uint64(data[d.pos:])
+		d.pos += 8
+		if err := d.need(off, op, n); err != nil {
+			return false, err
+		}
+		d.pushStr(data[d.pos : d.pos+int(n)])
+		d.pos += int(n)
+	case opSetItems:
+		m, err := d.popMark(off, op)
+		if err != nil {
+			return false, err
+		}
+		if m == 0 {
+			return false, d.errAt(off, op, ErrMalformed, "no dict below the mark")
+		}
+		if err := d.setItems(off, op, d.stack[m-1], d.stack[m:]); err != nil {
+			return false, err
+		}
+		d.stack = d.stack[:m]
+	case opAppends:
+		m, err := d.popMark(off, op)
+		if err != nil {
+			return false, err
+		}
+		if m == 0 {
+			return false, d.errAt(off, op, ErrMalformed, "no list below the mark")
+		}
+		if err := d.appendList(off, op, d.stack[m-1], d.stack[m:]); err != nil {
+			return false, err
+		}
+		d.stack = d.stack[:m]
+	case opSetItem:
+		if err := d.have(off, op, 3); err != nil {
+			return false, err
+		}
+		n := len(d.stack)
+		if err := d.setItems(off, op, d.stack[n-3], d.stack[n-2:]); err != nil {
+			return false, err
+		}
+		d.stack = d.stack[:n-2]
+	case opAppend:
+		if err := d.have(off, op, 2); err != nil {
+			return false, err
+		}
+		n := len(d.stack)
+		if err := d.appendList(off, op, d.stack[n-2], d.stack[n-1:]); err != nil {
+			return false, err
+		}
+		d.stack = d.stack[:n-1]
+	case opBinPut, opLongBinPut, opPut:
+		var idx uint64
+		switch op {
+		case opBinPut:
+			if err := d.need(off, op, 1); err != nil {
+				return false, err
+			}
+			idx = uint64(data[d.pos])
+			d.pos++
+		case opLongBinPut:
+			if err := d.need(off, op, 4); err != nil {
+				return false, err
+			}
+			idx = uint64(binary.LittleEndian.Uint32(data[d.pos:]))
+			d.pos += 4
+		default:
+			s, err := d.line(off, op)
+			if err != nil {
+				return false, err
+			}
+			u, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return false, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
+			}
+			idx = u
+		}
+		if len(d.stack) == 0 {
+			return false, d.errAt(off, op, ErrMalformed, "stack is empty")
+		}
+		d.memoPut(idx, d.top())
+	case opGet:
+		s, err := d.line(off, op)
+		if err != nil {
+			return false, err
+		}
+		idx, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return false, d.errAt(off, op, ErrMalformed, "bad memo index %q", s)
+		}
+		v, ok := d.memoGet(idx)
+		if !ok {
+			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
+		}
+		d.stack = append(d.stack, v)
+	case opProto:
+		if err := d.need(off, op, 1); err != nil {
+			return false, err
+		}
+		if p := data[d.pos]; p > 5 {
+			return false, d.errAt(off, op, ErrMalformed, "protocol %d is not supported (0 to 5 are)", p)
+		}
+		d.pos++
+	case opFrame:
+		if err := d.need(off, op, 8); err != nil {
+			return false, err
+		}
+		n := binary.LittleEndian.Uint64(data[d.pos:])
+		d.pos += 8
+		if err := d.need(off, op, n); err != nil {
+			return false, err
+		}
+	case opStop:
+		if len(d.stack) != 1 || len(d.marks) != 0 {
+			if len(d.stack) == 0 {
+				return false, d.errAt(off, op, ErrMalformed, "stack is empty")
+			}
+			return false, d.errAt(off, op, ErrMalformed, "%d values and %d marks left on the stack", len(d.stack), len(d.marks))
+		}
+		if d.Progress != nil {
+			d.Progress(int64(d.pos), int64(len(d.data)))
+		}
+		d.doc.root = d.stack[0]
+		return true, nil
+	case opInt, opLong:
+		s, err := d.line(off, op)
+		if err != nil {
+			return false, err
+		}
+		if op == opInt && (s == "00" || s == "01") {
+			d.push(KindBool, uint64(s[1]-'0'))
+			break
+		}
+		if len(s) > 0 && s[len(s)-1] == 'L' {
+			s = s[:len(s)-1]
+		}
+		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+			d.push(KindInt, uint64(i))
+		} else if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+			d.push(KindUint, u)
+		} else {
+			return false, d.errAt(off, op, ErrMalformed, "bad or too wide integer %q", s)
+		}
+	case opBinFloat:
+		if err := d.need(off, op, 8); err != nil {
+			return false, err
+		}
+		d.push(KindFloat, binary.BigEndian.Uint64(data[d.pos:]))
+		d.pos += 8
+	case opFloat:
+		s, err := d.line(off, op)
+		if err != nil {
+			return false, err
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return false, d.errAt(off, op, ErrMalformed, "bad float %q", s)
+		}
+		d.push(KindFloat, math.Float64bits(f))
+	case opPop:
+		switch {
+		case len(d.marks) > 0 && d.marks[len(d.marks)-1] == len(d.stack):
+			d.marks = d.marks[:len(d.marks)-1] // Python's POP also pops a bare mark
+		case len(d.stack) > 0:
+			d.stack = d.stack[:len(d.stack)-1]
+		default:
+			return false, d.errAt(off, op, ErrMalformed, "stack is empty")
+		}
+	case opPopMark:
+		m, err := d.popMark(off, op)
+		if err != nil {
+			return false, err
+		}
+		d.stack = d.stack[:m]
+	case opDup:
+		if err := d.have(off, op, 1); err != nil {
+			return false, err
+		}
+		d.stack = append(d.stack, d.top())
+	case opTuple1, opTuple2, opTuple3:
+		n := int(op-opTuple1) + 1
+		if err := d.have(off, op, n); err != nil {
+			return false, err
+		}
+		items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
+		d.stack = d.stack[:len(d.stack)-n]
+		ci := d.pushCont(KindTuple)
+		d.appendItems(ci, items, uint32(n))
+	case opTuple, opList:
+		m, err := d.popMark(off, op)
+		if err != nil {
+			return false, err
+		}
+		items := append([]Value(nil), d.stack[m:]...)
+		d.stack = d.stack[:m]
+		k := KindTuple
+		if op == opList {
+			k = KindList
+		}
+		ci := d.pushCont(k)
+		d.appendItems(ci, items, uint32(len(items)))
+	case opDict:
+		m, err := d.popMark(off, op)
+		if err != nil {
+			return false, err
+		}
+		items := append([]Value(nil), d.stack[m:]...)
+		d.stack = d.stack[:m]
+		d.pushCont(KindDict)
+		if err := d.setItems(off, op, d.top(), items); err != nil {
+			return false, err
+		}
+	default:
+		if isUnsafe(op) {
+			return false, &Error{Offset: int64(off), Op: op, Msg: "refused: it would construct an object or call code; a memory snapshot holds only plain data", Err: ErrUnsafe}
+		}
+		if _, known := opNames[op]; known {
+			return false, d.errAt(off, op, ErrMalformed, "not supported: a memory snapshot never holds it")
+		}
+		return false, &Error{Offset: int64(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
+	}
+	return false, nil
 }
