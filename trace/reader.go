@@ -30,8 +30,8 @@ type Reader struct {
 	ed        eventDecoder
 	buf       [512]Event
 	pending   []Event // decoded events not read yet
-	chunkOff  int64 // offset of the events chunk being decoded
-	chunkBase int64 // events before it
+	chunkOff  int64   // offset of the events chunk being decoded
+	chunkBase int64   // events before it
 
 	chunk   int64 // index of the next chunk to read
 	nEvents int64 // events decoded so far
