@@ -56,7 +56,7 @@ type engine struct {
 	last    *devState
 	res     Result
 	index   int64 // index of the event being processed
-	ev      *trace.Event
+	ev      trace.Event // the request being served, for mismatch reports
 	exact   bool
 	sawDev  bool
 
@@ -515,10 +515,10 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	if err != nil {
 		return err
 	}
-	e.ev = ev
 	switch ev.Kind {
 	case trace.KindAlloc:
 		e.requests++
+		e.ev = *ev
 		e.dispatch(ds)
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
 		e.endRequest(ds)
@@ -593,12 +593,14 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		return nil
 	case trace.KindEmptyCache:
 		e.requests++
+		e.ev = *ev
 		e.dispatch(ds)
 		ds.policy.EmptyCache()
 		e.endRequest(ds)
 		e.updateStats(ds)
 	case trace.KindOOM:
 		e.requests++
+		e.ev = *ev
 		e.dispatch(ds)
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
 		e.endRequest(ds)
