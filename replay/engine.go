@@ -55,7 +55,7 @@ type engine struct {
 	devs    []*devState
 	last    *devState
 	res     Result
-	index   int64 // index of the event being processed
+	index   int64       // index of the event being processed
 	ev      trace.Event // the request being served, for mismatch reports
 	exact   bool
 	sawDev  bool
