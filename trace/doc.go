@@ -1,2 +1,124 @@
 // Package trace reads and writes fragsim's GPU allocation trace files.
+//
+// # Events
+//
+// A trace is a header (Header: producer, GPU, versions, allocator settings,
+// optional initial state) and a sequence of Events: allocation requests,
+// frees requested and completed, the device-level events of the allocator
+// that ran when the trace was made (segment alloc/free, map/unmap), OOMs,
+// empty-cache and memory-fraction calls, and markers. Strings (marker text,
+// stack frames) and call stacks are defined once in tables and referenced by
+// ID; ID 0 is the empty string and "no stack".
+//
+// Device events precede, in trace order, the request event that caused them
+// (alloc, empty_cache, oom), as in PyTorch's own trace: a segment_alloc comes
+// just before the alloc that needed the new segment.
+//
+// # Reading and writing
+//
+// NewWriter (or Create) writes a trace in self-contained chunks; its memory
+// does not grow with the trace. NewReader (or Open) reads one as a stream,
+// one chunk in memory at a time: ReadEvent until io.EOF, or ReadEvents for
+// a batch at a time. Every error about the data matches ErrCorrupt and
+// names the file, byte offset, chunk and event (FormatError). A file cut
+// short, by a killed process say, reads up to its last whole chunk and then
+// returns an error matching ErrTruncated that says what was lost:
+//
+//	run.fst: truncated at byte offset 123456 (chunk 7, after event 448000): 2100 bytes of a partial chunk lost (...)
+//
+// # File layout
+//
+// All integers are unsigned LEB128 varints (uvarint) unless marked; zigzag
+// maps signed deltas to unsigned ones (0, -1, 1, -2 ... to 0, 1, 2, 3 ...).
+//
+//	file   := magic version chunk*
+//	magic  := "FRAGSIM\x00"                      8 bytes
+//	version:= uvarint                            format version, 1
+//
+//	chunk:
+//	+------+---------+------------+--------+---------------------------+
+//	| type | rawLen  | storedLen  | CRC    | payload (storedLen bytes) |
+//	| 1 B  | uvarint | uvarint    | 4 B LE |                           |
+//	+------+---------+------------+--------+---------------------------+
+//
+// The CRC is CRC-32C (Castagnoli) of the type, both lengths and the
+// payload. The payload is zstd-compressed to rawLen bytes, or stored as is
+// when the type's high bit (0x80) is set. Types, in the low 7 bits:
+//
+//	1 header  JSON of Header; exactly one, the first chunk
+//	2 table   string and stack definitions, before the events that use them
+//	3 events  events, in columns
+//	4 end     totals; the last chunk, written by Writer.Close
+//
+// A file without its end chunk reads as truncated. No chunk exceeds 64 MiB
+// before compression; readers check every length against its limit before
+// allocating.
+//
+// A table payload is a sequence of records, each defining the next ID:
+//
+//	string := 0x01 uvarint(id) uvarint(len) bytes
+//	stack  := 0x02 uvarint(id) uvarint(n) { uvarint(func) uvarint(file) uvarint(line) }*n
+//
+// An events payload holds n events column by column, so that zstd finds the
+// repetition in each column:
+//
+//	+---+----------+----------+----------+--------+--------+--------+--------+
+//	| n | timeUnit | addrUnit | sizeUnit | len(T) | len(A) | len(S) | len(M) |   uvarints
+//	+---+----------+----------+----------+--------+--------+--------+--------+
+//	| K: n type bytes | T: time | A: addresses | S: sizes | M: misc          |
+//	+-----------------+---------+--------------+----------+------------------+
+//
+// A type byte holds the Kind in its low 5 bits and three flags:
+//
+//	0x20  device and stream changed: zigzag(device), stream follow in M
+//	0x40  a stack ID follows in M
+//	0x80  fields beyond the kind's spec follow: their mask is in M
+//
+// Every event has a time in T: zigzag(TimeNS - previous TimeNS) / timeUnit.
+// Which other fields an event carries is its kind's spec (the spec table in
+// spec.go: alloc, frees and device events carry Addr and SizeBytes; oom
+// SizeBytes and Aux; set_fraction Aux; marker Marker and Text; snapshot
+// SizeBytes), plus the fields of the extra mask (addr 1, size 2, aux 4,
+// text 8, marker 16), which a writer sets for non-zero fields outside the
+// spec. Addr goes to A as zigzag(Addr - previous Addr) / addrUnit; SizeBytes
+// to S as SizeBytes / sizeUnit; Aux, Text and Marker to M, in that order,
+// after the device, stream, mask and stack. The units are the greatest
+// common divisors the writer found in the chunk (PyTorch's times are whole
+// microseconds, its blocks 512-byte aligned). Previous values, device and
+// stream start at zero in every chunk, so each chunk decodes alone.
+//
+// The end payload is uvarint(events) uvarint(chunks before it)
+// uvarint(strings) uvarint(stacks), the string and stack counts including
+// ID 0.
+//
+// # Text twin
+//
+// WriteText and ReadText convert a trace to and from text, one line each,
+// for tests, hand edits and bug reports (fragsim dump and undump):
+//
+//	# fragsim text v1
+//	header {"producer":"synthetic","gpu_name":"NVIDIA H100 80GB HBM3",...}
+//	string 1 "forward"
+//	string 2 "model.py"
+//	stack 1 1:2:42
+//	segment_alloc t=1764504000000001000 dev=0 stream=0x7f3c5a000400 addr=0x7f0000200000 size=20971520
+//	alloc t=1764504000000001000 dev=0 stream=0x7f3c5a000400 addr=0x7f0000200000 size=12582912 stack=1
+//	oom t=1764504000000020000 dev=0 stream=0x0 size=85899345920 aux=1073741824
+//	set_fraction t=1764504000000022000 dev=0 stream=0x0 fraction=0.5
+//	marker t=1764504000000024000 dev=0 stream=0x0 marker=step text=1
+//
+// An event line has its kind, t, dev and stream, then its spec's fields and
+// any other non-zero ones. A string or stack is defined (func:file:line per
+// frame) just before its first use. Lines starting with # are comments.
+// Converting a trace to text and back gives the same events, strings and
+// stacks; syntax errors name their line.
+//
+// # Compatibility
+//
+// The format version selects the spec table. Later versions only append:
+// new event kinds, new fields (announced by the type byte's flags or the
+// extra mask), new chunk types; Kind values are never renumbered. A reader
+// of version N reads every file of version N or lower, and rejects a newer
+// file with an error matching ErrVersion. The header is JSON: fields may be
+// added, and readers ignore keys they do not know.
 package trace
