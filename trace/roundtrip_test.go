@@ -76,7 +76,15 @@ func TestTruncatedEveryOffset(t *testing.T) {
 		t.Fatalf("only %d chunks", len(bounds))
 	}
 	ends := wholeChunkEvents(t, data)
-	from := bounds[len(bounds)-4] // the last two event chunks, their tables and the end chunk
+	// Cut everywhere from the end of the third-to-last events chunk: in the
+	// last two events chunks, the tables before them and the end chunk.
+	var evChunks []int
+	for i, off := range bounds {
+		if data[off]&^chunkStored == chunkEvents {
+			evChunks = append(evChunks, i)
+		}
+	}
+	from := bounds[evChunks[len(evChunks)-3]+1]
 	for cut := from; cut < len(data); cut++ {
 		_, got, err := ReadAll(bytes.NewReader(data[:cut]))
 		if !errors.Is(err, ErrTruncated) || !errors.Is(err, ErrCorrupt) {
