@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -55,7 +56,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 // Main runs the CLI and returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	app := NewApp(stdout, stderr)
-	if err := app.Run(args); err != nil {
+	if err := app.Run(interspersed(app, args)); err != nil {
 		fmt.Fprintf(stderr, "fragsim: %v\n", err)
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -64,4 +65,47 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// interspersed moves a command's flags that follow its positional arguments
+// in front of them, so that `fragsim replay TRACE --json` works: urfave/cli
+// stops parsing flags at the first positional argument. Everything after a
+// "--" is left as it is (fragsim record -- python script.py --its-own-flags).
+func interspersed(app *cli.App, args []string) []string {
+	if len(args) < 3 {
+		return args
+	}
+	cmd := app.Command(args[1])
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	rest := args[2:]
+	var flags, pos []string
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			pos = append(pos, rest[i:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if !strings.Contains(name, "=") && takesValue[name] && i+1 < len(rest) {
+			flags = append(flags, rest[i+1])
+			i++
+		}
+	}
+	out := append([]string{}, args[:2]...)
+	out = append(out, flags...)
+	return append(out, pos...)
 }
