@@ -50,6 +50,10 @@ type device struct {
 	compare  bool   // compare calls with rec
 	matched  int64
 	mismatch bool // a mismatch was seen during the current request
+
+	// pool, when set, is device memory shared with other processes'
+	// devices (Cohost): it decides fits instead of total and outside.
+	pool *sharedPool
 }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
@@ -91,6 +95,9 @@ func (d *device) TotalBytes() uint64 {
 func (d *device) Recorded() []trace.Event { return d.rec }
 
 func (d *device) fits(size uint64) bool {
+	if d.pool != nil {
+		return d.pool.fits(size)
+	}
 	if d.total == 0 {
 		return true
 	}
