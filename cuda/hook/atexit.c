@@ -16,3 +16,9 @@ void fs_register_atexit(void) {
 	fs_owner = getpid();
 	atexit(fs_atexit);
 }
+
+/* fs_close_trace closes the trace now (before the process dies of an error). */
+void fs_close_trace(void) {
+	if (getpid() == fs_owner)
+		fragsim_close();
+}

@@ -13,6 +13,8 @@
 #include "hook.h"
 #include "../csrc/cudrv.h"
 
+void fs_close_trace(void); /* atexit.c */
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -334,6 +336,18 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 			record(FS_REC_OOM, 0, device, (uint64_t)(uintptr_t)stream, 0, (uint64_t)size, freeb);
 		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: %s (error %d, %zu bytes free)\n",
 			size, device, cudrv_errstr(&D, r), r, freeb);
+		const char *null_ok = getenv("FRAGSIM_OOM_RETURNS_NULL");
+		if (r == CUDA_ERROR_OUT_OF_MEMORY && !(null_ok && *null_ok == '1')) {
+			/*
+			 * PyTorch's pluggable allocator does not check for NULL: the
+			 * program would go on with a null tensor and fail later with
+			 * an illegal memory access. Save the trace and stop here.
+			 */
+			fprintf(stderr, "fragsim: out of GPU memory; PyTorch's pluggable allocator cannot report it, "
+					"so the process stops here (the trace is saved)\n");
+			fs_close_trace();
+			abort();
+		}
 		return NULL;
 	}
 	restore_ctx(dv, prev);
@@ -360,7 +374,9 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 	CUcontext prev = with_ctx(dv);
 	CUresult r = D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
 	restore_ctx(dv, prev);
-	if (r != CUDA_SUCCESS)
+	/* At exit, tensors die after the driver shut down: nothing to free then. */
+	static _Atomic int reported;
+	if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED && atomic_fetch_add(&reported, 1) < 5)
 		fprintf(stderr, "fragsim: cuMemFreeAsync(%p) on device %d failed: %s (error %d)\n", ptr,
 			device, cudrv_errstr(&D, r), r);
 }

@@ -75,7 +75,7 @@ func TestMain(m *testing.M) {
 
 func harnessCmd(dir, harness string, args ...string) *exec.Cmd {
 	cmd := exec.Command(harness, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKE_CUDA_LIMIT=1073741824")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKE_CUDA_LIMIT=1073741824", "FRAGSIM_OOM_RETURNS_NULL=1")
 	return cmd
 }
 
@@ -364,4 +364,39 @@ func TestHookOpenErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHookOOMStops checks that an out-of-memory allocation, which PyTorch's
+// pluggable allocator cannot report, stops the process with a clear message
+// after saving the trace, OOM event included.
+func TestHookOOMStops(t *testing.T) {
+	dir, _, harness := build(t)
+	path := filepath.Join(t.TempDir(), "oom.fragsim")
+	cmd := harnessCmd(dir, harness, built.lib, path, "1", "10")
+	cmd.Env = append(cmd.Env, "FRAGSIM_OOM_RETURNS_NULL=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGABRT {
+		t.Fatalf("harness: %v, want SIGABRT\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte("out of GPU memory")) {
+		t.Errorf("output %q does not explain the stop", out)
+	}
+	h, evs, err := trace.ReadAll(mustOpen(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Producer != trace.ProducerLive || len(evs) == 0 || evs[len(evs)-1].Kind != trace.KindOOM {
+		t.Errorf("trace of %d events does not end with the OOM: %+v", len(evs), evs)
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

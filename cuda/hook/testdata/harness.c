@@ -109,7 +109,8 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "harness: fragsim_open: %s\n", fs_err());
 		return 4;
 	}
-	/* One of each non-allocation call, then a refused allocation (OOM). */
+	/* One of each non-allocation call, then a refused allocation (OOM;
+	 * the test sets FRAGSIM_OOM_RETURNS_NULL, or the process would stop). */
 	fs_marker(2, "agent-a");
 	fs_fraction(0.5, 0);
 	void *big = fs_alloc(1LL << 50, 0, NULL);
