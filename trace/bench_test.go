@@ -138,6 +138,7 @@ func encodeStream(tb testing.TB, n int, opts ...WriterOption) ([]byte, []Event) 
 func BenchmarkDecode(b *testing.B) {
 	data, evs := encodeStream(b, 1<<20)
 	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
 	b.ResetTimer()
 	var n int
 	cpu0 := cpuSeconds()
@@ -201,6 +202,7 @@ func (discardSink) Stack([]Frame) StackID  { return 0 }
 func BenchmarkDecodeBatch(b *testing.B) {
 	data, evs := encodeStream(b, 1<<20)
 	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
 	buf := make([]Event, 1024)
 	b.ResetTimer()
 	var n int

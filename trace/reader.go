@@ -29,9 +29,10 @@ type Reader struct {
 	comp, raw []byte
 	ed        eventDecoder
 	buf       [512]Event
-	pending   []Event // decoded events not read yet
-	chunkOff  int64   // offset of the events chunk being decoded
-	chunkBase int64   // events before it
+	events    []Event // decoded events; those from next on are not read yet
+	next      int
+	chunkOff  int64 // offset of the events chunk being decoded
+	chunkBase int64 // events before it
 
 	chunk   int64 // index of the next chunk to read
 	nEvents int64 // events decoded so far
@@ -278,11 +279,10 @@ func (r *Reader) nextChunk() error {
 
 // ReadEvent returns the next event, or io.EOF after the last one. An error
 // other than io.EOF matches ErrCorrupt; it is returned again by later calls.
-func (r *Reader) ReadEvent() (e Event, err error) {
-	if len(r.pending) > 0 {
-		e = r.pending[0]
-		r.pending = r.pending[1:]
-		return
+func (r *Reader) ReadEvent() (Event, error) {
+	if i := r.next; i < len(r.events) {
+		r.next = i + 1
+		return r.events[i], nil
 	}
 	return r.readEventSlow()
 }
@@ -292,7 +292,7 @@ func (r *Reader) readEventSlow() (Event, error) {
 	if n == 0 {
 		return Event{}, err
 	}
-	r.pending = r.buf[1:n]
+	r.events, r.next = r.buf[:n], 1
 	return r.buf[0], nil
 }
 
@@ -303,9 +303,9 @@ func (r *Reader) ReadEvents(dst []Event) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
-	if len(r.pending) > 0 {
-		n := copy(dst, r.pending)
-		r.pending = r.pending[n:]
+	if r.next < len(r.events) {
+		n := copy(dst, r.events[r.next:])
+		r.next += n
 		return n, nil
 	}
 	for {
@@ -364,7 +364,7 @@ func (r *Reader) NumStacks() int { return len(r.stacks) }
 func (r *Reader) Offset() int64 { return r.off }
 
 // EventsRead returns the number of events returned so far.
-func (r *Reader) EventsRead() int64 { return r.nEvents - int64(len(r.pending)) }
+func (r *Reader) EventsRead() int64 { return r.nEvents - int64(len(r.events)-r.next) }
 
 // Close releases the reader's decompressor. It does not close the
 // underlying io.Reader.
