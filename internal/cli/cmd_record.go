@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fragsim/fragsim/cuda/record"
 	"github.com/urfave/cli/v2"
@@ -58,8 +59,8 @@ func runRecord(c *cli.Context) error {
 		return exitCode(code, fmt.Errorf("record: %w", err))
 	}
 	w := c.App.ErrWriter
-	fmt.Fprintf(w, "fragsim record: %s: %d allocs, %d frees, %d markers, %d OOMs (%d events) over %.3f s\n",
-		c.String("output"), s.Allocs, s.Frees, s.Markers, s.OOMs, s.Events, s.Duration.Seconds())
+	fmt.Fprintf(w, "fragsim record: %s: %d allocs, %d frees, %d markers, %d OOMs (%d events) over %v\n",
+		c.String("output"), s.Allocs, s.Frees, s.Markers, s.OOMs, s.Events, s.Duration.Round(time.Microsecond))
 	perEvent := 0.0
 	if s.Events > 0 {
 		perEvent = float64(s.FileBytes) / float64(s.Events)
