@@ -22,8 +22,9 @@ import (
 // LibName is the file name of the hook library.
 const LibName = "libfragsim_hook.so"
 
-// failCode is the exit code the start-up hook uses when recording cannot start.
-const failCode = 86
+// FailCode is the exit code of a program whose start-up hook could not
+// start recording (it says why on stderr).
+const FailCode = 86
 
 // Config says what to run and where the trace goes.
 type Config struct {
@@ -232,7 +233,7 @@ func programEnv(env []string, dir, out, lib string) []string {
 		"FRAGSIM_TRACE="+out,
 		"FRAGSIM_HOOK_LIB="+lib,
 		"FRAGSIM_STRICT=1",
-		fmt.Sprintf("FRAGSIM_FAIL_CODE=%d", failCode),
+		fmt.Sprintf("FRAGSIM_FAIL_CODE=%d", FailCode),
 	)
 }
 

@@ -182,8 +182,8 @@ func TestRecordErrors(t *testing.T) {
 			if !errors.Is(err, ErrNoTrace) {
 				t.Fatalf("err %v, want ErrNoTrace", err)
 			}
-			if s == nil || s.ExitCode != failCode {
-				t.Errorf("summary %+v, want exit code %d", s, failCode)
+			if s == nil || s.ExitCode != FailCode {
+				t.Errorf("summary %+v, want exit code %d", s, FailCode)
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("stderr %q does not say %q", stderr.String(), tc.want)

@@ -54,7 +54,11 @@ func runRecord(c *cli.Context) error {
 			code = s.ExitCode
 		}
 		if errors.Is(err, record.ErrNoTrace) {
-			return exitCode(code, fmt.Errorf("record: %w: recording could not start (see above); %s exited with code %d", err, filepath.Base(args[0]), code))
+			why := "recording could not start (see above)"
+			if code != record.FailCode {
+				why = "the program never started recording (is it Python, run without -I, -E or -S?)"
+			}
+			return exitCode(code, fmt.Errorf("record: %w: %s; %s exited with code %d", err, why, filepath.Base(args[0]), code))
 		}
 		return exitCode(code, fmt.Errorf("record: %w", err))
 	}
