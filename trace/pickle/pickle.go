@@ -1,6 +1,9 @@
 // Package pickle decodes the data-only subset of Python's pickle format (protocols 0-5) that PyTorch memory snapshots use, refusing every opcode that would construct an object or call code.
 //
-// Values decode to a small Go representation:
+// Decoder.DecodeDoc decodes into a Doc: flat, pointer-free tables of values,
+// containers and items addressed by Value, so that the millions of small
+// dicts of a snapshot cost neither allocations nor garbage collection.
+// Decode (and Doc.ToAny) give the same data as a small Go representation:
 //
 //	None            nil
 //	bool            bool
