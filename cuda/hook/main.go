@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -432,6 +433,14 @@ func openForBench(path string) error {
 		return errors.New(C.GoString(fragsim_last_error()))
 	}
 	return nil
+}
+
+func init() {
+	// The drainer needs one thread; keep the Go runtime out of the way of
+	// the host program's own threads.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(2)
+	}
 }
 
 func main() {}
