@@ -39,3 +39,49 @@ func BenchmarkImport(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLoad decodes and converts $FRAGSIM_BENCH_SNAPSHOT without writing.
+func BenchmarkLoad(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := LoadPickle(data, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEmit writes the converted $FRAGSIM_BENCH_SNAPSHOT to a trace.
+func BenchmarkEmit(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		w, err := trace.NewWriter(io.Discard, s.Header())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Emit(w, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

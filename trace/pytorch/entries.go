@@ -40,9 +40,11 @@ func (c *converter) entries() ([][]event, error) {
 	keys := c.keys()
 	// Actions by string index.
 	kinds := map[uint32]trace.Kind{}
+	names := map[uint32]string{}
 	for name, k := range actionKinds {
 		if i, ok := doc.LookupStr(name); ok {
 			kinds[i] = k
+			names[i] = name
 		}
 	}
 	sum := &c.snap.summary
@@ -66,7 +68,7 @@ func (c *converter) entries() ([][]event, error) {
 			e.Device = trace.DeviceID(dev)
 			var actionID uint32 = ^uint32(0)
 			var action pickle.Value
-			hasAction, hasTime := false, false
+			hasAction := false
 			var addr, devFree uint64
 			var meta pickle.Value
 			hasMeta := false
@@ -92,7 +94,7 @@ func (c *converter) entries() ([][]event, error) {
 					e.Stream = trace.StreamID(n)
 				case keys.timeUS:
 					if n, ok := doc.Int(v); ok {
-						lastTime, hasTime = n*1000, true
+						lastTime = n * 1000
 					}
 				case keys.frames:
 					if doc.Len(v) > 0 && doc.Kind(v) == pickle.KindList {
@@ -105,7 +107,6 @@ func (c *converter) entries() ([][]event, error) {
 					meta, hasMeta = v, true
 				}
 			}
-			_ = hasTime
 			e.TimeNS = lastTime
 			kind, known := kinds[actionID]
 			if !hasAction {
@@ -152,12 +153,7 @@ func (c *converter) entries() ([][]event, error) {
 			return nil, err
 		}
 		for id, n := range byID {
-			for name, k := range actionKinds {
-				if i, ok := doc.LookupStr(name); ok && i == id {
-					_ = k
-					counts[name] += n
-				}
-			}
+			counts[names[id]] += n
 		}
 		sum.Actions[strconv.Itoa(dev)] = counts
 		perDev[dev] = evs
