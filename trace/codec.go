@@ -227,12 +227,16 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	return append(dst, mc...)
 }
 
-// estimateEvent bounds the bytes e adds to an events chunk, for the
-// writer's flush threshold.
-func estimateEvent(e *Event) int {
-	n := 1 + uvarintLen(uint64(e.TimeNS)&0xffffffff) + uvarintLen(e.SizeBytes) + uvarintLen(e.Addr&0xffffffff)
+// eventBound bounds the bytes e adds to an events chunk after prev (the
+// chunk's previous event, or a zero Event), for the writer's flush threshold.
+func eventBound(e, prev *Event) int {
+	n := 1 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
+	n += uvarintLen(zigzag(int64(e.Addr-prev.Addr))) + uvarintLen(e.SizeBytes)
+	if e.Device != prev.Device || e.Stream != prev.Stream {
+		n += 2 * binary.MaxVarintLen64
+	}
 	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack) != 0 {
-		n += 16
+		n += 4*binary.MaxVarintLen64 + 1
 	}
 	return n
 }

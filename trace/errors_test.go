@@ -209,3 +209,18 @@ func TestWriterRejects(t *testing.T) {
 		t.Error("event after Close accepted")
 	}
 }
+
+func TestChunkBytesBound(t *testing.T) {
+	// Extreme events: the flush threshold must bound the real chunk size.
+	const limit = 1 << 14
+	data, _, _ := writeRandom(t, 5, 5000, ChunkEvents(1<<20), ChunkBytes(limit))
+	for _, off := range chunkBounds(t, data) {
+		if data[off]&^chunkStored != chunkEvents {
+			continue
+		}
+		raw, _ := uvarint(data, off+1)
+		if raw > limit+100 {
+			t.Errorf("events chunk at %d holds %d bytes, over the %d-byte threshold", off, raw, limit)
+		}
+	}
+}

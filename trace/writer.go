@@ -59,7 +59,7 @@ type Writer struct {
 	done bool
 
 	events   []Event
-	estBytes int
+	estBytes int    // bound on the encoded size of events
 	tab      []byte // table records not yet written
 
 	strings map[string]StringID
@@ -131,14 +131,19 @@ func (w *Writer) WriteEvent(e Event) error {
 		return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(len(w.events)), e.Text, e.Stack)
 	}
 	w.events = append(w.events, e)
-	w.estBytes += estimateEvent(&e)
+	prev := &Event{}
+	if len(w.events) > 1 {
+		prev = &w.events[len(w.events)-2]
+	}
+	w.estBytes += eventBound(&w.events[len(w.events)-1], prev)
 	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
 		return w.Flush()
 	}
 	return nil
 }
 
-// String returns the ID of s, defining it on first use.
+// String returns the ID of s, defining it on first use. Strings longer
+// than 1 MiB are cut to their first 1 MiB.
 func (w *Writer) String(s string) StringID {
 	if s == "" {
 		return NoString
