@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/fragsim/fragsim/trace"
@@ -104,6 +105,9 @@ type engine struct {
 // they give new segments their recorded addresses and, when the policy
 // implements Reproducer and reproduces the trace's allocator, every device
 // call and allocation address is checked against them (Result.Fidelity).
+//
+// When GOMAXPROCS > 1 and cfg has no Observer, the trace is decoded on a
+// second goroutine, a few batches ahead of the replay.
 func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header()}
 	if e.hdr == nil {
@@ -112,25 +116,104 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	if err := e.start(); err != nil {
 		return nil, err
 	}
-	buf := make([]trace.Event, 4096)
-	for {
-		n, err := r.ReadEvents(buf)
-		for i := 0; i < n; i++ {
-			if err := e.step(&buf[i]); err != nil {
-				return e.partial(), err
-			}
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return e.partial(), fmt.Errorf("replay: after event %d: %w", e.index, err)
-		}
+	var err error
+	if cfg.Observer == nil && runtime.GOMAXPROCS(0) > 1 {
+		err = e.runPipelined(r)
+	} else {
+		err = e.runSerial(r)
+	}
+	if err != nil {
+		return e.partial(), err
 	}
 	if err := e.finish(); err != nil {
 		return e.partial(), err
 	}
 	return &e.res, nil
+}
+
+// batchLen is the number of events decoded at a time.
+const batchLen = 2048
+
+// runSerial decodes and replays on the calling goroutine.
+func (e *engine) runSerial(r *trace.Reader) error {
+	buf := make([]trace.Event, batchLen)
+	for {
+		n, err := r.ReadEvents(buf)
+		for i := 0; i < n; i++ {
+			if err := e.step(&buf[i]); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("replay: after event %d: %w", e.index, err)
+		}
+	}
+}
+
+// batch is a run of decoded events and the error that ended the decoding.
+type batch struct {
+	evs []trace.Event
+	n   int
+	err error
+}
+
+// pipelineBatches is the number of batches in flight between the decoder
+// and the engine.
+const pipelineBatches = 4
+
+// runPipelined decodes on a second goroutine, a few batches ahead of the
+// replay, recycling a small ring of batches: decoding overlaps replay on
+// another core. The decoder is stopped and waited for before it returns,
+// so r is no longer used once Run returns. Run does not use it when an
+// Observer is set, since an Observer may read r's string and stack tables,
+// which decoding extends.
+func (e *engine) runPipelined(r *trace.Reader) error {
+	full := make(chan *batch, pipelineBatches)
+	free := make(chan *batch, pipelineBatches)
+	for i := 0; i < pipelineBatches; i++ {
+		free <- &batch{evs: make([]trace.Event, batchLen)}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(full)
+		for {
+			var b *batch
+			select {
+			case b = <-free:
+			case <-done:
+				return
+			}
+			b.n, b.err = r.ReadEvents(b.evs)
+			full <- b // never blocks: at most pipelineBatches exist
+			if b.err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		for range full {
+		}
+	}()
+	for b := range full {
+		evs := b.evs[:b.n]
+		for i := range evs {
+			if err := e.step(&evs[i]); err != nil {
+				return err
+			}
+		}
+		if b.err == io.EOF {
+			return nil
+		}
+		if b.err != nil {
+			return fmt.Errorf("replay: after event %d: %w", e.index, b.err)
+		}
+		free <- b
+	}
+	return nil
 }
 
 // RunFile replays the trace file at path.
