@@ -25,13 +25,9 @@ static int fs_probe_try(cudrv *d, size_t n, int *attempts) {
 // fs_probe measures device ordinal: free and total memory, and the largest
 // block cuMemAlloc grants, by bisection in steps of gran bytes.
 static int fs_probe(int ordinal, size_t gran, fs_probe_result *out, char *err, size_t errlen) {
-	static cudrv d;
-	static int loaded;
-	if (!loaded) {
-		if (cudrv_load(&d, err, errlen) != 0)
-			return -1;
-		loaded = 1;
-	}
+	cudrv d; // loaded afresh each time: dlopen only counts references
+	if (cudrv_load(&d, err, errlen) != 0)
+		return -1;
 	size_t total = 0;
 	if (cudrv_device_info(&d, ordinal, out->name, sizeof out->name, &total, &out->version, err, errlen) != 0)
 		return -1;

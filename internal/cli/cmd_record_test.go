@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,5 +71,47 @@ func TestProbeNoDriver(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), want) || stdout.Len() != 0 {
 		t.Errorf("stdout %q stderr %q: want only an error saying %q", stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestProbeFakeDriver renders probe's result, text and JSON, from the fake
+// driver of the hook tests (a 1 GiB limit on single blocks).
+func TestProbeFakeDriver(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	fake := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", fake, "../../cuda/hook/testdata/fakecuda.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	t.Setenv("FRAGSIM_LIBCUDA", fake)
+	t.Setenv("FAKE_CUDA_LIMIT", "1073741824")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"fragsim", "probe", "--json"}, &stdout, &stderr); code != 0 {
+		if strings.Contains(stderr.String(), "built without cgo") {
+			t.Skip("built without cgo")
+		}
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	var r struct {
+		GPUName           string `json:"gpu_name"`
+		FreeBytes         uint64 `json:"free_bytes"`
+		TotalBytes        uint64 `json:"total_bytes"`
+		LargestBlockBytes uint64 `json:"largest_block_bytes"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	if r.GPUName != "Fake GPU" || r.FreeBytes != 80<<30 || r.TotalBytes != 80<<30 || r.LargestBlockBytes != 1<<30 {
+		t.Errorf("probe JSON %+v", r)
+	}
+	stdout.Reset()
+	if code := Main([]string{"fragsim", "probe"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"GPU 0: Fake GPU (CUDA 12.4)", "80.0 GiB of 80.0 GiB", "largest block  1.0 GiB (1.2% of free"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("probe output lacks %q:\n%s", want, stdout.String())
+		}
 	}
 }
