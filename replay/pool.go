@@ -11,6 +11,10 @@ type sharedPool struct {
 	// refused is the size of the last call the pool refused (what a
 	// policy asked of the device), for OOM reports.
 	refused uint64
+	// flush, when set, passes the frees the members' engines hold back
+	// to their policies (see Cohost); called before a refusal.
+	flush   func()
+	flushed bool // flush passed frees on since the flag was cleared
 }
 
 // reserved returns the bytes every member device holds.
@@ -37,6 +41,12 @@ func (p *sharedPool) free() uint64 {
 func (p *sharedPool) fits(size uint64) bool {
 	if size <= p.free() {
 		return true
+	}
+	if p.flush != nil {
+		p.flush()
+		if size <= p.free() {
+			return true
+		}
 	}
 	p.refused = size
 	return false
