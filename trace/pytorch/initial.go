@@ -27,12 +27,13 @@ type rblk struct {
 
 type devState struct {
 	segs   map[uint64]*rseg
+	ends   map[uint64]uint64 // end -> base of the expandable ranges
 	active map[uint64]*rblk
 	bad    int // entries that disagree with the state
 }
 
 func newDevState() *devState {
-	return &devState{segs: map[uint64]*rseg{}, active: map[uint64]*rblk{}}
+	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}, active: map[uint64]*rblk{}}
 }
 
 // initialState rebuilds each device's allocator state at its first trace
@@ -66,7 +67,11 @@ func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialSt
 		if x, ok := sd.Get("is_expandable"); ok {
 			seg.expandable, _ = x.(bool)
 		}
-		st.segs[seg.addr] = seg
+		if seg.expandable {
+			st.putRange(seg)
+		} else {
+			st.segs[seg.addr] = seg
+		}
 		bl, _ := sd.Get("blocks")
 		for j, bv := range asItems(bl) {
 			bd, ok := bv.(*pickle.Dict)
@@ -159,38 +164,72 @@ func (st *devState) undo(evs []event) {
 	}
 }
 
+// putRange records an expandable mapped range.
+func (st *devState) putRange(r *rseg) {
+	st.segs[r.addr] = r
+	st.ends[r.addr+r.size] = r.addr
+}
+
+// dropRange forgets an expandable mapped range.
+func (st *devState) dropRange(r *rseg) {
+	delete(st.segs, r.addr)
+	if st.ends[r.addr+r.size] == r.addr {
+		delete(st.ends, r.addr+r.size)
+	}
+}
+
+// rangeAt returns the expandable range holding [a, a+n): found in constant
+// time when the range starts at a or ends at a+n (growth and release happen
+// at range edges), else by a bounded scan.
+func (st *devState) rangeAt(a, n uint64) *rseg {
+	holds := func(r *rseg) bool {
+		return r != nil && r.expandable && r.addr <= a && a+n <= r.addr+r.size
+	}
+	if r := st.segs[a]; holds(r) {
+		return r
+	}
+	if base, ok := st.ends[a+n]; ok && holds(st.segs[base]) {
+		return st.segs[base]
+	}
+	scanned := 0
+	for _, r := range st.segs {
+		if holds(r) {
+			return r
+		}
+		if scanned++; scanned > 4096 {
+			break
+		}
+	}
+	return nil
+}
+
 // unmapRange removes [a, a+n) from the mapped range holding it.
 func (st *devState) unmapRange(a, n uint64) {
-	for base, r := range st.segs {
-		if !r.expandable || a < base || a+n > base+r.size {
-			continue
-		}
-		delete(st.segs, base)
-		if a > base {
-			st.segs[base] = &rseg{addr: base, size: a - base, stream: r.stream, pool: r.pool, expandable: true}
-		}
-		if end := base + r.size; a+n < end {
-			st.segs[a+n] = &rseg{addr: a + n, size: end - a - n, stream: r.stream, pool: r.pool, expandable: true}
-		}
+	r := st.rangeAt(a, n)
+	if r == nil {
+		st.bad++
 		return
 	}
-	st.bad++
+	st.dropRange(r)
+	if a > r.addr {
+		st.putRange(&rseg{addr: r.addr, size: a - r.addr, stream: r.stream, pool: r.pool, expandable: true})
+	}
+	if end := r.addr + r.size; a+n < end {
+		st.putRange(&rseg{addr: a + n, size: end - a - n, stream: r.stream, pool: r.pool, expandable: true})
+	}
 }
 
 // mapRange adds [a, a+n) as mapped, joining adjacent mapped ranges.
 func (st *devState) mapRange(a, n uint64, stream trace.StreamID) {
 	r := &rseg{addr: a, size: n, stream: stream, expandable: true}
-	for base, o := range st.segs {
-		if !o.expandable {
-			continue
-		}
-		if base+o.size == r.addr {
-			delete(st.segs, base)
-			r.addr, r.size, r.pool, r.stream = base, r.size+o.size, o.pool, o.stream
+	if base, ok := st.ends[a]; ok {
+		if o := st.segs[base]; o != nil && o.expandable && o.addr+o.size == a {
+			st.dropRange(o)
+			r.addr, r.size, r.pool, r.stream = o.addr, r.size+o.size, o.pool, o.stream
 		}
 	}
-	if o, ok := st.segs[r.addr+r.size]; ok && o.expandable {
-		delete(st.segs, o.addr)
+	if o := st.segs[a+n]; o != nil && o.expandable {
+		st.dropRange(o)
 		r.size += o.size
 		if r.pool == "" {
 			r.pool = o.pool
@@ -204,7 +243,7 @@ func (st *devState) mapRange(a, n uint64, stream trace.StreamID) {
 			r.pool = "small"
 		}
 	}
-	st.segs[r.addr] = r
+	st.putRange(r)
 }
 
 // blocks lays out the live blocks in their segments and fills the rest
