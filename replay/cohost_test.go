@@ -102,7 +102,7 @@ const overhead = 10 * mib
 func capacity() uint64 { return 150*mib + 2*overhead }
 
 func TestCohostBlamesTheCachingProcess(t *testing.T) {
-	res, err := replay.Cohost(twoProcs(t, "caching", true), replay.CohostConfig{CapacityBytes: capacity(), ContextOverheadBytes: overhead})
+	res, err := replay.Cohost(twoProcs(t, "caching", true), replay.CohostConfig{CapacityBytes: capacity(), ContextOverheadBytes: overhead, Forecast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +129,23 @@ func TestCohostBlamesTheCachingProcess(t *testing.T) {
 	}
 	if got := res.Processes[0].Result.OOMs; got != 0 {
 		t.Errorf("A's own result counts %d OOMs, want 0", got)
+	}
+	// B's forecast: short at its first event (the OOM, 50 MiB left).
+	// A's: short at once (holding 100 MiB, 50 MiB left, it could not ask
+	// for 100 MiB again); once it freed, its cached segment plus the free
+	// 50 MiB make 150 MiB; after its 10 MiB split that segment, 90 MiB.
+	fb, fa := res.Processes[1].Forecast, res.Processes[0].Forecast
+	if fb == nil || fa == nil || fb.FirstShortfallIndex != 0 || fb.ShortfallHeadroomBytes != 50*mib ||
+		fa.FirstShortfallIndex != 0 || fa.ShortfallHeadroomBytes != 50*mib {
+		t.Fatalf("forecasts: B %+v, A %+v; want both short at 0 with 50 MiB", fb, fa)
+	}
+	var afterFree, afterSplit bool
+	for _, p := range fa.Series {
+		afterFree = afterFree || p.Index == 2 && p.HeadroomBytes == 150*mib
+		afterSplit = afterSplit || p.Index == 3 && p.HeadroomBytes == 90*mib
+	}
+	if !afterFree || !afterSplit {
+		t.Errorf("A's series %+v: want 150 MiB after its free, 90 MiB after its split", fa.Series)
 	}
 	// merged order: A's alloc and free (3 events) come before B's alloc
 	if o.MergedIndex != 3 || o.MergedTimeNS != 20e6 {

@@ -1,0 +1,87 @@
+package replay_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+func TestHeadroom(t *testing.T) {
+	cases := []struct {
+		largest, devFree, cached, stranded, want uint64
+	}{
+		{0, 60 * mib, 0, 0, 60 * mib},
+		{40 * mib, 30 * mib, 40 * mib, 0, 70 * mib},        // release the free segment
+		{40 * mib, 30 * mib, 40 * mib, 40 * mib, 40 * mib}, // all stranded: the free block
+		{0, 3*mib + 5, 0, 0, 2 * mib},                      // 2 MiB granularity
+		{0, 0, mib, 2 * mib, 0},
+	}
+	for _, c := range cases {
+		if got := replay.Headroom(c.largest, c.devFree, c.cached, c.stranded); got != c.want {
+			t.Errorf("Headroom(%d, %d, %d, %d) = %d, want %d", c.largest, c.devFree, c.cached, c.stranded, got, c.want)
+		}
+	}
+}
+
+// On a 100 MiB device: 40 MiB (headroom 60 MiB), 30 MiB (headroom 30 MiB,
+// below the 40 MiB asked before: the first shortfall, event 1), then the
+// 40 MiB block freed (its cached segment can be released: 70 MiB).
+func TestForecastFirstShortfall(t *testing.T) {
+	b := traceBytes(t, []op{{'m', 0, 1, 40 * mib}, {'m', 1, 2, 30 * mib}, {'f', 2, 1, 0}})
+	r, err := trace.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := replay.NewForecaster(0)
+	const capacity = 100 * mib
+	res, err := replay.Run(r, factory(t, "caching"), replay.Config{CapacityBytes: capacity, Observer: fc.ForecastObserver(capacity, 0, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OOMs != 0 {
+		t.Fatalf("OOMs %d", res.OOMs)
+	}
+	f := fc.Result()
+	if f.FirstShortfallIndex != 1 || f.ShortfallHeadroomBytes != 30*mib || f.ShortfallRequestBytes != 40*mib {
+		t.Errorf("first shortfall at %d (headroom %d, demand %d), want 1 (30 MiB, 40 MiB)", f.FirstShortfallIndex, f.ShortfallHeadroomBytes, f.ShortfallRequestBytes)
+	}
+	if f.MinHeadroomBytes != 30*mib || f.MaxRequestBytes != 40*mib || f.Shortfalls != 2 {
+		t.Errorf("min headroom %d, max request %d, shortfalls %d; want 30 MiB, 40 MiB, 2 (events 1 and 2)", f.MinHeadroomBytes, f.MaxRequestBytes, f.Shortfalls)
+	}
+	want := []uint64{60 * mib, 30 * mib, 30 * mib, 70 * mib}
+	if len(f.Series) != len(want) {
+		t.Fatalf("series %+v, want %d points", f.Series, len(want))
+	}
+	for i, p := range f.Series {
+		if p.HeadroomBytes != want[i] || p.Index != int64(i) {
+			t.Errorf("point %d: %+v, want index %d headroom %d MiB", i, p, i, want[i]/mib)
+		}
+	}
+}
+
+func TestForecasterDownsamplesKeepingMinimum(t *testing.T) {
+	fc := replay.NewForecaster(10)
+	fc.Request(5)
+	for i := 0; i < 1000; i++ {
+		h := uint64(100 + i%50)
+		if i == 537 {
+			h = 3 // the one dip below demand
+		}
+		fc.Observe(int64(i), int64(i)*10, h)
+	}
+	f := fc.Result()
+	if len(f.Series) > 10 || len(f.Series) < 3 {
+		t.Fatalf("%d points, want at most 10", len(f.Series))
+	}
+	found := false
+	for _, p := range f.Series {
+		if p.HeadroomBytes == 3 && p.Index == 537 {
+			found = true
+		}
+	}
+	if !found || f.FirstShortfallIndex != 537 || f.Shortfalls != 1 || f.MinHeadroomBytes != 3 {
+		t.Errorf("dip kept %v, first shortfall %d, shortfalls %d, min %d", found, f.FirstShortfallIndex, f.Shortfalls, f.MinHeadroomBytes)
+	}
+}
