@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def workload_args(p):
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--steps", type=int, default=400, help="timed forward passes")
+    p.add_argument("--steps", type=int, default=1500, help="timed forward passes")
     p.add_argument("--warmup", type=int, default=20, help="untimed forward passes first")
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--hold", type=int, default=8, help="most outputs held at once")
