@@ -140,7 +140,9 @@ def run_workload(a):
 def snapshot(a, path):
     import torch
 
-    torch.cuda.memory._record_memory_history(max_entries=100_000_000)
+    # Every action, no stacks: the comparison needs sizes and order only, and
+    # symbolising C++ stacks for every entry would take minutes.
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=100_000_000)
     r = run_workload(a)
     torch.cuda.synchronize()
     torch.cuda.memory._dump_snapshot(path)
