@@ -80,6 +80,11 @@ type ProcessResult struct {
 	Scale    float64   `json:"scale"`
 	Result   *Result   `json:"result"`
 	Forecast *Forecast `json:"forecast,omitempty"`
+	// AvoidableOOMs counts the process's OOMs the others' releasable
+	// memory would have avoided; BlamedOOMs the other processes' OOMs
+	// this one is blamed for.
+	AvoidableOOMs int64 `json:"avoidable_ooms"`
+	BlamedOOMs    int64 `json:"blamed_ooms"`
 }
 
 // CohostTotal sums the processes on the merged clock.
@@ -181,6 +186,8 @@ type proc struct {
 	index                                  int64
 
 	fc *Forecaster
+
+	avoidable, blamed int64
 }
 
 // head returns the process's next event, reading ahead as needed.
@@ -401,6 +408,10 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			o := blame(q, qs, pool, merged, bestT)
 			if o.Avoidable {
 				t.avoidable++
+				q.avoidable++
+				for _, b := range o.Blamed {
+					qs[b].blamed++
+				}
 			}
 			if len(res.OOMEvents) < maxOOMEvents {
 				res.OOMEvents = append(res.OOMEvents, o)
@@ -430,7 +441,8 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 		r := q.e.res
 		r.Conf = q.p.Conf
-		pr := ProcessResult{Name: q.p.Name, OffsetNS: q.p.OffsetNS, Scale: q.p.Scale, Result: &r}
+		pr := ProcessResult{Name: q.p.Name, OffsetNS: q.p.OffsetNS, Scale: q.p.Scale, Result: &r,
+			AvoidableOOMs: q.avoidable, BlamedOOMs: q.blamed}
 		if pr.Scale == 0 {
 			pr.Scale = 1
 		}

@@ -1,17 +1,287 @@
 package cli
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
 
+	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/analysis/plot"
+	"github.com/fragsim/fragsim/replay"
 	"github.com/urfave/cli/v2"
 )
 
 func cohostCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "cohost",
-		Usage: "(not built yet)",
-		Action: func(*cli.Context) error {
-			return errors.New("cohost: not built yet")
+		Name:      "cohost",
+		Usage:     "replay several traces as processes sharing one GPU: OOMs, who held the memory, minimum capacity",
+		ArgsUsage: "TRACE...",
+		Description: "Each trace is a separate process with its own allocator on one device: what one\n" +
+			"process caches, the others cannot get. The traces are merged by time (each starts at\n" +
+			"its --offset; --scale stretches its clock). When a process is refused memory, its own\n" +
+			"allocator releases its cache and retries, as alone; the others keep theirs. Each OOM\n" +
+			"is reported with every other process's cached-free memory (reserved - active) and\n" +
+			"releasable memory (in wholly free segments) at that moment, and is 'avoidable' when\n" +
+			"the others' releasable memory would have covered the shortfall.\n\n" +
+			"Each process also holds --context-overhead outside its allocator (CUDA context,\n" +
+			"cuBLAS workspace; default 500MiB, typical on H100/H200).\n\n" +
+			"The silent-OOM forecast: per process, the largest request it could still be served\n" +
+			"(its largest free block, or what the device could give after it released its own\n" +
+			"cache) over time, and the first moment it falls below the largest request the\n" +
+			"process has made; --out DIR plots it (forecast.png, forecast.svg).\n\n" +
+			"Policies: " + strings.Join(allocator.Names(), ", ") + ".\n" +
+			"Capacity presets: " + strings.Join(replay.PresetNames(), ", ") + ".",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (24GiB) or a preset; default: the first trace's GPU total, else unlimited"},
+			&cli.StringFlag{Name: "policy", Value: "caching", Usage: "allocator policy, or one per trace separated by ','"},
+			&cli.StringFlag{Name: "conf", Usage: "policy configuration, or one per trace separated by ';' (empty: the trace's recorded settings)"},
+			&cli.StringFlag{Name: "offset", Usage: "start of each trace on the shared clock, separated by ',' (5s, 1.5m, 200ms; a bare number is seconds)"},
+			&cli.StringFlag{Name: "scale", Usage: "time scale of each trace, separated by ',' (2: twice as slow)"},
+			&cli.StringFlag{Name: "context-overhead", Value: "500MiB", Usage: "memory each process holds outside its allocator"},
+			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity on which every process completes (bisection to 2 MiB)"},
+			&cli.StringFlag{Name: "out", Usage: "write the forecast plot (forecast.png, forecast.svg) to this directory"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
+		Action: runCohost,
+	}
+}
+
+// perTrace splits a list flag into one value per trace: one value applies
+// to all.
+func perTrace(flag, s, sep string, n int) ([]string, error) {
+	parts := strings.Split(s, sep)
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	switch len(parts) {
+	case 1:
+		out := make([]string, n)
+		for i := range out {
+			out[i] = parts[0]
+		}
+		return out, nil
+	case n:
+		return parts, nil
+	}
+	return nil, fmt.Errorf("cohost: --%s has %d values for %d traces: give one, or one per trace separated by %q", flag, len(parts), n, sep)
+}
+
+// parseOffset reads a duration (5s, 200ms) or a number of seconds.
+func parseOffset(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if v, err := strconv.ParseFloat(s, 64); err == nil {
+		return int64(v * 1e9), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad offset %q: want a duration like 5s or 200ms", s)
+	}
+	return int64(d), nil
+}
+
+func runCohost(c *cli.Context) error {
+	paths := c.Args().Slice()
+	if len(paths) == 0 {
+		return exitCode(2, fmt.Errorf("cohost: want one or more TRACE arguments"))
+	}
+	n := len(paths)
+	policies, err := perTrace("policy", c.String("policy"), ",", n)
+	if err != nil {
+		return exitCode(2, err)
+	}
+	confs, err := perTrace("conf", c.String("conf"), ";", n)
+	if err != nil {
+		return exitCode(2, err)
+	}
+	offsets, err := perTrace("offset", c.String("offset"), ",", n)
+	if err != nil {
+		return exitCode(2, err)
+	}
+	scales, err := perTrace("scale", c.String("scale"), ",", n)
+	if err != nil {
+		return exitCode(2, err)
+	}
+	var cfg replay.CohostConfig
+	if s := c.String("context-overhead"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("cohost: --context-overhead: %w", err))
+		}
+		cfg.ContextOverheadBytes = v
+	}
+	if s := c.String("capacity"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("cohost: --capacity: %w", err))
+		}
+		cfg.CapacityBytes = v
+	}
+	cfg.Forecast = true
+
+	procs := make([]replay.Process, n)
+	seen := map[string]int{}
+	for i, path := range paths {
+		open := replay.OpenFile(path)
+		r, closer, err := open()
+		if err != nil {
+			return err
+		}
+		hdr := r.Header()
+		closer.Close()
+		if i == 0 && cfg.CapacityBytes == 0 && hdr != nil {
+			cfg.CapacityBytes = hdr.GPUTotalBytes
+		}
+		f, err := allocator.NewFactory(policies[i], confs[i], hdr)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("cohost: %s: %w", path, err))
+		}
+		off, err := parseOffset(offsets[i])
+		if err != nil {
+			return exitCode(2, fmt.Errorf("cohost: --offset: %w", err))
+		}
+		scale := 1.0
+		if scales[i] != "" {
+			scale, err = strconv.ParseFloat(scales[i], 64)
+			if err != nil || !(scale > 0) {
+				return exitCode(2, fmt.Errorf("cohost: --scale %q: want a positive number", scales[i]))
+			}
+		}
+		name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		seen[name]++
+		if k := seen[name]; k > 1 {
+			name = fmt.Sprintf("%s#%d", name, k)
+		}
+		procs[i] = replay.Process{Name: name, Open: open, Factory: f, Conf: confs[i], OffsetNS: off, Scale: scale}
+	}
+
+	var done func()
+	cfg.Progress, done = replayProgress(c.App.ErrWriter, "cohost")
+	res, err := replay.Cohost(procs, cfg)
+	done()
+	if err != nil {
+		return err
+	}
+	if c.Bool("min-capacity") {
+		v, err := replay.CohostMinCapacity(procs, cfg)
+		if err != nil {
+			return fmt.Errorf("min capacity: %w", err)
+		}
+		res.MinCapacityBytes = v
+	}
+	if dir := c.String("out"); dir != "" {
+		if err := writeForecastPlot(c.App.ErrWriter, dir, res); err != nil {
+			return err
+		}
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	writeCohost(w, res)
+	return nil
+}
+
+func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) error {
+	var lines []plot.ForecastLine
+	for _, p := range res.Processes {
+		lines = append(lines, plot.ForecastLine{Name: p.Name, Forecast: p.Forecast})
+	}
+	title := "silent-OOM forecast, unlimited device"
+	if res.CapacityBytes > 0 {
+		title = fmt.Sprintf("silent-OOM forecast on %s (%s context per process)",
+			replay.FormatBytes(res.CapacityBytes), replay.FormatBytes(res.ContextOverheadBytes))
+	}
+	fig, err := plot.Forecast(title, lines)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	paths, err := fig.Save(dir)
+	if err != nil {
+		return fmt.Errorf("writing plots: %w", err)
+	}
+	for _, p := range paths {
+		fmt.Fprintf(log, "fragsim: wrote %s\n", filepath.Clean(p))
+	}
+	return nil
+}
+
+// maxShownOOMs is how many OOMs the human output details.
+const maxShownOOMs = 5
+
+func writeCohost(w io.Writer, r *replay.CohostResult) {
+	capS := "unlimited"
+	if r.CapacityBytes > 0 {
+		capS = fmt.Sprintf("%s (%d B)", replay.FormatBytes(r.CapacityBytes), r.CapacityBytes)
+	}
+	fmt.Fprintf(w, "device %s, %d processes, %s context overhead each\n\n", capS, len(r.Processes), replay.FormatBytes(r.ContextOverheadBytes))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "process\tpolicy\tevents\tpeak reserved\tfinal reserved\tfrag at peak\tfrag time-weighted\tOOMs (avoidable)\tblamed for\tfirst shortfall\tmin headroom")
+	for _, p := range r.Processes {
+		res := p.Result
+		sf, mh := "none", "-"
+		if f := p.Forecast; f != nil {
+			if f.FirstShortfallIndex >= 0 {
+				sf = fmt.Sprintf("event %d (%s < %s)", f.FirstShortfallIndex, replay.FormatBytes(f.ShortfallHeadroomBytes), replay.FormatBytes(f.ShortfallRequestBytes))
+			}
+			mh = replay.FormatBytes(f.MinHeadroomBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", p.Name, res.Policy, res.Events,
+			replay.FormatBytes(res.PeakReservedBytes), replay.FormatBytes(res.FinalReservedBytes),
+			res.Fragmentation.AtPeakPct, res.Fragmentation.TimeWeightedPct, res.OOMs, p.AvoidableOOMs, p.BlamedOOMs, sf, mh)
+	}
+	t := r.Total
+	fmt.Fprintf(tw, "total\t\t%d\t%s\t\t%.2f%%\t%.2f%%\t%d (%d)\t\t\t\n", t.Events, replay.FormatBytes(t.PeakReservedBytes),
+		t.Fragmentation.AtPeakPct, t.Fragmentation.TimeWeightedPct, t.OOMs, t.AvoidableOOMs)
+	tw.Flush()
+	fmt.Fprintf(w, "\npeak used (reserved + contexts) %s; most cached-free memory held at once %s; external at peak %.2f%%\n",
+		replay.FormatBytes(t.PeakUsedBytes), replay.FormatBytes(t.MaxCachedFreeBytes), t.Fragmentation.ExternalPct)
+	if r.MinCapacityBytes > 0 {
+		fmt.Fprintf(w, "min capacity: %s (%d B)\n", replay.FormatBytes(r.MinCapacityBytes), r.MinCapacityBytes)
+	}
+	if t.OOMs > 0 {
+		fmt.Fprintf(w, "%d OOMs, %d avoidable had the other processes released their cache\n", t.OOMs, t.AvoidableOOMs)
+	}
+	for i, o := range r.OOMEvents {
+		if i == maxShownOOMs {
+			fmt.Fprintf(w, "... %d more OOMs (--json lists up to 1000)\n", t.OOMs-maxShownOOMs)
+			break
+		}
+		fmt.Fprintf(w, "OOM: %s, event %d (merged %d, t=%.3fs): request %s", o.Name, o.OOM.Index, o.MergedIndex,
+			float64(o.MergedTimeNS)/1e9, replay.FormatBytes(o.OOM.SizeBytes))
+		if o.AskedBytes > 0 {
+			fmt.Fprintf(w, ", asked the device %s, %s free: short by %s\n", replay.FormatBytes(o.AskedBytes),
+				replay.FormatBytes(o.DeviceFreeBytes), replay.FormatBytes(o.ShortfallBytes))
+		} else {
+			fmt.Fprintf(w, ", refused by its own cap (memory fraction), not by the device\n")
+		}
+		fmt.Fprintf(w, "  own: reserved %s, cached free %s, largest free %s\n", replay.FormatBytes(o.OOM.ReservedBytes),
+			replay.FormatBytes(o.OOM.FreeCachedBytes), replay.FormatBytes(o.OOM.LargestFreeBytes))
+		for _, h := range o.Holders {
+			fmt.Fprintf(w, "  %s: reserved %s, active %s, cached free %s (releasable %s)\n", h.Name,
+				replay.FormatBytes(h.ReservedBytes), replay.FormatBytes(h.ActiveBytes), replay.FormatBytes(h.CachedFreeBytes),
+				replay.FormatBytes(h.ReleasableBytes))
+		}
+		if o.Avoidable {
+			var names []string
+			for _, b := range o.Blamed {
+				names = append(names, r.Processes[b].Name)
+			}
+			fmt.Fprintf(w, "  avoidable: blamed on %s (cache held while free)\n", strings.Join(names, ", "))
+		} else {
+			fmt.Fprintf(w, "  not avoidable by releasing the others' caches\n")
+		}
 	}
 }
