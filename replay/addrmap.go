@@ -79,22 +79,49 @@ func (m *AddrMap) Set(key uint64, v int32) {
 	}
 }
 
+// Insert sets key to v when key is absent; it reports false, changing
+// nothing, when key is there.
+func (m *AddrMap) Insert(key uint64, v int32) bool {
+	if 2*(m.n+1) > len(m.slots) {
+		m.grow()
+	}
+	mask := len(m.slots) - 1
+	for i := m.slot(key); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if !s.used {
+			*s = amSlot{key: key, val: v, used: true}
+			m.n++
+			return true
+		}
+		if s.key == key {
+			return false
+		}
+	}
+}
+
 // Delete removes key; it reports whether key was there.
 func (m *AddrMap) Delete(key uint64) bool {
+	_, ok := m.Take(key)
+	return ok
+}
+
+// Take removes key and returns its value.
+func (m *AddrMap) Take(key uint64) (int32, bool) {
 	if m.n == 0 {
-		return false
+		return 0, false
 	}
 	mask := len(m.slots) - 1
 	i := m.slot(key)
 	for {
 		if !m.slots[i].used {
-			return false
+			return 0, false
 		}
 		if m.slots[i].key == key {
 			break
 		}
 		i = (i + 1) & mask
 	}
+	v := m.slots[i].val
 	// backward-shift deletion keeps probe chains intact without tombstones
 	j := i
 	for {
@@ -111,7 +138,7 @@ func (m *AddrMap) Delete(key uint64) bool {
 	}
 	m.slots[i] = amSlot{}
 	m.n--
-	return true
+	return v, true
 }
 
 // Clone returns a copy of m.

@@ -11,7 +11,7 @@ func TestAddrMapMatchesGoMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200000; i++ {
 		k := uint64(rng.IntN(5000)) * 512
-		switch rng.IntN(3) {
+		switch rng.IntN(5) {
 		case 0, 1:
 			v := int32(rng.IntN(1 << 30))
 			m.Set(k, v)
@@ -22,6 +22,21 @@ func TestAddrMapMatchesGoMap(t *testing.T) {
 				t.Fatalf("step %d: Delete(%#x) = %v, want %v", i, k, got, want)
 			}
 			delete(ref, k)
+		case 3:
+			want, wok := ref[k]
+			if got, ok := m.Take(k); ok != wok || got != want {
+				t.Fatalf("step %d: Take(%#x) = %d,%v, want %d,%v", i, k, got, ok, want, wok)
+			}
+			delete(ref, k)
+		case 4:
+			v := int32(rng.IntN(1 << 30))
+			_, had := ref[k]
+			if got := m.Insert(k, v); got == had {
+				t.Fatalf("step %d: Insert(%#x) = %v with the key present: %v", i, k, got, had)
+			}
+			if !had {
+				ref[k] = v
+			}
 		}
 		if m.Len() != len(ref) {
 			t.Fatalf("step %d: Len %d, want %d", i, m.Len(), len(ref))

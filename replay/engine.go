@@ -23,6 +23,12 @@ type Reproducer interface {
 	Reproduces(h *trace.Header) bool
 }
 
+// strander is implemented by policies that report Stats().StrandedBytes
+// alone, more cheaply than Stats: the engine asks for it after every request.
+type strander interface {
+	StrandedBytes() uint64
+}
+
 // live is a block the program holds (or whose free has not completed),
 // keyed by its recorded address.
 type live struct {
@@ -36,6 +42,7 @@ type live struct {
 type devState struct {
 	id       trace.DeviceID
 	policy   Policy
+	strand   strander // the policy, when it implements strander
 	dev      *device
 	live     AddrMap // recorded address -> index in slab
 	slab     []live
@@ -403,19 +410,43 @@ func (ds *devState) put(addr uint64, l live) {
 	ds.live.Set(addr, i)
 }
 
+// putNew is put for an address not live yet; it reports false, changing
+// nothing, when addr is live.
+func (ds *devState) putNew(addr uint64, l live) bool {
+	var i int32
+	if n := len(ds.spare); n > 0 {
+		i = ds.spare[n-1]
+	} else {
+		i = int32(len(ds.slab))
+	}
+	if !ds.live.Insert(addr, i) {
+		return false
+	}
+	if n := len(ds.spare); n > 0 {
+		ds.spare = ds.spare[:n-1]
+		ds.slab[i] = l
+	} else {
+		ds.slab = append(ds.slab, l)
+	}
+	return true
+}
+
+// take removes the live block at addr and returns it.
+func (ds *devState) take(addr uint64) (live, bool) {
+	i, ok := ds.live.Take(addr)
+	if !ok {
+		return live{}, false
+	}
+	ds.spare = append(ds.spare, i)
+	return ds.slab[i], true
+}
+
 func (ds *devState) get(addr uint64) (*live, bool) {
 	i, ok := ds.live.Get(addr)
 	if !ok {
 		return nil, false
 	}
 	return &ds.slab[i], true
-}
-
-func (ds *devState) del(addr uint64) {
-	if i, ok := ds.live.Get(addr); ok {
-		ds.live.Delete(addr)
-		ds.spare = append(ds.spare, i)
-	}
 }
 
 func (e *engine) addActive(ds *devState, l live) {
@@ -466,6 +497,7 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 		return nil, fmt.Errorf("replay: device %d: %w", id, err)
 	}
 	ds.policy = p
+	ds.strand, _ = p.(strander)
 	if e.res.Policy == "" {
 		e.res.Policy = p.Name()
 		if rp, ok := p.(Reproducer); ok {
@@ -614,14 +646,13 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			ds.unserved[ev.Addr] = struct{}{}
 			break
 		}
-		if _, dup := ds.live.Get(ev.Addr); dup {
+		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes}
+		if !ds.putNew(ev.Addr, l) {
 			return fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 		}
 		if len(ds.unserved) > 0 {
 			delete(ds.unserved, ev.Addr)
 		}
-		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes}
-		ds.put(ev.Addr, l)
 		e.addActive(ds, l)
 		e.res.Fidelity.Allocs++
 		if blk.Addr == ev.Addr {
@@ -649,7 +680,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		ds.policy.FreeRequested(l.addr)
 	case trace.KindFreeCompleted:
 		e.requests++
-		lp, ok := ds.get(ev.Addr)
+		l, ok := ds.take(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
 				delete(ds.unserved, ev.Addr)
@@ -657,13 +688,11 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			}
 			return fmt.Errorf("event %d: free of unknown address %#x", idx, ev.Addr)
 		}
-		l := *lp
 		if !l.freed {
 			ds.allocated -= l.size
 			e.allocated -= l.size
 			ds.policy.FreeRequested(l.addr)
 		}
-		ds.del(ev.Addr)
 		ds.active -= l.size
 		e.active -= l.size
 		ds.requested -= l.req
@@ -737,7 +766,11 @@ func (e *engine) inject(ds *devState) {
 func (e *engine) updateStats(ds *devState) {
 	var st uint64
 	for _, d := range e.devs {
-		st += d.policy.Stats().StrandedBytes
+		if d.strand != nil {
+			st += d.strand.StrandedBytes()
+		} else {
+			st += d.policy.Stats().StrandedBytes
+		}
 	}
 	e.stranded = st
 	if st > e.res.Fragmentation.MaxStrandedBytes {

@@ -41,6 +41,7 @@ type streamPool struct {
 // blockPool is PyTorch's BlockPool: free blocks ordered by (stream, size, addr).
 type blockPool struct {
 	streams []*streamPool // sorted by stream
+	last    *streamPool   // the one found last, or nil
 	gcCalls uint64        // get_free_blocks_call_count
 }
 
@@ -61,7 +62,7 @@ type Allocator struct {
 	blocks []block
 	spare  []int32
 	pools  [2]blockPool
-	live   replay.AddrMap // allocated and pending blocks by address
+	live   replay.AddrMap // allocated blocks, and pending ones whose free has not completed, by address
 	segs   []expSeg
 
 	reserved      uint64
@@ -132,9 +133,13 @@ func (a *Allocator) isSplit(id int32) bool {
 // streamPool returns the (pool, stream) free lists, creating them when create is set.
 func (a *Allocator) streamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
 	bp := &a.pools[pool]
+	if l := bp.last; l != nil && l.stream == stream {
+		return l
+	}
 	ss := bp.streams
 	for _, sp := range ss {
 		if sp.stream == stream {
+			bp.last = sp
 			return sp
 		}
 	}
@@ -379,7 +384,7 @@ func (a *Allocator) FreeRequested(addr uint64) {
 // free is held back until that request, which decides whether it completed
 // before the request's search or in its release (spec §12.3-12.4).
 func (a *Allocator) FreeCompleted(addr uint64) {
-	id, ok := a.live.Get(addr)
+	id, ok := a.live.Take(addr)
 	if !ok {
 		return
 	}
@@ -421,7 +426,6 @@ func (a *Allocator) applyCompletions(k int) {
 // freeBlock is free_block: merge with prev, then next, and back to the free set.
 func (a *Allocator) freeBlock(id int32) {
 	b := &a.blocks[id]
-	a.live.Delete(b.addr)
 	b.allocated = false
 	b.pending = false
 	b.requested = 0
@@ -636,6 +640,9 @@ func (a *Allocator) Stats() replay.Stats {
 	}
 	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: a.stranded, AllocRetries: a.retries}
 }
+
+// StrandedBytes is Stats().StrandedBytes, without the walk for the largest free block.
+func (a *Allocator) StrandedBytes() uint64 { return a.stranded }
 
 // ReservedBytes is the allocator's reserved memory (segments plus mapped pages).
 func (a *Allocator) ReservedBytes() uint64 { return a.reserved }
