@@ -50,7 +50,10 @@ def main(run_fn, add_args=None, description=""):
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
-    stats = torch.cuda.memory_stats()
+    try:
+        stats = torch.cuda.memory_stats()
+    except RuntimeError:  # some pluggable allocators keep no statistics
+        stats = {}
     prop = torch.cuda.get_device_properties(0)
     out = {
         "workload": os.path.basename(sys.argv[0]).removesuffix(".py"),
