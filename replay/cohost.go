@@ -50,6 +50,12 @@ type CohostConfig struct {
 	// (taken as given: 0 is none; the command line defaults to
 	// DefaultContextOverheadBytes).
 	ContextOverheadBytes uint64
+	// SharedClock keeps the traces' recorded clocks (traces recorded at
+	// the same time, e.g. processes that really shared a GPU): time 0 is
+	// the earliest first timestamp of all traces and each trace keeps its
+	// distance to it (plus its offset, times its scale). Otherwise each
+	// trace starts at its own offset.
+	SharedClock bool
 	// Forecast computes each process's silent-OOM forecast.
 	Forecast bool
 	// ForecastPoints bounds each forecast's series (0: DefaultForecastPoints).
@@ -351,6 +357,11 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		q.active = q.e.active
 	}
 
+	if cfg.SharedClock {
+		if err := shareClock(qs); err != nil {
+			return nil, err
+		}
+	}
 	// A completed free reaches a policy just before that process's next
 	// request (the engine holds it back, see Run). Another process must
 	// not be refused memory such a free would have given back: before a
@@ -453,6 +464,42 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 	}
 	res.Total = t.result(merged)
 	return res, nil
+}
+
+// shareClock reads each process's first events and gives every process
+// the earliest first timestamp as its time origin.
+func shareClock(qs []*proc) error {
+	var t0 int64
+	have := false
+	for _, q := range qs {
+		n, err := q.r.ReadEvents(q.buf)
+		if n == 0 {
+			if err == io.EOF || err == nil {
+				q.done = true
+				continue
+			}
+			return fmt.Errorf("%s: %w", q.p.Name, err)
+		}
+		q.n, q.next = n, 0
+		for _, ev := range q.buf[:n] {
+			if ev.TimeNS != 0 {
+				if !have || ev.TimeNS < t0 {
+					t0, have = ev.TimeNS, true
+				}
+				break
+			}
+		}
+	}
+	if !have {
+		return nil
+	}
+	for _, q := range qs {
+		q.t0, q.haveT0 = t0, true
+		if q.next < q.n {
+			q.headT = q.mergedTime(q.buf[q.next].TimeNS)
+		}
+	}
+	return nil
 }
 
 // blame describes q's OOM: who held what, and whether the others' cache

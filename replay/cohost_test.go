@@ -181,6 +181,31 @@ func TestCohostNotAvoidableWhenLive(t *testing.T) {
 	}
 }
 
+func TestCohostSharedClock(t *testing.T) {
+	// recorded together: B's alloc happened 20 ms after A's first event
+	// in the traces themselves (traceBytes times are absolute).
+	ps := twoProcs(t, "caching", true)
+	ps[1].OffsetNS = 0
+	b := []op{{'m', 20, 1, 100 * mib}, {'f', 40, 1, 0}}
+	ps[1].Open = opener(traceBytes(t, b))
+	res, err := replay.Cohost(ps, replay.CohostConfig{CapacityBytes: capacity(), ContextOverheadBytes: overhead, SharedClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.OOMEvents) != 1 || res.OOMEvents[0].MergedIndex != 3 || res.OOMEvents[0].MergedTimeNS != 20e6 || !res.OOMEvents[0].Avoidable {
+		t.Fatalf("OOMs %+v: want B's at merged 3, 20 ms, avoidable", res.OOMEvents)
+	}
+	// without the shared clock both start at 0: B's alloc comes before
+	// A's free, A's block is live, nothing to blame.
+	res, err = replay.Cohost(ps, replay.CohostConfig{CapacityBytes: capacity(), ContextOverheadBytes: overhead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.OOMEvents) != 1 || res.OOMEvents[0].MergedIndex != 1 || res.OOMEvents[0].Avoidable {
+		t.Fatalf("OOMs %+v: want B's at merged 1, not avoidable", res.OOMEvents)
+	}
+}
+
 func TestCohostStrandedCacheNotReleasable(t *testing.T) {
 	// B started at 100 ms: A has split its cached 100 MiB segment for its
 	// 10 MiB request. A's 90 free MiB are cached but stranded: releasing

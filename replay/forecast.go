@@ -209,3 +209,19 @@ func (f *Forecaster) ForecastObserver(capacityBytes, outsideBytes uint64, next f
 
 // isRequest reports whether events of kind k ask the policy for memory.
 func isRequest(k trace.Kind) bool { return k == trace.KindAlloc || k == trace.KindOOM }
+
+// RunForecast replays r as Run does and returns its silent-OOM forecast
+// too, on the device Run sizes: cfg.CapacityBytes, else the trace header's
+// GPU total, else unlimited (no shortfall), less cfg.OutsideBytes.
+// maxPoints bounds the series (0: DefaultForecastPoints). cfg.Observer,
+// when set, is still called.
+func RunForecast(r *trace.Reader, f Factory, cfg Config, maxPoints int) (*Result, *Forecast, error) {
+	capacity := cfg.CapacityBytes
+	if capacity == 0 && r.Header() != nil {
+		capacity = r.Header().GPUTotalBytes
+	}
+	fc := NewForecaster(maxPoints)
+	cfg.Observer = fc.ForecastObserver(capacity, cfg.OutsideBytes, cfg.Observer)
+	res, err := Run(r, f, cfg)
+	return res, fc.Result(), err
+}

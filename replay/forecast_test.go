@@ -61,6 +61,35 @@ func TestForecastFirstShortfall(t *testing.T) {
 	}
 }
 
+func TestRunForecastUsesHeaderCapacity(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, &trace.Header{Producer: trace.ProducerSynthetic, GPUTotalBytes: 100 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sz := range []uint64{40 * mib, 30 * mib} {
+		if err := w.WriteEvent(trace.Event{Kind: trace.KindAlloc, TimeNS: int64(i + 1), Addr: uint64(i+1) << 32, SizeBytes: sz}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := trace.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	res, f, err := replay.RunForecast(r, factory(t, "caching"), replay.Config{OutsideBytes: 10 * mib, Observer: func(*replay.Sample) { calls++ }}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 − 10 outside − 70 reserved: 20 MiB left after the second alloc
+	if res.Events != 2 || calls != 2 || f.FirstShortfallIndex != 1 || f.MinHeadroomBytes != 20*mib {
+		t.Errorf("events %d, observer calls %d, forecast %+v; want 2, 2, short at 1 with 20 MiB", res.Events, calls, f)
+	}
+}
+
 func TestForecasterDownsamplesKeepingMinimum(t *testing.T) {
 	fc := replay.NewForecaster(10)
 	fc.Request(5)

@@ -42,6 +42,7 @@ func cohostCommand() *cli.Command {
 			&cli.StringFlag{Name: "policy", Value: "caching", Usage: "allocator policy, or one per trace separated by ','"},
 			&cli.StringFlag{Name: "conf", Usage: "policy configuration, or one per trace separated by ';' (empty: the trace's recorded settings)"},
 			&cli.StringFlag{Name: "offset", Usage: "start of each trace on the shared clock, separated by ',' (5s, 1.5m, 200ms; a bare number is seconds)"},
+			&cli.BoolFlag{Name: "shared-clock", Usage: "keep the traces' recorded clocks (traces recorded at the same time) instead of starting each at its offset"},
 			&cli.StringFlag{Name: "scale", Usage: "time scale of each trace, separated by ',' (2: twice as slow)"},
 			&cli.StringFlag{Name: "context-overhead", Value: "500MiB", Usage: "memory each process holds outside its allocator"},
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity on which every process completes (bisection to 2 MiB)"},
@@ -125,6 +126,7 @@ func runCohost(c *cli.Context) error {
 		cfg.CapacityBytes = v
 	}
 	cfg.Forecast = true
+	cfg.SharedClock = c.Bool("shared-clock")
 
 	procs := make([]replay.Process, n)
 	seen := map[string]int{}
