@@ -656,6 +656,7 @@ func CohostMinCapacity(procs []Process, cfg CohostConfig) (uint64, error) {
 	if free.Total.PeakReservedBytes == 0 {
 		return (lo + step), nil
 	}
+	top := hi
 	for hi-lo > step {
 		mid := (lo + (hi-lo)/2) / step * step
 		if mid <= lo {
@@ -669,6 +670,18 @@ func CohostMinCapacity(procs []Process, cfg CohostConfig) (uint64, error) {
 			hi = mid
 		} else {
 			lo = mid
+		}
+	}
+	if hi == top {
+		// never run at this size: a policy sizing itself by the device's
+		// total (e.g. a garbage-collection threshold) may differ from the
+		// unlimited run.
+		res, err := run(hi)
+		if err != nil {
+			return 0, err
+		}
+		if res.Total.OOMs > 0 {
+			return 0, fmt.Errorf("cohost: %d OOMs at the unlimited run's peak use %s", res.Total.OOMs, FormatBytes(hi))
 		}
 	}
 	return hi, nil
