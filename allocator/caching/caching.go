@@ -207,7 +207,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 		pool = smallPool
 	}
 	allocSize := a.cfg.AllocationSize(s)
-	id, ok := a.getFreeBlock(pool, stream, s)
+	id, fs, p, ok := a.getFreeBlock(pool, stream, s)
 	if !ok {
 		if a.gcEnabled() {
 			a.garbageCollect()
@@ -226,7 +226,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 		return replay.Block{}, &replay.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
 			Reason: a.oomReason(allocSize)}
 	}
-	return a.allocFound(id, s, orig), nil
+	return a.allocFound(id, s, orig, fs, p), nil
 }
 
 func (a *Allocator) oomReason(allocSize uint64) string {
@@ -237,19 +237,20 @@ func (a *Allocator) oomReason(allocSize uint64) string {
 	return fmt.Sprintf("the device refused %d bytes with %d bytes reserved", allocSize, a.reserved)
 }
 
-// getFreeBlock is get_free_block: best fit by (stream, size, addr).
-func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (int32, bool) {
+// getFreeBlock is get_free_block: best fit by (stream, size, addr). It
+// leaves the block in its free set, at p of fs, for allocFound.
+func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (int32, *freeSet, pos, bool) {
 	if a.gcEnabled() {
 		a.pools[pool].gcCalls++
 	}
 	sp := a.streamPool(pool, stream, false)
 	if sp == nil || sp.free.n == 0 {
-		return none, false
+		return none, nil, pos{}, false
 	}
 	fs := &sp.free
 	p := fs.lowerBound(s, 0)
 	if !fs.valid(p) {
-		return none, false
+		return none, nil, pos{}, false
 	}
 	e := fs.at(p)
 	if a.blocks[e.id].seg != none {
@@ -273,21 +274,19 @@ func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (i
 				}
 			}
 			if !fs.valid(p) {
-				return none, false
+				return none, nil, pos{}, false
 			}
 			e = fs.at(p)
 		}
 	}
 	m := a.cfg.MaxSplitSize
 	if s < m && e.size >= m {
-		return none, false
+		return none, nil, pos{}, false
 	}
 	if s >= m && e.size >= s+a.cfg.MaxNonSplitRounding {
-		return none, false
+		return none, nil, pos{}, false
 	}
-	fs.removeAt(p)
-	a.blocks[e.id].inSet = false
-	return e.id, true
+	return e.id, fs, p, true
 }
 
 func (a *Allocator) expandableSize(id int32) uint64 {
@@ -329,8 +328,10 @@ func (a *Allocator) shouldSplit(id int32, s uint64) bool {
 	return s < a.cfg.MaxSplitSize && remaining > SmallSize
 }
 
-// allocFound is alloc_found_block: front carving and inactive_split accounting.
-func (a *Allocator) allocFound(id int32, s, orig uint64) replay.Block {
+// allocFound is alloc_found_block: front carving and inactive_split
+// accounting. fs is nil for a new block; otherwise the block is at p in fs,
+// and the remainder of a split takes its entry's place.
+func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet, p pos) replay.Block {
 	split := a.shouldSplit(id, s)
 	alreadySplit := a.isSplit(id)
 	expandable := a.blocks[id].seg != none
@@ -346,7 +347,12 @@ func (a *Allocator) allocFound(id int32, s, orig uint64) replay.Block {
 		rem.addr += s
 		rem.size -= s
 		remSize := rem.size
-		a.insertFree(id)
+		if fs != nil {
+			rem.gcBase = a.pools[rem.pool].gcCalls
+			fs.replaceAt(p, entry{size: rem.size, addr: rem.addr, id: id})
+		} else {
+			a.insertFree(id)
+		}
 		if !expandable {
 			if alreadySplit {
 				a.stranded -= s
@@ -356,9 +362,15 @@ func (a *Allocator) allocFound(id int32, s, orig uint64) replay.Block {
 			}
 		}
 		id = nid
-	} else if alreadySplit && !expandable {
-		a.stranded -= a.blocks[id].size
-		a.strandedCount--
+	} else {
+		if fs != nil {
+			fs.removeAt(p)
+			a.blocks[id].inSet = false
+		}
+		if alreadySplit && !expandable {
+			a.stranded -= a.blocks[id].size
+			a.strandedCount--
+		}
 	}
 	b := &a.blocks[id]
 	b.allocated = true
@@ -433,15 +445,32 @@ func (a *Allocator) freeBlock(id int32) {
 	var netCount int64
 	var netBytes int64
 	prev, next := b.prev, b.next
-	if sub := a.tryMerge(id, prev); sub > 0 {
-		netCount--
-		netBytes -= int64(sub)
-	}
 	if sub := a.tryMerge(id, next); sub > 0 {
 		netCount--
 		netBytes -= int64(sub)
 	}
-	a.insertFree(id)
+	if a.mergeable(id, prev) && a.blocks[prev].mapped {
+		// The merged block takes prev's entry in the free set.
+		pb := &a.blocks[prev]
+		fs := &a.streamPool(pb.pool, pb.stream, false).free
+		p := fs.lowerBound(pb.size, pb.addr)
+		if !fs.valid(p) || fs.at(p).id != prev {
+			panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", pb.addr, pb.size))
+		}
+		sub := a.absorb(id, prev)
+		netCount--
+		netBytes -= int64(sub)
+		nb := &a.blocks[id]
+		nb.gcBase = a.pools[nb.pool].gcCalls
+		nb.inSet = true
+		fs.replaceAt(p, entry{size: nb.size, addr: nb.addr, id: id})
+	} else {
+		if sub := a.tryMerge(id, prev); sub > 0 {
+			netCount--
+			netBytes -= int64(sub)
+		}
+		a.insertFree(id)
+	}
 	if a.isSplit(id) {
 		netCount++
 		netBytes += int64(a.blocks[id].size)
@@ -455,19 +484,32 @@ func (a *Allocator) freeBlock(id int32) {
 // tryMerge is try_merge_blocks: dst absorbs src when src is free and has
 // the same mapped state. It returns the bytes absorbed.
 func (a *Allocator) tryMerge(dst, src int32) uint64 {
-	if src == none {
+	if !a.mergeable(dst, src) {
 		return 0
 	}
-	s := &a.blocks[src]
-	d := &a.blocks[dst]
-	if s.allocated || s.pending || s.mapped != d.mapped {
-		return 0
-	}
-	if s.mapped {
+	if a.blocks[src].mapped {
 		a.eraseFree(src)
 	} else {
 		a.eraseUnmapped(src)
 	}
+	return a.absorb(dst, src)
+}
+
+// mergeable reports whether dst can absorb src: src is free and has the
+// same mapped state.
+func (a *Allocator) mergeable(dst, src int32) bool {
+	if src == none {
+		return false
+	}
+	s := &a.blocks[src]
+	return !s.allocated && !s.pending && s.mapped == a.blocks[dst].mapped
+}
+
+// absorb gives dst the range of its neighbour src, which is out of every
+// set, and drops src. It returns the bytes absorbed.
+func (a *Allocator) absorb(dst, src int32) uint64 {
+	s := &a.blocks[src]
+	d := &a.blocks[dst]
 	if d.prev == src {
 		d.addr = s.addr
 		d.prev = s.prev

@@ -159,6 +159,53 @@ func (s *freeSet) removeAt(p pos) {
 	s.lasts[p.c] = ch[len(ch)-1]
 }
 
+// replaceAt replaces the entry at p with e, keeping the order; e must not
+// be in the set already. When e's place is in p's chunk, only the entries
+// between the two places move.
+func (s *freeSet) replaceAt(p pos, e entry) {
+	ch := s.chunks[p.c]
+	old := ch[p.i]
+	if e.less(old.size, old.addr) {
+		// e goes at or before p.i: find the first entry >= e in ch[:p.i]
+		if p.c > 0 && !s.lasts[p.c-1].less(e.size, e.addr) {
+			s.removeAt(p)
+			s.insert(e)
+			return
+		}
+		i, j := 0, p.i
+		for i < j {
+			m := int(uint(i+j) >> 1)
+			if ch[m].less(e.size, e.addr) {
+				i = m + 1
+			} else {
+				j = m
+			}
+		}
+		copy(ch[i+1:p.i+1], ch[i:p.i])
+		ch[i] = e
+	} else {
+		// e goes after p.i: find the first entry > e in ch[p.i+1:]
+		if p.c+1 < len(s.chunks) && !e.less(s.chunks[p.c+1][0].size, s.chunks[p.c+1][0].addr) {
+			s.removeAt(p)
+			s.insert(e)
+			return
+		}
+		i, j := p.i+1, len(ch)
+		for i < j {
+			m := int(uint(i+j) >> 1)
+			if ch[m].less(e.size, e.addr) {
+				i = m + 1
+			} else {
+				j = m
+			}
+		}
+		// entries p.i+1 .. i-1 move down one place; e goes at i-1
+		copy(ch[p.i:i-1], ch[p.i+1:i])
+		ch[i-1] = e
+	}
+	s.lasts[p.c] = ch[len(ch)-1]
+}
+
 // each calls fn for every entry in order.
 func (s *freeSet) each(fn func(e entry)) {
 	for _, ch := range s.chunks {

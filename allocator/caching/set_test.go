@@ -7,7 +7,7 @@ import (
 )
 
 // TestFreeSetMatchesSortedSlice checks the chunked set against a plain
-// sorted slice over random inserts, removes and searches.
+// sorted slice over random inserts, removes, replacements and searches.
 func TestFreeSetMatchesSortedSlice(t *testing.T) {
 	var s freeSet
 	var ref []entry
@@ -20,7 +20,17 @@ func TestFreeSetMatchesSortedSlice(t *testing.T) {
 		addr := uint64(rng.IntN(400)) * 4096
 		i := find(size, addr)
 		present := i < len(ref) && ref[i].size == size && ref[i].addr == addr
-		if rng.IntN(2) == 0 && !present {
+		if r := rng.IntN(4); r == 0 && len(ref) > 0 && !present {
+			// replace a random entry with (size, addr)
+			k := rng.IntN(len(ref))
+			old := ref[k]
+			s.replaceAt(s.lowerBound(old.size, old.addr), entry{size: size, addr: addr, id: int32(step)})
+			ref = append(ref[:k], ref[k+1:]...)
+			i = find(size, addr)
+			ref = append(ref, entry{})
+			copy(ref[i+1:], ref[i:])
+			ref[i] = entry{size: size, addr: addr, id: int32(step)}
+		} else if r < 2 && !present {
 			s.insert(entry{size: size, addr: addr, id: int32(step)})
 			ref = append(ref, entry{})
 			copy(ref[i+1:], ref[i:])
