@@ -18,3 +18,21 @@ func BenchmarkDecodeValues(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeDoc decodes the pickle named by $FRAGSIM_BENCH_SNAPSHOT.
+func BenchmarkDecodeDoc(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := NewDecoder(data).DecodeDoc(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -203,6 +203,20 @@ func (d *Doc) Get(v Value, key string) (Value, bool) {
 	return out, found
 }
 
+// sampleBytes is how much input DecodeDoc decodes before sizing its
+// tables for the rest.
+const sampleBytes = 4 << 20
+
+// reserve grows s's capacity to what the whole input needs if the first
+// pos bytes needed len(s).
+func reserve[T any](s []T, pos, total int) []T {
+	want := int(float64(len(s))/float64(pos)*float64(total)*1.2) + 1024
+	if want <= cap(s) {
+		return s
+	}
+	return append(make([]T, 0, want), s...)
+}
+
 // MaxInputBytes is the largest pickle DecodeDoc accepts (values are
 // addressed by 32-bit indexes).
 const MaxInputBytes = 1<<31 - 1
@@ -353,19 +367,20 @@ type Decoder struct {
 
 // NewDecoder returns a decoder of data.
 func NewDecoder(data []byte) *Decoder {
-	// Sized for a snapshot (a value per 5 input bytes, an item per 2):
-	// growing these tables would copy them. Untouched capacity costs no memory.
-	n := min(len(data), 1<<31)
+	// The tables are sized for the first sampleBytes of input; DecodeDoc
+	// then sizes them for the whole input from what the sample used, so
+	// that they neither grow by copying nor are zeroed in vain.
+	n := min(len(data), sampleBytes)
 	return &Decoder{
 		data: data,
 		doc: &Doc{
-			vals:   make([]val, 0, n/5+16),
-			items:  make([]Value, 0, n/2+16),
-			chunks: make([]chunk, 0, n/16+16),
-			conts:  make([]cont, 0, n/16+16),
+			vals:   make([]val, 0, n/4+16),
+			items:  make([]Value, 0, n+16),
+			chunks: make([]chunk, 0, n/8+16),
+			conts:  make([]cont, 0, n/8+16),
 			intern: make(map[string]uint32, 1024),
 		},
-		memo:  make([]Value, 0, n/10+16),
+		memo:  make([]Value, 0, n/8+16),
 		stack: make([]Value, 0, 1024),
 	}
 }
@@ -585,10 +600,15 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	if every <= 0 {
 		every = 8 << 20
 	}
-	next := len(data) + 1 // the next offset at which to report progress
+	nextProgress := len(data) + 1
 	if d.Progress != nil {
-		next = int(min(every, total))
+		nextProgress = int(min(every, total))
 	}
+	sampleAt := len(data) + 1 // where to size the tables for the whole input
+	if len(data) > sampleBytes {
+		sampleAt = sampleBytes
+	}
+	next := min(nextProgress, sampleAt)
 	doc := d.doc
 	// Each opcode adds at most one value, chunk or stack item per input
 	// byte, so the 32-bit indexes cannot overflow below this size.
@@ -604,8 +624,18 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
 		}
 		if pos >= next {
-			d.Progress(int64(pos), total)
-			next = pos + int(every)
+			if pos >= sampleAt {
+				vals, memo = reserve(vals, pos, len(data)), reserve(memo, pos, len(data))
+				doc.items = reserve(doc.items, pos, len(data))
+				doc.chunks = reserve(doc.chunks, pos, len(data))
+				doc.conts = reserve(doc.conts, pos, len(data))
+				sampleAt = len(data) + 1
+			}
+			if pos >= nextProgress {
+				d.Progress(int64(pos), total)
+				nextProgress = pos + int(every)
+			}
+			next = min(nextProgress, sampleAt)
 		}
 		op := data[pos]
 		switch op {
