@@ -145,6 +145,11 @@ type CohostOOM struct {
 	// processes released their wholly free cached segments (their
 	// releasable bytes cover the shortfall).
 	Avoidable bool `json:"avoidable"`
+	// CachedFreeCovers is true when the others' cached-free bytes, wherever
+	// they lie, cover the shortfall: the OOM is due to memory cached by
+	// other processes, though part of it may be stranded in their
+	// segments (a compacting or page-based allocator would get it back).
+	CachedFreeCovers bool `json:"cached_free_covers"`
 	// Blamed are the fewest other processes (most releasable first) whose
 	// releasable bytes cover the shortfall; empty when not avoidable.
 	Blamed []int `json:"blamed,omitempty"`
@@ -530,6 +535,7 @@ func blame(q *proc, qs []*proc, pool *sharedPool, merged, at int64) CohostOOM {
 	sort.SliceStable(o.Holders, func(a, b int) bool {
 		return o.Holders[a].CachedFreeBytes > o.Holders[b].CachedFreeBytes
 	})
+	o.CachedFreeCovers = o.AskedBytes > 0 && o.ShortfallBytes > 0 && o.OthersCachedFreeBytes >= o.ShortfallBytes
 	if o.AskedBytes > 0 && o.ShortfallBytes > 0 && o.OthersReleasableBytes >= o.ShortfallBytes {
 		o.Avoidable = true
 		hs := append([]Holder(nil), o.Holders...)

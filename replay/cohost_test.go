@@ -176,7 +176,7 @@ func TestCohostNotAvoidableWhenLive(t *testing.T) {
 		t.Fatal("no OOM")
 	}
 	o := res.OOMEvents[0]
-	if o.Avoidable || len(o.Blamed) != 0 || o.OthersCachedFreeBytes != 0 {
+	if o.Avoidable || o.CachedFreeCovers || len(o.Blamed) != 0 || o.OthersCachedFreeBytes != 0 {
 		t.Errorf("A holds its block live: avoidable %v blamed %v others cached %d; want false, none, 0", o.Avoidable, o.Blamed, o.OthersCachedFreeBytes)
 	}
 }
@@ -226,6 +226,10 @@ func TestCohostStrandedCacheNotReleasable(t *testing.T) {
 	h := o.Holders[0]
 	if h.ReservedBytes != 100*mib || h.CachedFreeBytes != 90*mib || h.ReleasableBytes != 0 || o.Avoidable {
 		t.Errorf("A: %+v, avoidable %v; want 100 MiB reserved, 90 cached free, 0 releasable, not avoidable", h, o.Avoidable)
+	}
+	// 50 MiB short: A's 90 cached-free MiB would cover it, were they not stranded
+	if o.ShortfallBytes != 50*mib || !o.CachedFreeCovers {
+		t.Errorf("shortfall %d MiB, cached free covers %v; want 50 MiB, true", o.ShortfallBytes/mib, o.CachedFreeCovers)
 	}
 }
 

@@ -282,6 +282,8 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 				names = append(names, r.Processes[b].Name)
 			}
 			fmt.Fprintf(w, "  avoidable: blamed on %s (cache held while free)\n", strings.Join(names, ", "))
+		} else if o.CachedFreeCovers {
+			fmt.Fprintf(w, "  the others' cached-free memory covers it, but it is stranded in their segments: not releasable\n")
 		} else {
 			fmt.Fprintf(w, "  not avoidable by releasing the others' caches\n")
 		}
