@@ -2,7 +2,6 @@ package trace
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 	"math"
 	"strings"
@@ -16,9 +15,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func zigzag(v int64) uint64   { return uint64(v<<1) ^ uint64(v>>63) }
 func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
-
-// errVarint reports a malformed or cut varint inside a chunk payload.
-var errVarint = errors.New("bad varint")
 
 // uvarint decodes the uvarint at b[i:] and returns it with the index past
 // it; the index is negative when b holds no valid uvarint at i.

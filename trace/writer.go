@@ -36,7 +36,6 @@ type WriterOption func(*writerOptions)
 type writerOptions struct {
 	chunkEvents int
 	chunkBytes  int
-	level       zstd.EncoderLevel
 }
 
 // ChunkEvents makes the writer end a chunk after n events (at most 1<<20).

@@ -385,6 +385,13 @@ func NewDecoder(data []byte) *Decoder {
 	}
 }
 
+// Partial returns, after DecodeDoc failed, the values decoded so far and
+// the decoder's stack (bottom first): what a cut-off pickle held up to the
+// error, for callers that can salvage part of it.
+func (d *Decoder) Partial() (*Doc, []Value) {
+	return d.doc, append([]Value(nil), d.stack...)
+}
+
 // Offset returns the byte offset the decoder has reached.
 func (d *Decoder) Offset() int64 { return int64(d.pos) }
 
@@ -621,6 +628,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	pos, stack, vals, memo := d.pos, d.stack, doc.vals, d.memo
 	for {
 		if pos >= len(data) {
+			d.pos, d.stack, doc.vals, d.memo = pos, stack, vals, memo
 			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
 		}
 		if pos >= next {
