@@ -1,8 +1,11 @@
 // Package async models CUDA's stream-ordered memory pool (cudaMallocAsync), which PyTorch uses with backend:cudaMallocAsync.
 //
-// The pool's internals are not public. This package implements a documented
-// model of it, built from what NVIDIA and PyTorch publish and calibrated
-// on real runs (the table below):
+// The pool's internals are not public. The model's rules come from probes
+// of the real pool (TestRealPoolProbes: an NVIDIA H200, driver 580,
+// PyTorch 2.11.0+cu130, backend:cudaMallocAsync; block addresses from
+// data_ptr, reserved from the pool's ReservedMemCurrent), from what NVIDIA
+// and PyTorch publish, and, where the probes leave a choice, from four
+// real workloads (the table below):
 //
 //   - PyTorch passes every request unchanged to cudaMallocAsync on the
 //     current stream and every free to cudaFreeAsync; it does no rounding,
@@ -10,34 +13,39 @@
 //     to UINT64_MAX (nothing is returned to the device on its own) and all
 //     reuse policies are on; empty_cache synchronizes and calls
 //     cudaMemPoolTrimTo(pool, 0).
-//   - Physical memory: the pool holds chunks of device memory whose sizes
-//     are multiples of the allocation granularity G (2 MiB on current GPUs,
-//     cuMemGetAllocationGranularity; option granularity_mb).
-//   - Size classes: a request of at most large_mb (default half a chunk,
-//     16 MiB) is carved from shared chunks of min_chunk_mb (default 32
-//     MiB); a larger request that no free range can hold gets a chunk of
-//     its own, rounded up to G. Requests of at most 1 MiB (SmallMax) are
-//     kept in chunks of their own class (separate_small, default true), so
-//     a small request never pins a large request's chunk. Every
-//     ReservedMemHigh measured on an H200 (the four below, and the
-//     84490059776 bytes of rapidsai/rmm#1245 on an 80 GB GPU) is a multiple of
-//     32 MiB, which is why the shared chunk is 32 MiB; the split at half a
-//     chunk and the small class follow PyTorch's own allocator (1 MiB
-//     small requests, large requests of their own above half a segment).
-//   - Sub-allocation: requests are rounded up to 512 bytes and placed at the
-//     best fit, by (size, address), among the free ranges of their class's
-//     chunks, the rest of the range staying free; freed ranges merge with
-//     free neighbours of their chunk.
-//   - Remapping: the pool lives in virtual address space, and the driver
-//     "defragments the pool by remapping unused memory to a contiguous
-//     portion of the virtual address space" (NVIDIA's blog on the
-//     stream-ordered allocator). Modelled as: when no free range fits, every
-//     chunk with nothing in use is merged, with new memory if they are not
-//     enough, into one chunk the request fits in. Free pages of a chunk that
-//     still holds a live allocation are not remapped: a physical allocation
-//     is mapped whole (cuMemMap takes no offset into it), and this is where
-//     the pool still fragments in practice (rapidsai/rmm#1245 and
-//     pytorch/pytorch#110194 report reserved far above used).
+//   - One heap (probed): the pool is a single contiguous range of virtual
+//     addresses (no jump in 4 GB of back-to-back 20, 100 or 300 MiB
+//     requests), shared by requests of every size (a 4 KiB request lands
+//     right after a 17 MiB one, a 1 MiB request in the tail of a 100 MiB
+//     one). Requests are rounded up to 512 bytes and placed at the low end
+//     of a free range; freed ranges merge with free neighbours.
+//   - Growth in 32 MiB pieces (probed): reserved memory is always a multiple
+//     of 32 MiB (one 100-byte request reserves 32 MiB, one of 100 MiB 128
+//     MiB; so is every measured peak, and the 84490059776 bytes of
+//     rapidsai/rmm#1245). When no free range holds a request, the heap
+//     grows at its end: the request starts in the free range at the end,
+//     if any, and the pieces it reaches past the end are mapped (twelve 9
+//     MiB requests: the 7th spans the 64 MiB mark; option granularity_mb).
+//   - Placement: the probed choices (holes of 8, 4 and 6 MiB: 3.5 MiB goes
+//     to the 4, then 5 MiB to the 6, 0.5 MiB to the rest of the 4; a hole
+//     before the untouched tail) are those of best fit and also of a
+//     segregated fit, which the model uses: free ranges fall in size
+//     classes, fit_bins (default 4) per power of two; a request is rounded
+//     up to a class boundary and takes the lowest-addressed range of the
+//     smallest class that can hold any such request (TLSF's good fit), so
+//     it can pass over a range of its own class that would hold it.
+//     fit_bins:0 is exact best fit by (size, address). The probes do not
+//     tell the two apart; the workloads do (table).
+//   - Remapping: NVIDIA's blog on the stream-ordered allocator says the
+//     driver "defragments the pool by remapping unused memory to a
+//     contiguous portion of the virtual address space". The probes show it
+//     once: a growing tensor's 34 MiB step ended 99 MiB above the heap's
+//     first block with 96 MiB reserved, so the memory of the first piece,
+//     then idle, was moved. Option remap:true moves the memory of a piece
+//     with nothing live (the lowest) whenever the heap needs a piece mapped.
+//     It is off by default: applied that broadly it reserves 21% too little
+//     on shared_s1, so the real pool remaps far less than that, by a rule
+//     no probe has shown yet.
 //   - Streams: a range freed with cudaFreeAsync is reusable by its own stream
 //     at once and by other streams once the free has run (opportunistic
 //     reuse). The trace's free_completed marks the moment the memory is safe
@@ -45,62 +53,49 @@
 //     lets every stream reuse it; it cannot tell a same-stream reuse that the
 //     real pool would make earlier, before other streams are done.
 //   - Release: with the default threshold (max) nothing goes back but on
-//     empty_cache, which returns every chunk with nothing in use (TrimTo 0).
-//     Option release_threshold_mb returns such chunks after a free whenever
-//     the pool holds more than the threshold.
+//     empty_cache, which unmaps every piece with nothing live (TrimTo 0);
+//     their addresses stay in the heap and are mapped again when used.
+//     Option release_threshold_mb unmaps such pieces, from the top, after a
+//     free whenever the pool holds more than the threshold.
 //
-// Why size classes: with every request in a chunk of its own rounded to 2
-// MiB (min_chunk_mb:2, large_mb:1, separate_small:false, the model before
-// calibration), the five BERT copies of multi_agent.py put each 2.25 MiB
-// attention weight in a 4 MiB chunk and each 9 MiB feed-forward weight in
-// a 10 MiB one; the weights live to the end, so at the peak 245 chunks
-// strand 420 MiB of tails and 120 strand 118 MiB, and the model reserved
-// 21% more than the real pool, which holds only 100 MiB above the live
-// bytes. The real pool packs such requests. Carving every request up to
-// 32 MiB from 32 MiB chunks packs them too, but it also packs the 16..32
-// MiB batched activations of shared_s1, and that model reserved 11% too
-// little there (-5.8% with those in chunks of their own, -4.4% with small
-// requests kept apart as well): the real pool behaves as if a request
-// above half a chunk gets a chunk of its own.
+// Why the model was wrong before: it gave every request larger than 1 MiB
+// a chunk of its own rounded up to 2 MiB. The five BERT copies of
+// multi_agent.py (baseline_s1) then put each 2.25 MiB attention weight in a
+// 4 MiB chunk and each 9 MiB feed-forward weight in a 10 MiB one; the
+// weights live to the end, so at the peak 245 chunks stranded 420 MiB of
+// tails and 120 stranded 118 MiB, and the model reserved 21% more than the
+// real pool, which holds only 100 MiB above the live bytes: the real pool
+// packs them back to back in one heap.
 //
 // Measured (H200, PyTorch 2.11.0+cu130, driver 580; real: the pool's
 // ReservedMemHigh as reserved_bytes.all.peak of a backend:cudaMallocAsync
 // run; model: `fragsim replay --policy pooled` of the same seeded
-// workload's native-allocator trace, same request stream):
+// workload's native-allocator trace, the same request stream; MiB):
 //
-//	workload       real MiB   model MiB   error   2 MiB chunks   32 MiB chunks
-//	baseline_s1      2336       2386      +2.1%      +21.4%         +0.1%
-//	shared_s1        2272       2172      -4.4%       -2.0%        -11.4%
-//	kv_decode_s1     2016       1938      -3.9%       -1.8%         -7.4%
-//	train_s1         5664       5868      +3.6%       +2.7%         +4.9%
+//	workload       real   model  error   fit_bins:0  remap:true  before
+//	baseline_s1    2336    2336   +0.0%      -1.4%      +0.0%    +21.4%
+//	shared_s1      2272    2240   -1.4%     -18.3%     -21.1%     -2.0%
+//	kv_decode_s1   2016    1824   -9.5%     -11.1%      -9.5%     -1.8%
+//	train_s1       5664    6144   +8.5%      -1.7%      +6.2%     +2.7%
 //
-// (last two columns: every request in a chunk of its own, min_chunk_mb:2
-// with separate_small:false, the model before calibration; and every
-// request carved from 32 MiB chunks, min_chunk_mb:32 with large_mb:32 and
-// separate_small:false). The constants were chosen against these four
-// runs, so the table is a fit, not a held-out test; its neighbours stay
-// within 10% on all four (separate_small:false: worst -7.4%; large_mb:8:
-// -4.6%; min_chunk_mb 16 or 64, large_mb half of it: -8.8%, +9.4%).
-// Rounding the chunks of large requests to 32 MiB as well
-// (granularity_mb:32), which would make every peak a multiple of 32 MiB
-// as measured, misses shared_s1 by -11.3% and train_s1 by +10.7%, so the
-// model's peaks are not always multiples of 32 MiB. Best-fit placement is
-// sensitive to ties: breaking ties between equal free ranges by chunk age
-// instead of address gives the same peaks to the byte on baseline_s1,
-// kv_decode_s1 and train_s1 but -10.2% on shared_s1, so its error is
-// known only to within about 6%.
+// (before: the model this one replaced.) fit_bins and remap were chosen
+// against these four runs, so the table is a fit, not a held-out test,
+// and a tight one: of fit_bins 0, 1, 2, 4, 8 and 16 only 4 keeps all four
+// within 10% (8: shared_s1 -11.3%; 2: kv_decode_s1 -11.1%; 1: train_s1
+// +10.7%). kv_decode_s1's growing KV caches stay 8 to 11% under with
+// every reading tried: the real pool fragments more there than any of
+// them.
 //
 // A memory fraction is checked as PyTorch does, against the live requested
 // bytes before the pool is asked; the replay device still caps reserved
 // bytes too, which the real pool does not.
 //
-// What it cannot model: the driver's real placement, chunk sizes and
-// class bounds (the options let a comparison with a real run choose
-// between readings, bench/async); remapping of free pages inside partly
-// used chunks; the graph-memory pool; timing, so a same-stream reuse the
-// real pool makes before a free completes; and a fraction cap that only
-// PyTorch's live-bytes check enforces (the replay device caps reserved
-// bytes as well). Its peak reserved is to be compared with a real
+// What it cannot model: the driver's real free-range choice (best fit and
+// a segregated fit agree on every probe) and when it remaps idle memory;
+// the graph-memory pool; timing, so a same-stream reuse the real pool
+// makes before a free completes; and a fraction cap that only PyTorch's
+// live-bytes check enforces (the replay device caps reserved bytes as
+// well). Its peak reserved is to be compared with a real
 // backend:cudaMallocAsync run (bench/async).
 package async
 
@@ -108,8 +103,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
-	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
@@ -117,56 +112,71 @@ import (
 
 // Model constants.
 const (
-	DefaultGranularity = 2 << 20  // physical allocation granularity
-	DefaultChunk       = 32 << 20 // shared chunk that requests up to LargeAbove are carved from
+	DefaultGranularity = 32 << 20 // the pool grows and trims in pieces of this size
+	DefaultFitBins     = 4        // size classes per power of two of the segregated fit
 	Alignment          = 512      // sub-allocation rounding
-	SmallMax           = 1 << 20  // largest request of the small class (separate_small)
+	vaSpan             = 1 << 46  // virtual address space reserved for the heap
 )
 
 // Config configures the pool model.
 type Config struct {
-	Granularity      uint64 // chunk sizes are multiples of this (bytes)
-	MinChunk         uint64 // size of the shared chunks (bytes)
-	LargeAbove       uint64 // requests above this get a chunk of their own; 0 means MinChunk/2
+	Granularity      uint64 // the heap is mapped in pieces of this size (bytes)
+	FitBins          int    // size classes per power of two (a power of two); 0: exact best fit
 	ReleaseThreshold uint64 // bytes kept after a free; 0 means unlimited (UINT64_MAX)
-	NoRemap          bool   // turn off merging of fully free chunks
-	SeparateSmall    bool   // requests of at most SmallMax get chunks of their own class
+	Remap            bool   // move the memory of a piece with nothing live instead of mapping new
 }
 
 // DefaultConfig returns the model as PyTorch configures the pool.
 func DefaultConfig() Config {
-	return Config{Granularity: DefaultGranularity, MinChunk: DefaultChunk, SeparateSmall: true}
+	return Config{Granularity: DefaultGranularity, FitBins: DefaultFitBins}
 }
 
-// ParseConf reads the model's options: granularity_mb, min_chunk_mb,
-// large_mb, release_threshold_mb (MiB), remap and separate_small
-// (true|false). Keys of PYTORCH_CUDA_ALLOC_CONF are ignored.
+// ParseConf reads the model's options: granularity_mb and
+// release_threshold_mb (MiB), fit_bins (0, 1, 2, 4, ...: size classes per
+// power of two; 0 is exact best fit) and remap (true|false). Keys of
+// PYTORCH_CUDA_ALLOC_CONF are ignored.
 func ParseConf(s string) (Config, error) {
 	c := DefaultConfig()
-	remap := true
 	err := conf.Parse(s, map[string]conf.Setter{
 		"granularity_mb":       conf.MiB(&c.Granularity, Alignment, Alignment),
-		"min_chunk_mb":         conf.MiB(&c.MinChunk, Alignment, Alignment),
-		"large_mb":             conf.MiB(&c.LargeAbove, Alignment, Alignment),
 		"release_threshold_mb": conf.MiB(&c.ReleaseThreshold, 1, 1),
-		"remap":                conf.Bool(&remap),
-		"separate_small":       conf.Bool(&c.SeparateSmall),
+		"remap":                conf.Bool(&c.Remap),
+		"fit_bins": func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1<<10 || n&(n-1) != 0 {
+				return fmt.Errorf("%q is not 0 or a power of two up to 1024", v)
+			}
+			c.FitBins = n
+			return nil
+		},
 	})
-	c.NoRemap = !remap
 	return c, err
+}
+
+// block is a live allocation.
+type block struct {
+	off, size, requested uint64
+	stream               trace.StreamID
+	pending              bool
 }
 
 // Policy is the pool model. It implements replay.Policy and replay.Inspector.
 type Policy struct {
 	dev     replay.Device
 	cfg     Config
-	arenas  [2]*arena.Arena // small, large; only large without separate_small
-	used    uint64          // PyTorch's pytorch_used_bytes: live requested bytes
-	remaps  int64
+	base    uint64 // the heap's virtual address
+	end     uint64 // offset where the heap's free ranges end (a multiple of Granularity)
+	h       heap
+	mapped  []bool   // per piece of Granularity bytes from base
+	live    []uint64 // live bytes per piece
+	nMapped uint64
+	blocks  map[uint64]*block // by address
+	used    uint64            // PyTorch's pytorch_used_bytes: live requested bytes
 	retries int64
+	remaps  int64
 }
 
-// New returns a pool model that asks dev for its chunks.
+// New returns a pool model that asks dev for its memory.
 func New(dev replay.Device, cfg Config) (*Policy, error) {
 	if cfg.Granularity == 0 {
 		cfg.Granularity = DefaultGranularity
@@ -174,11 +184,10 @@ func New(dev replay.Device, cfg Config) (*Policy, error) {
 	if cfg.Granularity%Alignment != 0 {
 		return nil, fmt.Errorf("granularity %d is not a multiple of %d bytes", cfg.Granularity, Alignment)
 	}
-	cfg.MinChunk = roundUp(max(cfg.MinChunk, 1), cfg.Granularity)
-	if cfg.LargeAbove == 0 {
-		cfg.LargeAbove = cfg.MinChunk / 2
+	if cfg.FitBins < 0 || cfg.FitBins&(cfg.FitBins-1) != 0 {
+		return nil, fmt.Errorf("fit_bins %d is not 0 or a power of two", cfg.FitBins)
 	}
-	return &Policy{dev: dev, cfg: cfg, arenas: [2]*arena.Arena{arena.New(), arena.New()}}, nil
+	return &Policy{dev: dev, cfg: cfg, h: heap{bins: cfg.FitBins}, blocks: map[uint64]*block{}}, nil
 }
 
 func roundUp(n, m uint64) uint64 { return (n + m - 1) / m * m }
@@ -186,158 +195,281 @@ func roundUp(n, m uint64) uint64 { return (n + m - 1) / m * m }
 // Name returns "pooled".
 func (p *Policy) Name() string { return "pooled" }
 
-// arenaFor returns the arena a request of size (rounded) bytes is served from.
-func (p *Policy) arenaFor(size uint64) (*arena.Arena, string) {
-	if p.cfg.SeparateSmall && size <= SmallMax {
-		return p.arenas[0], "small"
-	}
-	return p.arenas[1], "large"
+// pieces returns the first and last piece that [off, off+n) touches.
+func (p *Policy) pieces(off, n uint64) (uint64, uint64) {
+	g := p.cfg.Granularity
+	return off / g, (off + n - 1) / g
 }
 
-// Malloc serves a request from the pool, growing or remapping it if needed.
+// mapRange maps every unmapped piece of [off, off+n); on a refusal it
+// unmaps what it mapped and returns false.
+func (p *Policy) mapRange(off, n uint64) bool {
+	g := p.cfg.Granularity
+	lo, hi := p.pieces(off, n)
+	for uint64(len(p.mapped)) <= hi {
+		p.mapped = append(p.mapped, false)
+		p.live = append(p.live, 0)
+	}
+	var done []uint64
+	for i := lo; i <= hi; i++ {
+		if p.mapped[i] {
+			continue
+		}
+		if p.cfg.Remap {
+			if j := p.idlePiece(lo, hi); j >= 0 {
+				// Remap: the memory of a piece with nothing live moves here.
+				p.dev.Unmap(p.base+uint64(j)*g, g)
+				p.mapped[j] = false
+				p.nMapped--
+				p.remaps++
+			}
+		}
+		if !p.dev.Map(p.base+i*g, g) {
+			for _, j := range done {
+				p.dev.Unmap(p.base+j*g, g)
+				p.mapped[j] = false
+				p.nMapped--
+			}
+			return false
+		}
+		p.mapped[i] = true
+		p.nMapped++
+		done = append(done, i)
+	}
+	return true
+}
+
+// idlePiece returns a mapped piece outside [lo, hi] with nothing live, the
+// lowest, or -1.
+func (p *Policy) idlePiece(lo, hi uint64) int {
+	for j, m := range p.mapped {
+		if m && p.live[j] == 0 && (uint64(j) < lo || uint64(j) > hi) {
+			return j
+		}
+	}
+	return -1
+}
+
+// Malloc serves a request from the heap, growing it at its end if needed.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
 	if c, capped := p.dev.Cap(); capped && p.used+sizeBytes > c {
 		// PyTorch's own check, made against its live bytes before asking the pool.
 		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, Stream: stream,
 			Reason: fmt.Sprintf("allocation would exceed allowed memory: %d bytes live, limit %d", p.used, c)}
 	}
-	size := roundUp(max(sizeBytes, 1), Alignment)
-	a, pool := p.arenaFor(size)
-	if r := a.BestFit(size); r != nil {
-		return p.take(a, r, size, sizeBytes, stream), nil
+	if p.base == 0 {
+		p.base = p.dev.Reserve(vaSpan, stream)
 	}
-	need := roundUp(size, p.cfg.Granularity) // a chunk of its own
-	if size <= p.cfg.LargeAbove {
-		need = max(need, p.cfg.MinChunk) // a shared chunk
-	}
-	var merged uint64
-	if !p.cfg.NoRemap {
-		merged = p.releaseFullyFree()
-		if merged > 0 {
-			p.remaps++
+	n := roundUp(max(sizeBytes, 1), Alignment)
+	i := p.h.find(n)
+	grown := uint64(0)
+	if i < 0 {
+		// Grow: the free range at the end, if any, and new pieces after it.
+		start := p.end
+		if t := p.h.tail(p.end); t >= 0 {
+			start = p.h.free[t].off
 		}
+		grown = roundUp(start+n-p.end, p.cfg.Granularity)
+		p.h.put(p.end, grown)
+		p.end += grown
+		i = p.h.tail(p.end)
 	}
-	chunk := max(need, merged)
-	addr, ok := p.dev.Malloc(chunk, stream)
-	if !ok && merged > 0 {
-		// Keep what the pool held; the request cannot be served.
+	off := p.h.free[i].off
+	if !p.mapRange(off, n) {
+		if grown > 0 {
+			p.shrinkEnd()
+		}
 		p.retries++
-		if m, ok2 := p.dev.Malloc(merged, stream); ok2 {
-			a.AddSegment(m, merged, stream, pool)
+		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+			Reason: fmt.Sprintf("the pool holds %d bytes (%d free) and the device refused more",
+				p.reserved(), p.freeMapped())}
+	}
+	p.h.take(i, n)
+	b := &block{off: off, size: n, requested: sizeBytes, stream: stream}
+	p.blocks[p.base+off] = b
+	p.addLive(off, n, true)
+	p.used += sizeBytes
+	return replay.Block{Addr: p.base + off, SizeBytes: n}, nil
+}
+
+// addLive adds (or removes) [off, off+n) to the live bytes of its pieces.
+func (p *Policy) addLive(off, n uint64, add bool) {
+	g := p.cfg.Granularity
+	lo, hi := p.pieces(off, n)
+	for i := lo; i <= hi; i++ {
+		a, b := max(off, i*g), min(off+n, (i+1)*g)
+		if add {
+			p.live[i] += b - a
+		} else {
+			p.live[i] -= b - a
 		}
 	}
-	if !ok {
-		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: chunk, Stream: stream,
-			Reason: fmt.Sprintf("the pool holds %d bytes (%d free) and the device refused %d more",
-				p.reserved(), p.freeBytes(), chunk-merged)}
+}
+
+// shrinkEnd drops unmapped pieces at the end of the heap from its free ranges.
+func (p *Policy) shrinkEnd() {
+	g := p.cfg.Granularity
+	for p.end > 0 && !p.mapped[p.end/g-1] {
+		t := p.h.tail(p.end)
+		if t < 0 || p.h.free[t].off > p.end-g {
+			return
+		}
+		if s := &p.h.free[t]; s.size == g {
+			p.h.free = p.h.free[:t]
+		} else {
+			s.size -= g
+		}
+		p.end -= g
 	}
-	a.AddSegment(addr, chunk, stream, pool)
-	return p.take(a, a.BestFit(size), size, sizeBytes, stream), nil
 }
 
-func (p *Policy) take(a *arena.Arena, r *arena.Range, size, requested uint64, stream trace.StreamID) replay.Block {
-	r = a.Take(r, size, requested, stream, true)
-	p.used += requested
-	return replay.Block{Addr: r.Addr, SizeBytes: r.Size}
-}
+func (p *Policy) reserved() uint64 { return p.nMapped * p.cfg.Granularity }
 
-func (p *Policy) reserved() uint64 {
-	return p.arenas[0].ReservedBytes() + p.arenas[1].ReservedBytes()
-}
-
-func (p *Policy) freeBytes() uint64 { return p.arenas[0].FreeBytes() + p.arenas[1].FreeBytes() }
-
-// releaseFullyFree returns every chunk with nothing in use to the device
-// (until the pool holds no more than keep bytes) and the bytes returned.
-func (p *Policy) release(keep uint64) uint64 {
+// freeMapped returns the mapped bytes that hold no live allocation.
+func (p *Policy) freeMapped() uint64 {
 	var n uint64
-	for _, a := range p.arenas {
-		for _, s := range a.FullyFreeSegs() {
-			if p.reserved() <= keep {
-				return n
-			}
-			addr, size := s.Addr, s.Size
-			a.RemoveSegment(s)
-			p.dev.Free(addr, size)
-			n += size
+	for i, m := range p.mapped {
+		if m {
+			n += p.cfg.Granularity - p.live[i]
 		}
 	}
 	return n
 }
 
-func (p *Policy) releaseFullyFree() uint64 { return p.release(0) }
-
-// lookup finds the in-use range at addr.
-func (p *Policy) lookup(addr uint64) (*arena.Arena, *arena.Range, bool) {
-	for _, a := range p.arenas {
-		if r, ok := a.Lookup(addr); ok {
-			return a, r, true
+// unmapIdle unmaps pieces with nothing live, from the end of the heap
+// down, until the pool holds no more than keep bytes (all of them when
+// all is true).
+func (p *Policy) unmapIdle(keep uint64, all bool) {
+	g := p.cfg.Granularity
+	for i := len(p.mapped) - 1; i >= 0; i-- {
+		if !all && p.reserved() <= keep {
+			return
+		}
+		if p.mapped[i] && p.live[i] == 0 {
+			p.dev.Unmap(p.base+uint64(i)*g, g)
+			p.mapped[i] = false
+			p.nMapped--
 		}
 	}
-	return nil, nil, false
 }
 
-// FreeRequested marks the range as freed by the program; the pool reuses
+// FreeRequested marks the block as freed by the program; the pool reuses
 // it once the free completes.
 func (p *Policy) FreeRequested(addr uint64) {
-	if _, r, ok := p.lookup(addr); ok && !r.Pending {
-		r.Pending = true
-		p.used -= r.Requested
+	if b, ok := p.blocks[addr]; ok && !b.pending {
+		b.pending = true
+		p.used -= b.requested
 	}
 }
 
-// FreeCompleted returns the range to the pool.
+// FreeCompleted returns the block to the heap.
 func (p *Policy) FreeCompleted(addr uint64) {
-	a, r, ok := p.lookup(addr)
+	b, ok := p.blocks[addr]
 	if !ok {
 		return
 	}
-	if !r.Pending {
-		p.used -= r.Requested
+	if !b.pending {
+		p.used -= b.requested
 	}
-	a.Release(r)
+	delete(p.blocks, addr)
+	p.addLive(b.off, b.size, false)
+	p.h.put(b.off, b.size)
 	if t := p.cfg.ReleaseThreshold; t > 0 && p.reserved() > t {
-		p.release(t)
+		p.unmapIdle(t, false)
 	}
 }
 
-// EmptyCache trims the pool to zero: every chunk with nothing in use goes back.
-func (p *Policy) EmptyCache() { p.releaseFullyFree() }
+// EmptyCache trims the pool to zero: every piece with nothing live is unmapped.
+func (p *Policy) EmptyCache() { p.unmapIdle(0, true) }
 
-// Stats reports the largest request the pool can serve without new memory
-// (a free range, or the fully free chunks remapped together) and the free
-// bytes of chunks that hold live allocations.
+// Stats reports the largest free range the pool can serve without new
+// memory and the free bytes of pieces that hold live allocations.
 func (p *Policy) Stats() replay.Stats {
-	largest := max(p.arenas[0].LargestFree(), p.arenas[1].LargestFree())
-	if !p.cfg.NoRemap {
-		largest = max(largest, p.arenas[0].FullyFreeBytes()+p.arenas[1].FullyFreeBytes())
-	}
-	return replay.Stats{LargestFreeBytes: largest,
-		StrandedBytes: p.arenas[0].StrandedBytes() + p.arenas[1].StrandedBytes(), AllocRetries: p.retries}
-}
-
-// Remaps returns how many times fully free chunks were merged to serve a request.
-func (p *Policy) Remaps() int64 { return p.remaps }
-
-// Segments lists the pool's chunks and their ranges, by address.
-func (p *Policy) Segments(fn func(seg trace.Segment) bool) {
-	var segs []trace.Segment
-	for _, a := range p.arenas {
-		a.Segments(func(s trace.Segment) bool { segs = append(segs, s); return true })
-	}
-	slices.SortFunc(segs, func(x, y trace.Segment) int { return cmp.Compare(x.Addr, y.Addr) })
-	for _, s := range segs {
-		if !fn(s) {
-			return
+	g := p.cfg.Granularity
+	var largest, stranded uint64
+	for _, s := range p.h.free {
+		// the longest run of mapped bytes in s
+		var run uint64
+		for off := s.off; off < s.off+s.size; {
+			next := min((off/g+1)*g, s.off+s.size)
+			if p.mapped[off/g] {
+				run += next - off
+				largest = max(largest, run)
+			} else {
+				run = 0
+			}
+			off = next
 		}
 	}
+	for i, m := range p.mapped {
+		if m && p.live[i] > 0 {
+			stranded += g - p.live[i]
+		}
+	}
+	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: stranded, AllocRetries: p.retries}
+}
+
+// Remaps returns how many pieces had their memory moved to serve a request.
+func (p *Policy) Remaps() int64 { return p.remaps }
+
+// Segments reports the heap as one segment, its blocks by address.
+func (p *Policy) Segments(fn func(seg trace.Segment) bool) {
+	if p.end == 0 {
+		return
+	}
+	seg := trace.Segment{Addr: p.base, SizeBytes: p.end, Pool: "large", Expandable: true}
+	var used []*block
+	for _, b := range p.blocks {
+		used = append(used, b)
+	}
+	slices.SortFunc(used, func(x, y *block) int { return cmp.Compare(x.off, y.off) })
+	fi := 0
+	for _, b := range used {
+		for fi < len(p.h.free) && p.h.free[fi].off < b.off {
+			f := p.h.free[fi]
+			seg.Blocks = append(seg.Blocks, trace.Block{Addr: p.base + f.off, SizeBytes: f.size, State: trace.BlockInactive})
+			fi++
+		}
+		st := trace.BlockAllocated
+		if b.pending {
+			st = trace.BlockPendingFree
+		}
+		seg.Blocks = append(seg.Blocks, trace.Block{Addr: p.base + b.off, SizeBytes: b.size, RequestedBytes: b.requested, State: st})
+	}
+	for ; fi < len(p.h.free); fi++ {
+		f := p.h.free[fi]
+		seg.Blocks = append(seg.Blocks, trace.Block{Addr: p.base + f.off, SizeBytes: f.size, State: trace.BlockInactive})
+	}
+	fn(seg)
 }
 
 // Check verifies the policy's internal invariants (for tests); "" when sound.
 func (p *Policy) Check() string {
-	for _, a := range p.arenas {
-		if msg := a.Check(); msg != "" {
-			return msg
+	var covered uint64
+	for i, s := range p.h.free {
+		if s.size == 0 || (i > 0 && p.h.free[i-1].off+p.h.free[i-1].size >= s.off) {
+			return fmt.Sprintf("free range %d at %d (%d bytes) overlaps or touches its neighbour", i, s.off, s.size)
+		}
+		covered += s.size
+	}
+	live := make([]uint64, len(p.live))
+	for _, b := range p.blocks {
+		covered += b.size
+		g := p.cfg.Granularity
+		lo, hi := p.pieces(b.off, b.size)
+		for i := lo; i <= hi; i++ {
+			if !p.mapped[i] {
+				return fmt.Sprintf("block at %d lies on unmapped piece %d", b.off, i)
+			}
+			live[i] += min(b.off+b.size, (i+1)*g) - max(b.off, i*g)
+		}
+	}
+	if covered != p.end {
+		return fmt.Sprintf("free and live ranges cover %d bytes, heap end %d", covered, p.end)
+	}
+	for i := range live {
+		if live[i] != p.live[i] {
+			return fmt.Sprintf("piece %d: %d live bytes counted, %d found", i, p.live[i], live[i])
 		}
 	}
 	return ""
