@@ -203,6 +203,11 @@ func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) erro
 		title = fmt.Sprintf("silent-OOM forecast on %s (%s context per process)",
 			replay.FormatBytes(res.CapacityBytes), replay.FormatBytes(res.ContextOverheadBytes))
 	}
+	return saveForecast(log, dir, title, lines)
+}
+
+// saveForecast draws forecast lines into dir as forecast.png and forecast.svg.
+func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine) error {
 	fig, err := plot.Forecast(title, lines)
 	if err != nil {
 		return err

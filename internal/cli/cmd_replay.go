@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/fragsim/fragsim/analysis/plot"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -34,6 +35,8 @@ func replayCommand() *cli.Command {
 			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N requests"},
 			&cli.Float64Flag{Name: "defrag-threshold", Usage: "inject empty_cache whenever 100*(1-active/reserved) passes PCT"},
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity with no OOM (bisection to 2 MiB)"},
+			&cli.BoolFlag{Name: "forecast", Usage: "also forecast silent OOMs: the largest request that can still be served over time, and the first moment it drops below the largest request made (JSON key forecast)"},
+			&cli.StringFlag{Name: "out", Usage: "with --forecast, write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: runReplay,
@@ -86,7 +89,13 @@ func runReplay(c *cli.Context) error {
 	}
 	var done func()
 	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay")
-	res, err := replay.Run(r, f, cfg)
+	var res *replay.Result
+	var fc *replay.Forecast
+	if c.Bool("forecast") || c.String("out") != "" {
+		res, fc, err = replay.RunForecast(r, f, cfg, 0)
+	} else {
+		res, err = replay.Run(r, f, cfg)
+	}
 	done()
 	closer.Close()
 	if err != nil {
@@ -102,13 +111,28 @@ func runReplay(c *cli.Context) error {
 		}
 		res.MinCapacityBytes = v
 	}
+	if dir := c.String("out"); dir != "" {
+		title := "silent-OOM forecast, unlimited device"
+		if cfg.CapacityBytes > 0 {
+			title = "silent-OOM forecast on " + replay.FormatBytes(cfg.CapacityBytes)
+		}
+		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	w := c.App.Writer
 	if c.Bool("json") {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return enc.Encode(struct {
+			*replay.Result
+			Forecast *replay.Forecast `json:"forecast,omitempty"`
+		}{res, fc})
 	}
 	writeResult(w, res, hdr)
+	if fc != nil {
+		writeForecast(w, fc)
+	}
 	return nil
 }
 
@@ -191,4 +215,15 @@ func fidelityReason(r *replay.Result, h *trace.Header) string {
 		return "the trace has no device events, or the policy or settings differ from the recorded ones"
 	}
 	return "the policy or settings differ from the recorded ones"
+}
+
+// writeForecast prints a silent-OOM forecast in two lines.
+func writeForecast(w io.Writer, f *replay.Forecast) {
+	if f.FirstShortfallIndex >= 0 {
+		fmt.Fprintf(w, "forecast: headroom first fell below the largest request at event %d (%s < %s)\n",
+			f.FirstShortfallIndex, replay.FormatBytes(f.ShortfallHeadroomBytes), replay.FormatBytes(f.ShortfallRequestBytes))
+	} else {
+		fmt.Fprintln(w, "forecast: the largest request made could be served at every event")
+	}
+	fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
 }
