@@ -49,9 +49,7 @@ if [ -n "$fs" ]; then
         || { echo "FAILED replay $name $pol"; fail=1; }
     done
     # Variants of the pool model, to see which assumption the real pool follows.
-    for v in "noremap|remap:false" "sepsmall|separate_small:true" "chunk8|min_chunk_mb:8" \
-             "chunk32|min_chunk_mb:32" "sepsmall_chunk32|separate_small:true,min_chunk_mb:32" \
-             "gran32|granularity_mb:32"; do
+    for v in "bestfit|fit_bins:0" "bins8|fit_bins:8" "remap|remap:true" "gran2|granularity_mb:2"; do
       tag=${v%%|*}; conf=${v#*|}
       "$fs" replay --policy pooled --conf "$conf" --json "$out/$name.fst" >"$out/$name.replay_pooled_$tag.json" \
         2>"$out/$name.replay_pooled_$tag.log" || { echo "FAILED replay $name pooled $conf"; fail=1; }
