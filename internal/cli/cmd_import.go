@@ -88,8 +88,10 @@ func runImport(c *cli.Context) error {
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
 		if err != nil {
-			// A snapshot's events are only complete at its end: a failed
-			// import keeps nothing, and says so.
+			if sum != nil && sum.Output != "" {
+				// A cut-off snapshot: the entries before the cut were kept.
+				return fmt.Errorf("import: %w; kept the %d events before the cut in %s (its header says the snapshot was cut)", err, sum.Events, out)
+			}
 			return fmt.Errorf("import: %w; nothing was written to %s", err, out)
 		}
 		summary = sum

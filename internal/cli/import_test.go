@@ -102,7 +102,7 @@ func TestImportRefusesHostileAndTruncated(t *testing.T) {
 		t.Error("an output was written")
 	}
 
-	full, err := os.ReadFile(importTestdata + "basic.p2.pickle")
+	full, err := os.ReadFile(importTestdata + "empty_cache.p4.pickle")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +112,27 @@ func TestImportRefusesHostileAndTruncated(t *testing.T) {
 	}
 	code, _, stderr = runImportCLI(t, cut, "-o", out)
 	line = strings.TrimSpace(stderr)
-	if code == 0 || strings.Count(line, "\n") != 0 || !strings.Contains(line, "cut.pickle") || !strings.Contains(line, "byte offset") {
+	if code == 0 || strings.Count(line, "\n") != 0 || !strings.Contains(line, "cut.pickle") || !strings.Contains(line, "byte offset") ||
+		!strings.Contains(line, "kept the ") {
 		t.Errorf("cut file: exit %d, stderr %q", code, line)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatalf("no trace of the entries before the cut: %v", err)
+	}
+	defer f.Close()
+	h, evs, err := trace.ReadAll(f)
+	if err != nil || len(evs) == 0 || len(h.Approximate) == 0 {
+		t.Errorf("kept trace: %d events, %v, approximate %v", len(evs), err, h.Approximate)
+	}
+	// Cut before any entry: nothing is written.
+	os.Remove(out)
+	if err := os.WriteFile(cut, full[:30], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runImportCLI(t, cut, "-o", out)
+	if code == 0 || !strings.Contains(stderr, "nothing was written") {
+		t.Errorf("cut early: exit %d, stderr %q", code, stderr)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("files left behind: %v", entries)

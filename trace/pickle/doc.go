@@ -996,11 +996,10 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if err := d.need(off, op, 8); err != nil {
 			return false, err
 		}
-		n := binary.LittleEndian.Uint64(data[d.pos:])
+		// The frame length is only a read-ahead hint: the opcodes inside
+		// are checked one by one, so a cut frame fails at the opcode it
+		// cuts, after everything before it was decoded.
 		d.pos += 8
-		if err := d.need(off, op, n); err != nil {
-			return false, err
-		}
 	case opStop:
 		if len(d.stack) != 1 || len(d.marks) != 0 {
 			if len(d.stack) == 0 {

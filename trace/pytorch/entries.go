@@ -29,13 +29,23 @@ func (c *converter) keys() entryKeys {
 // millions of entries.
 func (c *converter) entries() ([][]event, error) {
 	doc := c.doc
-	if k := doc.Kind(c.traces); k != pickle.KindList && k != pickle.KindTuple {
-		return nil, fmt.Errorf("device_traces is a %s, not a list", k)
+	var devs [][]pickle.Value
+	if c.salvaged != nil {
+		devs = c.salvaged
+	} else {
+		if k := doc.Kind(c.traces); k != pickle.KindList && k != pickle.KindTuple {
+			return nil, fmt.Errorf("device_traces is a %s, not a list", k)
+		}
+		for dev, l := range doc.Slice(c.traces) {
+			if k := doc.Kind(l); k != pickle.KindList && k != pickle.KindTuple {
+				return nil, fmt.Errorf("device_traces[%d] is a %s, not a list", dev, k)
+			}
+			devs = append(devs, doc.Slice(l))
+		}
 	}
-	devLists := doc.Slice(c.traces)
 	total := 0
-	for _, l := range devLists {
-		total += doc.Len(l)
+	for _, l := range devs {
+		total += len(l)
 	}
 	keys := c.keys()
 	// Actions by string index.
@@ -48,18 +58,15 @@ func (c *converter) entries() ([][]event, error) {
 		}
 	}
 	sum := &c.snap.summary
-	perDev := make([][]event, len(devLists))
+	perDev := make([][]event, len(devs))
 	done := 0
-	for dev, l := range devLists {
-		if k := doc.Kind(l); k != pickle.KindList && k != pickle.KindTuple {
-			return nil, fmt.Errorf("device_traces[%d] is a %s, not a list", dev, k)
-		}
-		evs := make([]event, 0, doc.Len(l))
+	for dev, l := range devs {
+		evs := make([]event, 0, len(l))
 		counts := map[string]int{}
 		byID := map[uint32]int{}
 		var lastTime int64
 		var err error
-		for k, it := range doc.Slice(l) {
+		for k, it := range l {
 			if doc.Kind(it) != pickle.KindDict {
 				err = fmt.Errorf("device_traces[%d][%d] is a %s, not a dict", dev, k, doc.Kind(it))
 				break

@@ -227,21 +227,26 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Load reads and converts a snapshot; name is used in errors.
+// Load reads and converts a snapshot; name is used in errors. When the
+// snapshot is cut short, Load returns the error and, if trace entries were
+// decoded before the cut, a Snapshot of them too (its header says so).
 func Load(r io.Reader, name string, opt Options) (*Snapshot, error) {
 	data, err := ReadInput(r, opt)
 	if err != nil {
 		return nil, &Error{name, err}
 	}
 	s, err := LoadPickle(data, opt)
-	if err != nil {
-		return nil, &Error{name, err}
+	if s != nil {
+		s.summary.Input = name
 	}
-	s.summary.Input = name
+	if err != nil {
+		return s, &Error{name, err}
+	}
 	return s, nil
 }
 
-// LoadPickle converts an uncompressed snapshot pickle.
+// LoadPickle converts an uncompressed snapshot pickle. Like Load, it
+// returns the entries before the cut of a cut-off pickle with its error.
 func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 	dec := pickle.NewDecoder(data)
 	if opt.Progress != nil {
@@ -249,6 +254,11 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 	}
 	doc, err := dec.DecodeDoc()
 	if err != nil {
+		if errors.Is(err, pickle.ErrTruncated) {
+			if s := salvage(dec, opt, len(data), err); s != nil {
+				return s, err
+			}
+		}
 		return nil, err
 	}
 	root := doc.Root()
@@ -283,6 +293,60 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 		return nil, err
 	}
 	return c.snap, nil
+}
+
+// salvage rebuilds what a cut-off snapshot held before the cut: the trace
+// entries already decoded (the device lists on the decoder's stack and the
+// whole entries above them). The final segments describe the end of the
+// run, which the cut trace does not reach, so no initial state is rebuilt.
+func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot {
+	doc, stack := dec.Partial()
+	at := -1
+	for i := 0; i+1 < len(stack); i++ {
+		if s, ok := doc.Str(stack[i]); ok && s == "device_traces" && doc.Kind(stack[i+1]) == pickle.KindList {
+			at = i + 1
+			break
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	var devs [][]pickle.Value
+	for _, l := range doc.Slice(stack[at]) {
+		if doc.Kind(l) == pickle.KindList {
+			devs = append(devs, doc.Slice(l))
+		}
+	}
+	complete := func(v pickle.Value) bool {
+		if doc.Kind(v) != pickle.KindDict {
+			return false
+		}
+		_, ok := doc.Get(v, "action")
+		return ok
+	}
+	for _, v := range stack[at+1:] {
+		switch {
+		case doc.Kind(v) == pickle.KindList:
+			devs = append(devs, slices.Clone(doc.Slice(v)))
+		case complete(v) && len(devs) > 0:
+			devs[len(devs)-1] = append(devs[len(devs)-1], v)
+		}
+	}
+	n := 0
+	for _, d := range devs {
+		n += len(d)
+	}
+	if n == 0 {
+		return nil
+	}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: noFrames, salvaged: devs}
+	c.snap.summary.PickleBytes = int64(size)
+	c.note("the snapshot is cut short (%v): only the %d trace entries before the cut are kept, and the allocator state at the first entry is unknown", cause, n)
+	top := &pickle.Dict{}
+	if err := c.convert(top); err != nil {
+		return nil
+	}
+	return c.snap
 }
 
 // Emit writes the snapshot's events to sink, in order.
@@ -364,18 +428,21 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 // Import is Load followed by Emit for callers that only need the events.
 func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, error) {
 	s, err := Load(r, name, opt)
-	if err != nil {
+	if s == nil {
 		return nil, err
 	}
 	if err := s.Emit(sink, opt.Progress); err != nil {
 		return &s.summary, &Error{name, err}
 	}
-	return &s.summary, nil
+	return &s.summary, err
 }
 
 // ImportFile imports the snapshot file in into a trace file out. The trace
 // is written to a temporary file renamed into place at the end, so a failed
-// import never leaves a partial trace at out.
+// write never leaves a partial trace at out. A snapshot cut short still
+// gives a trace of the entries before the cut (its header says so) when
+// there are any: ImportFile then returns the summary, with Output set, and
+// the error.
 func ImportFile(in, out string, opt Options) (*Summary, error) {
 	f, err := os.Open(in)
 	if err != nil {
@@ -383,9 +450,9 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	s, err := Load(f, in, opt)
-	if err != nil {
-		return nil, err
+	s, loadErr := Load(f, in, opt)
+	if s == nil {
+		return nil, loadErr
 	}
 	if st != nil {
 		s.summary.InputBytes = st.Size()
@@ -409,7 +476,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	s.summary.Output = out
-	return &s.summary, nil
+	return &s.summary, loadErr
 }
 
 // ---- value helpers ----
@@ -584,12 +651,15 @@ func (s *settings) roundSize(n uint64) uint64 {
 // ---- conversion ----
 
 type converter struct {
-	doc    *pickle.Doc
-	traces pickle.Value // device_traces, or noFrames when absent
-	opt    Options
-	snap   *Snapshot
-	set    settings
-	approx []string
+	// salvaged holds, for a cut-off pickle, the trace entries of each
+	// device decoded before the cut.
+	salvaged [][]pickle.Value
+	doc      *pickle.Doc
+	traces   pickle.Value // device_traces, or noFrames when absent
+	opt      Options
+	snap     *Snapshot
+	set      settings
+	approx   []string
 }
 
 func (c *converter) note(format string, args ...any) {
@@ -624,7 +694,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	} else {
 		c.note("the snapshot has no allocator_settings (older PyTorch): the replay uses default settings")
 	}
-	if c.traces == noFrames {
+	if c.traces == noFrames && c.salvaged == nil {
 		return errors.New("not a memory snapshot: no device_traces key")
 	}
 	perDev, err := c.entries()
@@ -644,9 +714,11 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if v, ok := top.Get("segments"); ok {
 		segs = asItems(v)
 	}
-	init, err := c.initialState(segs, perDev)
-	if err != nil {
-		return err
+	var init *trace.InitialState
+	if c.salvaged == nil {
+		if init, err = c.initialState(segs, perDev); err != nil {
+			return err
+		}
 	}
 	if init != nil && len(init.Segments) > 0 {
 		h.Initial = init

@@ -351,10 +351,10 @@ func TestImportFile(t *testing.T) {
 	if n != sum.Events || sum.InputBytes == 0 {
 		t.Errorf("read %d events, summary says %d", n, sum.Events)
 	}
-	// A failed import leaves nothing behind.
+	// A file cut before any trace entry leaves nothing behind.
 	bad := filepath.Join(dir, "bad.pickle")
 	full := mustRead(t, "basic.p2.pickle")
-	if err := os.WriteFile(bad, full[:len(full)/2], 0o644); err != nil {
+	if err := os.WriteFile(bad, full[:40], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out2 := filepath.Join(dir, "bad.fst")
@@ -366,6 +366,42 @@ func TestImportFile(t *testing.T) {
 		if e.Name() != "basic.fst" && e.Name() != "bad.pickle" {
 			t.Errorf("left %s behind", e.Name())
 		}
+	}
+}
+
+// TestSalvageCutSnapshot cuts a snapshot at many points: the import fails
+// with the cut's offset, and the events it keeps are exactly the first
+// events of the whole snapshot's import.
+func TestSalvageCutSnapshot(t *testing.T) {
+	full := mustRead(t, "empty_cache.p4.pickle")
+	whole, err := LoadPickle(full, Options{NoInferEmptyCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for cut := 100; cut < len(full); cut += 97 {
+		s, err := LoadPickle(full[:cut], Options{NoInferEmptyCache: true})
+		if !errors.Is(err, pickle.ErrTruncated) {
+			t.Fatalf("cut at %d: err %v", cut, err)
+		}
+		if s == nil {
+			continue
+		}
+		kept++
+		if len(s.events) == 0 || len(s.events) > len(whole.events) {
+			t.Fatalf("cut at %d: kept %d of %d events", cut, len(s.events), len(whole.events))
+		}
+		for i := range s.events {
+			if s.events[i].Event != whole.events[i].Event {
+				t.Fatalf("cut at %d: event %d is %+v, want %+v", cut, i, s.events[i].Event, whole.events[i].Event)
+			}
+		}
+		if h := s.Header(); h.Initial != nil || len(h.Approximate) == 0 || !strings.Contains(h.Approximate[0], "cut short") {
+			t.Fatalf("cut at %d: header %+v", cut, h)
+		}
+	}
+	if kept < 5 {
+		t.Errorf("only %d cuts kept events", kept)
 	}
 }
 
