@@ -144,3 +144,19 @@ func TestVerdictRegexp(t *testing.T) {
 		t.Errorf("trace line without header: %q", l[3])
 	}
 }
+
+func TestVerdictPrefersExactReplays(t *testing.T) {
+	// pooled is a model: its lower figure loses to an exact setting that
+	// improves on the baseline.
+	c := &Comparison{Runs: []*Run{run("caching", 14, 100, 0), run("pooled", 4.8, 96, 0), run("expandable", 7.1, 95, 0)}}
+	c.decide()
+	if c.After != "expandable" || c.AfterPct != 7.1 {
+		t.Errorf("after %s %v, want expandable 7.1", c.After, c.AfterPct)
+	}
+	// When no exact setting improves on the baseline, the best model is named.
+	c = &Comparison{Runs: []*Run{run("caching", 14, 100, 0), run("expandable", 15, 101, 0), run("pooled", 4.8, 96, 0)}}
+	c.decide()
+	if c.After != "pooled" {
+		t.Errorf("after %s, want pooled", c.After)
+	}
+}
