@@ -50,11 +50,9 @@ func (c *converter) entries() ([][]event, error) {
 	keys := c.keys()
 	// Actions by string index.
 	kinds := map[uint32]trace.Kind{}
-	names := map[uint32]string{}
 	for name, k := range actionKinds {
 		if i, ok := doc.LookupStr(name); ok {
 			kinds[i] = k
-			names[i] = name
 		}
 	}
 	sum := &c.snap.summary
@@ -63,7 +61,7 @@ func (c *converter) entries() ([][]event, error) {
 	for dev, l := range devs {
 		evs := make([]event, 0, len(l))
 		counts := map[string]int{}
-		byID := map[uint32]int{}
+		var byKind [trace.NumKinds]int
 		var lastTime int64
 		var err error
 		for k, it := range l {
@@ -131,7 +129,7 @@ func (c *converter) entries() ([][]event, error) {
 				sum.UnknownActs[name]++
 				continue
 			}
-			byID[actionID]++
+			byKind[kind]++
 			e.Kind = kind
 			switch kind {
 			case trace.KindOOM:
@@ -159,8 +157,10 @@ func (c *converter) entries() ([][]event, error) {
 		if err != nil {
 			return nil, err
 		}
-		for id, n := range byID {
-			counts[names[id]] += n
+		for name, k := range actionKinds {
+			if n := byKind[k]; n > 0 {
+				counts[name] += n
+			}
 		}
 		sum.Actions[strconv.Itoa(dev)] = counts
 		perDev[dev] = evs

@@ -881,12 +881,22 @@ func (c *converter) summarize() {
 	sum.Events = len(c.snap.events)
 	devs := map[trace.DeviceID]bool{}
 	streams := map[trace.StreamID]bool{}
+	var kinds [trace.NumKinds]int
+	lastDev, lastStream := trace.DeviceID(-1), trace.StreamID(0)
+	haveStream := false
 	for i := range c.snap.events {
 		e := &c.snap.events[i]
-		sum.Kinds[e.Kind.String()]++
-		devs[e.Device] = true
-		if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM {
+		if int(e.Kind) < len(kinds) {
+			kinds[e.Kind]++
+		}
+		if e.Device != lastDev {
+			devs[e.Device] = true
+			lastDev = e.Device
+		}
+		if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM &&
+			(!haveStream || e.Stream != lastStream) {
 			streams[e.Stream] = true
+			lastStream, haveStream = e.Stream, true
 		}
 		if e.frames != noFrames {
 			sum.Stacks++
@@ -896,6 +906,11 @@ func (c *converter) summarize() {
 		}
 		if e.TimeNS > sum.LastNS {
 			sum.LastNS = e.TimeNS
+		}
+	}
+	for k, n := range kinds {
+		if n > 0 {
+			sum.Kinds[trace.Kind(k).String()] = n
 		}
 	}
 	for d := range devs {
