@@ -86,6 +86,9 @@ type engine struct {
 	twCount           int64
 	prevTime          int64
 	prevFrag          float64
+	frag              float64 // pct(fragActive, fragReserved)
+	fragActive        uint64
+	fragReserved      uint64
 	haveTime          bool
 	stranded          uint64
 	sample            Sample
@@ -822,7 +825,11 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 		e.prevTime = ev.TimeNS
 		e.haveTime = true
 	}
-	f := pct(e.active, e.reserved)
+	if e.active != e.fragActive || e.reserved != e.fragReserved {
+		e.fragActive, e.fragReserved = e.active, e.reserved
+		e.frag = pct(e.active, e.reserved)
+	}
+	f := e.frag
 	e.prevFrag = f
 	e.twSumCount += f
 	e.twCount++

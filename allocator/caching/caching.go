@@ -445,19 +445,32 @@ func (a *Allocator) freeBlock(id int32) {
 	var netCount int64
 	var netBytes int64
 	prev, next := b.prev, b.next
-	if sub := a.tryMerge(id, next); sub > 0 {
-		netCount--
-		netBytes -= int64(sub)
+	// The merged block takes the free-set entry of a mapped neighbour it
+	// absorbs (next first), in place; a neighbour absorbed otherwise is
+	// erased first, so that the entry's position stays valid.
+	take := none
+	if a.mergeable(id, next) && a.blocks[next].mapped {
+		take = next
+	} else if a.mergeable(id, prev) && a.blocks[prev].mapped {
+		take = prev
 	}
-	if a.mergeable(id, prev) && a.blocks[prev].mapped {
-		// The merged block takes prev's entry in the free set.
-		pb := &a.blocks[prev]
-		fs := &a.streamPool(pb.pool, pb.stream, false).free
-		p := fs.lowerBound(pb.size, pb.addr)
-		if !fs.valid(p) || fs.at(p).id != prev {
-			panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", pb.addr, pb.size))
+	for _, src := range [2]int32{next, prev} {
+		if src == take {
+			continue
 		}
-		sub := a.absorb(id, prev)
+		if sub := a.tryMerge(id, src); sub > 0 {
+			netCount--
+			netBytes -= int64(sub)
+		}
+	}
+	if take != none {
+		tb := &a.blocks[take]
+		fs := &a.streamPool(tb.pool, tb.stream, false).free
+		p := fs.lowerBound(tb.size, tb.addr)
+		if !fs.valid(p) || fs.at(p).id != take {
+			panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", tb.addr, tb.size))
+		}
+		sub := a.absorb(id, take)
 		netCount--
 		netBytes -= int64(sub)
 		nb := &a.blocks[id]
@@ -465,10 +478,6 @@ func (a *Allocator) freeBlock(id int32) {
 		nb.inSet = true
 		fs.replaceAt(p, entry{size: nb.size, addr: nb.addr, id: id})
 	} else {
-		if sub := a.tryMerge(id, prev); sub > 0 {
-			netCount--
-			netBytes -= int64(sub)
-		}
 		a.insertFree(id)
 	}
 	if a.isSplit(id) {
