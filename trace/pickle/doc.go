@@ -655,6 +655,14 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					continue
 				}
 			}
+		case opLongBinGet:
+			if pos+4 < len(data) {
+				if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])); idx < uint64(len(memo)) && memo[idx] != memoHole {
+					stack = append(stack, memo[idx])
+					pos += 5
+					continue
+				}
+			}
 		case opMemoize:
 			if len(stack) > 0 && d.sparse == nil {
 				memo = append(memo, stack[len(stack)-1])
