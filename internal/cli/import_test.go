@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -160,5 +161,33 @@ func TestImportRMM(t *testing.T) {
 	code, _, stderr = runImportCLI(t, in, "-o", out, "--format", "pytorch")
 	if code == 0 || !strings.Contains(stderr, "byte offset") {
 		t.Errorf("forced pytorch format on a CSV: exit %d %q", code, stderr)
+	}
+}
+
+// TestImportedRealSnapshotsReplayExactly imports real H200 snapshots and
+// replays them through PyTorch's caching allocator: every allocation lands
+// at its recorded address and every device event is matched, which checks
+// the import end to end (the ring-buffer run's rebuilt initial state and
+// the inferred empty_cache() calls included).
+func TestImportedRealSnapshotsReplayExactly(t *testing.T) {
+	fid := regexp.MustCompile(`fidelity: (\d+)/(\d+) allocs at recorded address, (\d+)/(\d+) device events matched`)
+	for _, name := range []string{"ring", "empty_cache", "expandable_empty", "streams"} {
+		dir := t.TempDir()
+		out := filepath.Join(dir, name+".fst")
+		code, stdout, stderr := runImportCLI(t, importTestdata+"real/"+name+".pickle.gz", "-o", out, "-q")
+		if code != 0 {
+			t.Fatalf("%s: import exit %d: %s%s", name, code, stdout, stderr)
+		}
+		var o, e bytes.Buffer
+		if code := Main([]string{"fragsim", "replay", out, "--capacity", "h200"}, &o, &e); code != 0 {
+			t.Fatalf("%s: replay exit %d: %s", name, code, e.String())
+		}
+		m := fid.FindStringSubmatch(o.String())
+		if m == nil {
+			t.Fatalf("%s: no fidelity line in\n%s", name, o.String())
+		}
+		if m[1] != m[2] || m[3] != m[4] || m[1] == "0" {
+			t.Errorf("%s: %s", name, m[0])
+		}
 	}
 }
