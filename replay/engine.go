@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/fragsim/fragsim/trace"
 )
@@ -144,9 +145,15 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 // batchLen is the number of events decoded at a time.
 const batchLen = 2048
 
+// batches holds idle batches (*batch), so that a run does not allocate
+// (and page in) fresh event buffers.
+var batches = sync.Pool{New: func() any { return &batch{evs: make([]trace.Event, batchLen)} }}
+
 // runSerial decodes and replays on the calling goroutine.
 func (e *engine) runSerial(r *trace.Reader) error {
-	buf := make([]trace.Event, batchLen)
+	b := batches.Get().(*batch)
+	defer batches.Put(b)
+	buf := b.evs
 	for {
 		n, err := r.ReadEvents(buf)
 		for i := 0; i < n; i++ {
@@ -184,7 +191,7 @@ func (e *engine) runPipelined(r *trace.Reader) error {
 	full := make(chan *batch, pipelineBatches)
 	free := make(chan *batch, pipelineBatches)
 	for i := 0; i < pipelineBatches; i++ {
-		free <- &batch{evs: make([]trace.Event, batchLen)}
+		free <- batches.Get().(*batch)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -205,7 +212,11 @@ func (e *engine) runPipelined(r *trace.Reader) error {
 	}()
 	defer func() {
 		close(done)
-		for range full {
+		for b := range full {
+			batches.Put(b)
+		}
+		for len(free) > 0 {
+			batches.Put(<-free)
 		}
 	}()
 	for b := range full {
@@ -215,11 +226,12 @@ func (e *engine) runPipelined(r *trace.Reader) error {
 				return err
 			}
 		}
-		if b.err == io.EOF {
-			return nil
-		}
-		if b.err != nil {
-			return fmt.Errorf("replay: after event %d: %w", e.index, b.err)
+		if err := b.err; err != nil {
+			free <- b
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("replay: after event %d: %w", e.index, err)
 		}
 		free <- b
 	}

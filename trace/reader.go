@@ -188,6 +188,9 @@ func (r *Reader) readChunk() (byte, []byte, error) {
 	}
 	// Read the payload in steps so that a corrupt length cannot make us
 	// allocate much more than the file holds.
+	if r.comp == nil {
+		r.comp = getBuf(0) // grown below in steps
+	}
 	p := r.comp[:0]
 	for uint64(len(p)) < compLen {
 		if len(p) == cap(p) {
@@ -215,7 +218,7 @@ func (r *Reader) readChunk() (byte, []byte, error) {
 		return typ, p, nil
 	}
 	if uint64(cap(r.raw)) < rawLen {
-		r.raw = make([]byte, 0, rawLen)
+		r.raw = getBuf(int(rawLen))
 	}
 	out, err := r.dec.DecodeAll(p, r.raw[:0:rawLen])
 	if err != nil || uint64(len(out)) != rawLen {
@@ -328,6 +331,9 @@ func (r *Reader) ReadEvents(dst []Event) (int, error) {
 			continue
 		}
 		r.err = r.nextChunk()
+		if r.err == io.EOF {
+			r.release()
+		}
 	}
 }
 
@@ -426,8 +432,43 @@ func ReadAll(r io.Reader) (*Header, []Event, error) {
 	}
 }
 
-// decoders holds idle zstd decoders, returned by Reader.Close.
+// decoders holds idle zstd decoders, returned by Reader.Close and at the
+// clean end of a trace.
 var decoders sync.Pool
+
+// bufs holds idle chunk buffers (*[]byte), returned at the clean end of a
+// trace, so that replaying many traces one after another does not
+// allocate (and page in) fresh ones for each.
+var bufs sync.Pool
+
+// maxPooledBuf is the largest chunk buffer kept in bufs.
+const maxPooledBuf = 4 << 20
+
+// getBuf returns an empty buffer of capacity n at least, from bufs when
+// it holds one large enough.
+func getBuf(n int) []byte {
+	if b, ok := bufs.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// release hands the decompressor and the chunk buffers back once the
+// trace has been read to its clean end; nothing reads them afterwards.
+func (r *Reader) release() {
+	if r.dec != nil {
+		decoders.Put(r.dec)
+		r.dec = nil
+	}
+	for _, b := range [...][]byte{r.raw, r.comp} {
+		if c := cap(b); c > 0 && c <= maxPooledBuf {
+			b = b[:0]
+			bufs.Put(&b)
+		}
+	}
+	r.raw, r.comp = nil, nil
+	r.ed = eventDecoder{}
+}
 
 func getDecoder() (*zstd.Decoder, error) {
 	if d, ok := decoders.Get().(*zstd.Decoder); ok {
