@@ -191,3 +191,22 @@ func TestImportedRealSnapshotsReplayExactly(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyCacheInferenceMatters replays the empty_cache() run imported
+// without the inference: the real allocator's releases cannot be
+// reproduced, so the replay departs from the recorded addresses.
+func TestEmptyCacheInferenceMatters(t *testing.T) {
+	fid := regexp.MustCompile(`fidelity: (\d+)/(\d+) allocs at recorded address`)
+	out := filepath.Join(t.TempDir(), "noec.fst")
+	if code, stdout, stderr := runImportCLI(t, importTestdata+"real/empty_cache.pickle.gz", "-o", out, "-q", "--no-infer-empty-cache"); code != 0 {
+		t.Fatalf("import exit %d: %s%s", code, stdout, stderr)
+	}
+	var o, e bytes.Buffer
+	if code := Main([]string{"fragsim", "replay", out, "--capacity", "h200"}, &o, &e); code != 0 {
+		t.Fatalf("replay exit %d: %s", code, e.String())
+	}
+	m := fid.FindStringSubmatch(o.String())
+	if m == nil || m[1] == m[2] {
+		t.Errorf("without inferred empty_cache() calls the replay still matches: %q", o.String())
+	}
+}
