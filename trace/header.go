@@ -84,3 +84,41 @@ type Block struct {
 	RequestedBytes uint64     `json:"requested,omitempty"`
 	State          BlockState `json:"state"`
 }
+
+// Merge copies into h the metadata fields that m sets (non-zero), and m's
+// tags. It lets a caller add what a producer could not know, such as the
+// GPU of an imported snapshot.
+func (h *Header) Merge(m *Header) {
+	if m == nil {
+		return
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&h.ProducerVersion, m.ProducerVersion)
+	set(&h.GPUName, m.GPUName)
+	set(&h.DriverVersion, m.DriverVersion)
+	set(&h.CUDAVersion, m.CUDAVersion)
+	set(&h.TorchVersion, m.TorchVersion)
+	set(&h.Host, m.Host)
+	if m.GPUTotalBytes != 0 {
+		h.GPUTotalBytes = m.GPUTotalBytes
+	}
+	if !m.Created.IsZero() {
+		h.Created = m.Created
+	}
+	if len(m.CommandLine) > 0 {
+		h.CommandLine = append([]string(nil), m.CommandLine...)
+	}
+	if m.MemoryFraction != 0 {
+		h.MemoryFraction = m.MemoryFraction
+	}
+	if len(m.Tags) > 0 && h.Tags == nil {
+		h.Tags = make(map[string]string, len(m.Tags))
+	}
+	for k, v := range m.Tags {
+		h.Tags[k] = v
+	}
+}

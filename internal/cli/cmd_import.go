@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pytorch"
 	"github.com/fragsim/fragsim/trace/rmm"
 	"github.com/urfave/cli/v2"
@@ -34,6 +36,12 @@ func importCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-infer-empty-cache", Usage: "do not infer empty_cache() calls from release bursts"},
 			&cli.Uint64Flag{Name: "memory-cap", Usage: "the run's memory cap in `BYTES` (fraction × device total), if any: tells a malloc's own retry from empty_cache()"},
 			&cli.Float64Flag{Name: "memory-fraction", Usage: "the run's per-process memory fraction, stored in the header"},
+			&cli.StringFlag{Name: "gpu", Usage: "the GPU's `NAME`, stored in the header (a snapshot does not record it)"},
+			&cli.StringFlag{Name: "gpu-total", Usage: "the GPU's total memory (bytes, a size or a preset such as h200), stored in the header: a replay's default capacity"},
+			&cli.StringFlag{Name: "torch", Usage: "the PyTorch `VERSION` that wrote the snapshot, stored in the header"},
+			&cli.StringFlag{Name: "cuda", Usage: "the CUDA `VERSION`, stored in the header"},
+			&cli.StringFlag{Name: "driver", Usage: "the driver `VERSION`, stored in the header"},
+			&cli.StringSliceFlag{Name: "tag", Usage: "a `KEY=VALUE` tag for the header (repeatable), e.g. wall_native_s=1.31"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
 		},
@@ -79,11 +87,20 @@ func runImport(c *cli.Context) error {
 			importPrintRMM(c.App.Writer, sum, time.Since(start))
 		}
 	default:
+		meta, err := importMeta(c)
+		if err != nil {
+			return exitCode(2, fmt.Errorf("import: %w", err))
+		}
 		opt := pytorch.Options{
 			NoInferEmptyCache: c.Bool("no-infer-empty-cache"),
 			MemoryCapBytes:    c.Uint64("memory-cap"),
 			MemoryFraction:    c.Float64("memory-fraction"),
+			Meta:              meta,
 			Progress:          prog.report,
+		}
+		if opt.MemoryCapBytes == 0 && opt.MemoryFraction > 0 && opt.MemoryFraction < 1 && meta.GPUTotalBytes > 0 {
+			// PyTorch's cap: (size_t)(fraction × (double)totalGlobalMem).
+			opt.MemoryCapBytes = uint64(opt.MemoryFraction * float64(meta.GPUTotalBytes))
 		}
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
@@ -105,6 +122,34 @@ func runImport(c *cli.Context) error {
 		return enc.Encode(summary)
 	}
 	return nil
+}
+
+// importMeta gathers the header fields given on the command line.
+func importMeta(c *cli.Context) (*trace.Header, error) {
+	m := &trace.Header{
+		GPUName:       c.String("gpu"),
+		TorchVersion:  c.String("torch"),
+		CUDAVersion:   c.String("cuda"),
+		DriverVersion: c.String("driver"),
+	}
+	if s := c.String("gpu-total"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-total: %w", err)
+		}
+		m.GPUTotalBytes = v
+	}
+	for _, kv := range c.StringSlice("tag") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--tag %q: want KEY=VALUE", kv)
+		}
+		if m.Tags == nil {
+			m.Tags = map[string]string{}
+		}
+		m.Tags[k] = v
+	}
+	return m, nil
 }
 
 // importDetect tells an RMM CSV log from a snapshot by its first bytes.

@@ -210,3 +210,28 @@ func TestEmptyCacheInferenceMatters(t *testing.T) {
 		t.Errorf("without inferred empty_cache() calls the replay still matches: %q", o.String())
 	}
 }
+
+func TestImportHeaderFlags(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "meta.fst")
+	_, stderr, code := runCLI("import", "-q", "-o", out, "--gpu", "NVIDIA H200", "--gpu-total", "h200",
+		"--torch", "2.11.0+cu130", "--tag", "wall_native_s=1.31", "--tag", "seed=1", "../../trace/pytorch/testdata/basic.p5.pickle")
+	if code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	f, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := f.Header()
+	if h.GPUName != "NVIDIA H200" || h.GPUTotalBytes != 150109880320 || h.TorchVersion != "2.11.0+cu130" ||
+		h.Tags["wall_native_s"] != "1.31" || h.Tags["seed"] != "1" || h.Producer != trace.ProducerPyTorch {
+		t.Errorf("header %+v", h)
+	}
+	if h.Created.IsZero() {
+		t.Errorf("header has no date; want the first entry's")
+	}
+	if _, stderr, code := runCLI("import", "-o", out, "--tag", "novalue", "../../trace/pytorch/testdata/basic.p5.pickle"); code != 2 || !strings.Contains(stderr, "KEY=VALUE") {
+		t.Errorf("bad --tag: exit %d, %q", code, stderr)
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -61,6 +62,9 @@ type Options struct {
 	MemoryCapBytes uint64
 	// MemoryFraction, when set, is stored in the header.
 	MemoryFraction float64
+	// Meta holds what the snapshot cannot say (GPU, its total memory,
+	// versions, tags); its non-zero fields are merged into the header.
+	Meta *trace.Header
 	// Progress, when set, is called now and then with the phase
 	// ("read", "decode", "convert", "write") and how far it is.
 	Progress func(phase string, done, total int64)
@@ -683,6 +687,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	h := &c.snap.header
 	h.Producer = trace.ProducerPyTorch
 	h.MemoryFraction = c.opt.MemoryFraction
+	h.Merge(c.opt.Meta)
 	sum := &c.snap.summary
 	sum.Actions = map[string]map[string]int{}
 	sum.Kinds = map[string]int{}
@@ -912,6 +917,9 @@ func (c *converter) summarize() {
 		if n > 0 {
 			sum.Kinds[trace.Kind(k).String()] = n
 		}
+	}
+	if h := &c.snap.header; h.Created.IsZero() && sum.FirstNS > 0 {
+		h.Created = time.Unix(0, sum.FirstNS).UTC() // the snapshot's first entry
 	}
 	for d := range devs {
 		sum.Devices = append(sum.Devices, d)
