@@ -34,9 +34,6 @@ func analyzeCommand() *cli.Command {
 }
 
 func runAnalyze(c *cli.Context) error {
-	if ok, err := reorderArgs(c); ok {
-		return err
-	}
 	if c.NArg() > 1 {
 		return exitCode(2, fmt.Errorf("analyze: one TRACE at most, got %d arguments", c.NArg()))
 	}

@@ -79,78 +79,7 @@ func splitList(s string) []string {
 	return out
 }
 
-// reorderArgs moves flags given after the positional arguments in front of
-// them (urfave/cli stops at the first positional argument) and runs the
-// command again; ok is false when there was nothing to move.
-func reorderArgs(c *cli.Context) (ok bool, err error) {
-	args := c.Args().Slice()
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			pos = append(pos, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		takesValue := true
-		for _, f := range c.Command.Flags {
-			for _, n := range f.Names() {
-				if n == name {
-					_, isBool := f.(*cli.BoolFlag)
-					takesValue = !isBool
-				}
-			}
-		}
-		if takesValue && i+1 < len(args) {
-			flags = append(flags, args[i+1])
-			i++
-		}
-	}
-	if len(flags) == 0 {
-		return false, nil
-	}
-	argv := []string{c.App.Name, c.Command.Name}
-	for _, f := range c.Command.Flags {
-		for _, n := range f.Names() {
-			if c.IsSet(n) {
-				for _, v := range flagValues(c, f, n) {
-					argv = append(argv, v)
-				}
-				break
-			}
-		}
-	}
-	argv = append(append(argv, flags...), pos...)
-	return true, NewApp(c.App.Writer, c.App.ErrWriter).Run(argv)
-}
-
-// flagValues renders a flag already parsed back to arguments.
-func flagValues(c *cli.Context, f cli.Flag, name string) []string {
-	switch f.(type) {
-	case *cli.BoolFlag:
-		return []string{"--" + name + "=" + strconv.FormatBool(c.Bool(name))}
-	case *cli.StringSliceFlag:
-		var out []string
-		for _, v := range c.StringSlice(name) {
-			out = append(out, "--"+name, v)
-		}
-		return out
-	}
-	return []string{"--" + name, c.String(name)}
-}
-
 func runCompare(c *cli.Context) error {
-	if ok, err := reorderArgs(c); ok {
-		return err
-	}
 	if c.NArg() > 1 {
 		return exitCode(2, fmt.Errorf("compare: one TRACE at most, got %d arguments", c.NArg()))
 	}

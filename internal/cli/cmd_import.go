@@ -50,9 +50,6 @@ func importCommand() *cli.Command {
 }
 
 func runImport(c *cli.Context) error {
-	if ok, err := reorderArgs(c); ok {
-		return err
-	}
 	if c.String("output") == "" {
 		return exitCode(2, fmt.Errorf("import: -o OUT is required"))
 	}
