@@ -68,6 +68,7 @@ type engine struct {
 	ev      trace.Event // the request being served, for mismatch reports
 	exact   bool
 	sawDev  bool
+	injects bool // cfg asks for injected actions
 
 	// immediate frees: decided from the header or from the first free.
 	immediate  int8 // 0 undecided, 1 immediate, -1 deferred
@@ -120,7 +121,7 @@ type engine struct {
 // When GOMAXPROCS > 1 and cfg has no Observer, the trace is decoded on a
 // second goroutine, a few batches ahead of the replay.
 func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
-	e := &engine{cfg: cfg, factory: f, hdr: r.Header()}
+	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
 		e.hdr = &trace.Header{}
 	}
@@ -613,7 +614,9 @@ func pct(active, reserved uint64) float64 {
 	if reserved == 0 {
 		return 0
 	}
-	return 100 * (1 - float64(active)/float64(reserved))
+	// Byte counts are below 2^63: the signed conversions give the same
+	// values as the unsigned ones, in one instruction each.
+	return 100 * (1 - float64(int64(active))/float64(int64(reserved)))
 }
 
 // dispatch passes the completed frees held back to the policy. They are
@@ -752,7 +755,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	} else {
 		e.syncReserved(ds)
 	}
-	if e.cfg.EmptyCacheEvery > 0 || e.cfg.DefragThresholdPct > 0 {
+	if e.injects {
 		e.inject(ds)
 	}
 	return nil
