@@ -14,7 +14,7 @@ func realTrace(t *testing.T) []byte {
 	if _, data, err := traces.Baseline(); err == nil {
 		return data
 	}
-	data, err := os.ReadFile("../trace/synth/testdata/baseline_s1.fst")
+	data, err := os.ReadFile("../traces/baseline_s1.fst")
 	if err != nil {
 		t.Skip("no real multi-agent trace in this checkout")
 	}

@@ -411,14 +411,14 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 // --seed 1 under PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync on an
 // NVIDIA H200 (PyTorch 2.11.0+cu130, driver 580): key baseline_async of the
 // run's timings.json (traces/workloads/record_snapshots.sh).
-// testdata/baseline_s1.fst is the import of the same seeded workload's
+// traces/baseline_s1.fst is the import of the same seeded workload's
 // native-allocator snapshot: the same request stream.
 const realBaselinePeak = 2449473536
 
 // TestRealBaselinePeak replays the real trace through the model and checks
 // its peak reserved against the real pool's.
 func TestRealBaselinePeak(t *testing.T) {
-	res, err := replay.RunFile("testdata/baseline_s1.fst", func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
+	res, err := replay.RunFile("../../traces/baseline_s1.fst", func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
 		return New(dev, DefaultConfig())
 	}, replay.Config{})
 	if err != nil {

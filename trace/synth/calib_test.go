@@ -8,11 +8,11 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// The real traces in testdata are the multi-agent baseline
+// The real traces in traces/ are the multi-agent baseline
 // (traces/workloads/multi_agent.py, seeds 1, 2 and 3: five BERT-base agents,
 // 200 requests) recorded as PyTorch 2.11 memory snapshots on an H200 and
 // converted with `fragsim import`.
-var realBaselines = []string{"testdata/baseline_s1.fst", "testdata/baseline_s2.fst", "testdata/baseline_s3.fst"}
+var realBaselines = []string{"../../traces/baseline_s1.fst", "../../traces/baseline_s2.fst", "../../traces/baseline_s3.fst"}
 
 const realRequests = 200 // requests in each real baseline run
 
@@ -144,7 +144,7 @@ func TestCalibratedOnRealTrace(t *testing.T) {
 // sessions of batch 1..4, prompts of 16..256 tokens, 16..128 tokens
 // generated, 700 decode steps), recorded and converted like the baselines.
 func TestCalibratedOnRealDecodeTrace(t *testing.T) {
-	real, _ := profileFile(t, "testdata/kv_decode_s1.fst")
+	real, _ := profileFile(t, "../../traces/kv_decode_s1.fst")
 	cfg := DefaultConfig()
 	cfg.Kinds = []AgentKind{Decode}
 	cfg.Agents = 4
@@ -173,7 +173,7 @@ func TestCalibratedOnRealDecodeTrace(t *testing.T) {
 // traces/workloads/train.py (seed 1: a 6-layer BERT with a 4-label head,
 // AdamW, 60 steps of batch 8..32 and 32..512 tokens).
 func TestCalibratedOnRealTrainTrace(t *testing.T) {
-	real, _ := profileFile(t, "testdata/train_s1.fst")
+	real, _ := profileFile(t, "../../traces/train_s1.fst")
 	cfg := DefaultConfig()
 	cfg.Kinds = []AgentKind{Train}
 	cfg.Agents = 1

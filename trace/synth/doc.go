@@ -15,7 +15,7 @@
 //
 // Calibration: the default config models the multi-agent baseline of
 // traces/workloads/multi_agent.py. Against three real runs of it (PyTorch
-// 2.11 on an H200, in testdata), a long synthetic trace agrees within a total
+// 2.11 on an H200, in traces/), a long synthetic trace agrees within a total
 // variation distance of 0.10 on the request size distribution (log2
 // buckets; measured 0.05, while the real runs differ among themselves by
 // 0.05 to 0.08) and 0.02 on the lifetime distribution (allocations made
