@@ -120,6 +120,9 @@ type engine struct {
 //
 // When GOMAXPROCS > 1 and cfg has no Observer, the trace is decoded on a
 // second goroutine, a few batches ahead of the replay.
+//
+// A trace cut short (an error that Is trace.ErrTruncated) still gives a
+// complete Result for every event read, with the error saying what was lost.
 func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
@@ -135,6 +138,10 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 		err = e.runSerial(r)
 	}
 	if err != nil {
+		// A trace cut short still gives the result of every event read.
+		if errors.Is(err, trace.ErrTruncated) && e.finish() == nil {
+			return &e.res, err
+		}
 		return e.partial(), err
 	}
 	if err := e.finish(); err != nil {

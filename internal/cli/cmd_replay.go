@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/fragsim/fragsim/analysis/plot"
 	"io"
@@ -98,11 +99,15 @@ func runReplay(c *cli.Context) error {
 	}
 	done()
 	closer.Close()
+	var cut error // the trace was cut short: report what was read, then fail
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		if res == nil || !errors.Is(err, trace.ErrTruncated) {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		cut = exitCode(2, fmt.Errorf("%s: %w (the figures cover the %d events read)", path, err, res.Events))
 	}
 	res.Conf = c.String("conf")
-	if c.Bool("min-capacity") {
+	if c.Bool("min-capacity") && cut == nil {
 		mc := cfg
 		mc.Progress = nil
 		v, err := replay.MinCapacity(open, f, mc)
@@ -124,16 +129,19 @@ func runReplay(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		if err := enc.Encode(struct {
 			*replay.Result
 			Forecast *replay.Forecast `json:"forecast,omitempty"`
-		}{res, fc})
+		}{res, fc}); err != nil {
+			return err
+		}
+		return cut
 	}
 	writeResult(w, res, hdr)
 	if fc != nil {
 		writeForecast(w, fc)
 	}
-	return nil
+	return cut
 }
 
 // replayProgress returns a Progress callback that reports on w once a run

@@ -3,9 +3,13 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fragsim/fragsim/replay"
 )
 
 var realTraceDir = filepath.Join("..", "..", "allocator", "caching", "testdata", "real")
@@ -110,5 +114,33 @@ func TestReplayErrors(t *testing.T) {
 		if code != c.code || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.want)
 		}
+	}
+}
+
+func TestReplayOfCutTraceReportsWhatWasRead(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "traces", "kv_decode_s1.fst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.fst")
+	if err := os.WriteFile(cut, data[:len(data)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runReplayCLI(t, "replay", "--json", cut)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2 for a cut trace; stderr %q", code, errs)
+	}
+	if !strings.Contains(errs, "truncated at byte offset") || !strings.Contains(errs, "cut.fst") {
+		t.Errorf("stderr %q does not say where the file was cut", errs)
+	}
+	var res replay.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("no result for the events read: %v (%q)", err, out)
+	}
+	if res.Events == 0 || res.Allocs == 0 || res.PeakReservedBytes == 0 || res.Fragmentation.OverheadRatio == 0 {
+		t.Errorf("partial result not finished: %+v", res)
+	}
+	if !strings.Contains(errs, fmt.Sprintf("the %d events read", res.Events)) {
+		t.Errorf("stderr %q does not give the events read (%d)", errs, res.Events)
 	}
 }
