@@ -75,6 +75,9 @@ type Run struct {
 	FreeHist *FreeHistogram `json:"free_hist,omitempty"`
 	Error    string         `json:"error,omitempty"`
 	WallS    float64        `json:"wall_s"`
+	// Truncated is set when the trace was cut short: the result covers the
+	// events before the cut, and this says what was lost.
+	Truncated string `json:"truncated,omitempty"`
 
 	firstTimeNS int64 // the first event's time
 }
@@ -155,6 +158,9 @@ type Comparison struct {
 	// LimitPct is the physical limit's at_peak_pct (-1 when not replayed).
 	LimitPct float64 `json:"limit_pct"`
 	WallS    float64 `json:"wall_s"`
+	// Truncated says what was lost when the trace was cut short: the
+	// figures then cover the events before the cut ("" for a whole trace).
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // MarshalJSON writes the comparison with its runs keyed by label.
@@ -321,6 +327,11 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 	}
 	c := &Comparison{Trace: NewTraceInfo(opts.Name, h)}
 	for _, j := range jobs {
+		if j.run.Truncated != "" {
+			c.Truncated = j.run.Truncated
+		}
+	}
+	for _, j := range jobs {
 		c.Runs = append(c.Runs, j.run)
 		if j.run.OK() && c.Trace.Events == 0 {
 			c.Trace.Events = j.run.Result.Events
@@ -446,7 +457,9 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 	}
 	res, err := replay.Run(r, j.factory, cfg)
 	total.Add(n & (1<<16 - 1))
-	if err != nil {
+	if err != nil && res != nil && errors.Is(err, trace.ErrTruncated) {
+		j.run.Truncated = err.Error()
+	} else if err != nil {
 		j.run.Error = err.Error()
 	}
 	if res != nil {

@@ -108,7 +108,15 @@ func runCompare(c *cli.Context) error {
 	cmp, err := analysis.Compare(open, opts)
 	prog.done()
 	if err != nil {
+		if !strings.Contains(err.Error(), name) {
+			err = fmt.Errorf("%s: %w", name, err)
+		}
 		return err
+	}
+	// A trace cut short: show what its events say, then fail.
+	var cut error
+	if cmp.Truncated != "" {
+		cut = exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, cmp.Truncated))
 	}
 	w := c.App.Writer
 	if c.String("out") != "" {
@@ -124,11 +132,16 @@ func runCompare(c *cli.Context) error {
 	case c.Bool("json"):
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(cmp)
+		err = enc.Encode(cmp)
 	case c.Bool("csv"):
-		return cmp.WriteCSV(w)
+		err = cmp.WriteCSV(w)
+	default:
+		err = cmp.WriteTable(w)
 	}
-	return cmp.WriteTable(w)
+	if err != nil {
+		return err
+	}
+	return cut
 }
 
 func fmtMillions(n int64) string {

@@ -154,3 +154,21 @@ func TestCompareBadInput(t *testing.T) {
 		t.Errorf("bad capacity: exit %d, stderr %q", code, errOut)
 	}
 }
+
+func TestCompareOfCutTraceReportsWhatWasRead(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "traces", "kv_decode_s1.fst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.fst")
+	if err := os.WriteFile(cut, data[:len(data)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runCLI("compare", cut, "--policies", "caching,expandable", "--setting", "none")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stderr %q", code, errs)
+	}
+	if !strings.Contains(out, "Fragmentation before:") || !strings.Contains(errs, "truncated at byte offset") || !strings.Contains(errs, cut) {
+		t.Errorf("want the verdict of the events read and a one-line error naming the file; stdout %q stderr %q", out, errs)
+	}
+}
