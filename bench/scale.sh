@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Scale benchmark: builds fragsim, generates synthetic traces of 1, 10 and 100
-# million events (fragsim synth, default multi-agent workload) and times the
-# commands that read them with /usr/bin/time -v: wall seconds, max RSS,
-# events per second. Prints a markdown table with the machine it ran on.
+# million events (fragsim synth, default multi-agent workload) and times every
+# command that reads them with /usr/bin/time -v: decode (fragsim info decodes
+# every event), replay under each policy, compare, cohost (the trace with
+# itself, the second copy 1 s later, on an H200) and import of a synthetic
+# PyTorch snapshot of as many entries (bench/import/gen_snapshot.py, no
+# stacks). Prints a markdown table of wall seconds, max RSS and events/s, with
+# the machine and commit it ran on.
 #
 # Usage: bench/scale.sh [SIZE...]     (default: 1M 10M 100M)
 # Env:   SEED (default 1), TIMEOUT per command in seconds (default 1200),
+#        BEST=n runs each command n times and keeps the fastest (default: 2 up
+#          to 10M events, 1 above),
+#        ONLY="decode caching cohost ..." runs only these rows (names: synth
+#          decode caching expandable pooled bfc ideal paged compare cohost import),
+#        IMPORT_MAX largest snapshot imported, in entries (default 10M: the
+#          generator holds the whole snapshot in Python, about 0.5 GB of RAM
+#          and 47 bytes of pickle per entry),
+#        PICKLE_DIR keeps generated snapshots there for later runs
+#          (snap_N.pickle; default: the temporary directory),
 #        KEEP=1 keeps the temporary directory, FRAGSIM_EXTRA_SYNTH extra synth flags,
 #        WORKTREE=1 builds the checkout as it is instead of HEAD,
 #        FRAGSIM_BIN=path uses that binary instead of building one.
@@ -16,28 +29,34 @@ sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(1M 10M 100M)
 seed=${SEED:-1}
 limit=${TIMEOUT:-1200}
+only=" ${ONLY:-synth decode caching expandable pooled bfc ideal paged compare cohost import} "
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fragsim-scale.XXXXXX")
 if [ "${KEEP:-0}" != 1 ]; then trap 'rm -rf "$tmp"' EXIT; fi
+pickles=${PICKLE_DIR:-$tmp}
+mkdir -p "$pickles"
 bin="$tmp/fragsim"
 # Builds the committed tree (HEAD), so that other work in progress in the
 # checkout does not get in the way; WORKTREE=1 builds the checkout as it is.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "${FRAGSIM_BIN:-}" ]; then
   cp "$FRAGSIM_BIN" "$bin"
+  commit="$commit (prebuilt binary)"
 elif [ "${WORKTREE:-0}" != 1 ] && git rev-parse --verify -q HEAD >/dev/null; then
   mkdir -p "$tmp/src" && git archive HEAD | tar -x -C "$tmp/src"
   (cd "$tmp/src" && CGO_ENABLED=0 go build -o "$bin" ./cmd/fragsim) || { echo "scale: build failed" >&2; exit 1; }
   rm -rf "$tmp/src"
 else
   CGO_ENABLED=0 go build -o "$bin" ./cmd/fragsim || { echo "scale: build failed" >&2; exit 1; }
+  commit="$commit+worktree"
 fi
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
 gov=$(go version 2>/dev/null | cut -d' ' -f3-4)
-echo "machine: $(nproc) cores, ${cpu:-unknown CPU}, $mem RAM; ${gov:-prebuilt binary}; $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "commit:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-echo
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "machine: $(nproc) cores, ${cpu:-unknown CPU}, $mem RAM; ${gov:-prebuilt binary}"
+echo "commit:  $commit; started $(date -u +%Y-%m-%dT%H:%MZ), load average $(load)"
 
 # count N: a size with suffix k, M or G as a plain number.
 count() {
@@ -50,52 +69,90 @@ count() {
   echo $((s * m))
 }
 
-# run LABEL EVENTS CMD...: times CMD, appends a table row.
+fmt_n() { awk -v n="$1" 'BEGIN{ if (n >= 1e6) printf "%.3gM", n/1e6; else if (n >= 1e3) printf "%.3gk", n/1e3; else printf "%d", n }'; }
+
+# timed CMD...: runs CMD once under /usr/bin/time; sets t_wall, t_rss, t_rc, t_out.
+timed() {
+  local tv="$tmp/time.txt"
+  t_out="$tmp/out.txt"
+  timeout "$limit" /usr/bin/time -v -o "$tv" "$@" >"$t_out" 2>&1
+  t_rc=$?
+  t_wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tv" 2>/dev/null | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
+  t_rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$tv" 2>/dev/null)
+}
+
+# run NAME LABEL EVENTS NOTE CMD...: times CMD (best of $reps by wall time;
+# max RSS of that run) and appends a table row. EVENTS counts what the
+# command reads (both traces for cohost, snapshot entries for import).
 rows=()
 run() {
-  local label=$1 events=$2; shift 2
-  local out="$tmp/out.txt" tv="$tmp/time.txt" rc
-  timeout "$limit" /usr/bin/time -v -o "$tv" "$@" >"$out" 2>&1
-  rc=$?
-  if grep -q 'not built yet\|No help topic\|command not found\|flag provided but not defined' "$out"; then
-    rows+=("| $label | $(fmt_n "$events") | n/a | n/a | n/a | not built yet |")
-    return
-  fi
-  local wall rss
-  wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tv" | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
-  rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$tv")
-  local note=""
-  if [ "$rc" -eq 124 ]; then note="timed out after ${limit}s"
-  elif [ "$rc" -ne 0 ]; then note="exit $rc: $(grep -v '^\s*$' "$out" | tail -1 | cut -c1-80)"
-  fi
+  local name=$1 label=$2 events=$3 extra=$4; shift 4
+  case $only in *" $name "*) ;; *) return ;; esac
+  echo "   $label" >&2
+  local i wall="" rss="" note=""
+  for ((i = 0; i < reps; i++)); do
+    timed "$@"
+    if grep -q 'not built yet\|No help topic\|command not found\|flag provided but not defined' "$t_out"; then
+      rows+=("| $label | $(fmt_n "$events") | n/a | n/a | n/a | not built yet |")
+      return
+    fi
+    if [ "$t_rc" -eq 124 ]; then note="timed out after ${limit}s"; wall=$t_wall; rss=$t_rss; break
+    elif [ "$t_rc" -ne 0 ]; then note="exit $t_rc: $(grep -v '^\s*$' "$t_out" | tail -1 | cut -c1-80)"; wall=$t_wall; rss=$t_rss; break
+    fi
+    if [ -z "$wall" ] || awk "BEGIN{exit !($t_wall < $wall)}"; then wall=$t_wall; rss=$t_rss; fi
+  done
   local rate="-"
-  if [ -n "$wall" ] && awk "BEGIN{exit !($wall > 0)}"; then
+  if [ -n "$wall" ] && [ -z "$note" ] && awk "BEGIN{exit !($wall > 0)}"; then
     rate=$(awk "BEGIN{printf \"%.1f M\", $events / $wall / 1e6}")
   fi
+  [ "$reps" -gt 1 ] && [ -z "$note" ] && note="best of $reps"
+  [ -n "$extra" ] && note="${note:+$note; }$extra"
   rows+=("| $label | $(fmt_n "$events") | ${wall:-?} | ${rss:-?} | $rate | $note |")
 }
 
-fmt_n() { awk -v n="$1" 'BEGIN{ if (n >= 1e6) printf "%.3gM", n/1e6; else printf "%d", n }'; }
-
 for s in "${sizes[@]}"; do
   n=$(count "$s")
+  reps=${BEST:-$([ "$n" -le 10000000 ] && echo 2 || echo 1)}
   f="$tmp/synth_$s.fst"
-  echo "== $s events" >&2
+  echo "== $s events (best of $reps)" >&2
+  # synth is always run (every other row reads its trace), shown if asked for.
+  keep=$only; only=" synth "; r=$reps; reps=1
   # shellcheck disable=SC2086
-  run "synth" "$n" "$bin" synth -q -o "$f" --events "$n" --seed "$seed" ${FRAGSIM_EXTRA_SYNTH:-}
+  run synth "synth" "$n" "" "$bin" synth -q -o "$f" --events "$n" --seed "$seed" ${FRAGSIM_EXTRA_SYNTH:-}
+  case $keep in *" synth "*) ;; *) unset 'rows[${#rows[@]}-1]' ;; esac
+  only=$keep; reps=$r
   if [ ! -s "$f" ]; then echo "scale: synth of $s failed: $(tail -1 "$tmp/out.txt")" >&2; continue; fi
   actual=$("$bin" info --json "$f" 2>/dev/null | sed -n 's/^ *"events": *\([0-9]*\).*/\1/p' | head -1)
   [ -n "$actual" ] && n=$actual
   size=$(stat -c %s "$f")
   echo "   file: $size bytes, $(awk "BEGIN{printf \"%.2f\", $size / $n}") bytes/event" >&2
-  run "info" "$n" "$bin" info "$f"
-  run "replay --policy caching" "$n" "$bin" replay --policy caching "$f"
-  run "replay --policy expandable" "$n" "$bin" replay --policy expandable "$f"
-  run "replay --policy pooled" "$n" "$bin" replay --policy pooled "$f"
-  run "compare" "$n" "$bin" compare "$f"
+  run decode "decode (info)" "$n" "" "$bin" info "$f"
+  for p in caching expandable pooled bfc ideal paged; do
+    run "$p" "replay --policy $p" "$n" "" "$bin" replay --policy "$p" "$f"
+  done
+  run compare "compare" "$n" "5 policies + setting variants" "$bin" compare "$f"
+  run cohost "cohost (2 copies)" "$((2 * n))" "--offset 0,1s --capacity h200" \
+    "$bin" cohost --offset 0,1s --capacity h200 "$f" "$f"
   rm -f "$f"
+
+  case $only in *" import "*) ;; *) continue ;; esac
+  en=$(count "$s")
+  if [ "$en" -gt "${IMPORT_MAX:-10000000}" ]; then
+    rows+=("| import | $(fmt_n "$en") | n/a | n/a | n/a | pickle too large for this machine |")
+    continue
+  fi
+  pk="$pickles/snap_$en.pickle"
+  if [ ! -s "$pk" ]; then
+    echo "   generating $pk" >&2
+    python3 bench/import/gen_snapshot.py "$pk" "$en" 0 || { echo "scale: gen_snapshot failed" >&2; continue; }
+  fi
+  run import "import" "$en" "commit $commit; $(awk "BEGIN{printf \"%.0f\", $(stat -c %s "$pk") / 1048576}") MiB pickle" \
+    "$bin" import -q -o "$tmp/import.fst" "$pk"
+  rm -f "$tmp/import.fst"
 done
 
+echo "finished $(date -u +%Y-%m-%dT%H:%MZ), load average $(load)"
+echo
 echo "| command | events | wall s | max RSS MiB | events/s | note |"
 echo "|---|---:|---:|---:|---:|---|"
 printf '%s\n' "${rows[@]}"
