@@ -166,6 +166,12 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decompress(raw, limit)
+}
+
+// decompress returns raw, or its decompression when it starts with the
+// magic bytes of gzip or zstd.
+func decompress(raw []byte, limit int64) ([]byte, error) {
 	switch {
 	case bytes.HasPrefix(raw, gzipMagic):
 		zr, err := gzip.NewReader(bytes.NewReader(raw))
@@ -240,6 +246,32 @@ func Load(r io.Reader, name string, opt Options) (*Snapshot, error) {
 		return nil, &Error{name, err}
 	}
 	s, err := LoadPickle(data, opt)
+	if s != nil {
+		s.summary.Input = name
+	}
+	if err != nil {
+		return s, &Error{name, err}
+	}
+	return s, nil
+}
+
+// loadMapped is Load of a snapshot file mapped into memory at data.
+func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
+	limit := opt.MaxInputBytes
+	if limit <= 0 {
+		limit = 64 << 30
+	}
+	if int64(len(data)) > limit {
+		return nil, &Error{name, fmt.Errorf("input exceeds %d bytes", limit)}
+	}
+	if opt.Progress != nil {
+		opt.Progress("read", int64(len(data)), -1)
+	}
+	pk, err := decompress(data, limit)
+	if err != nil {
+		return nil, &Error{name, err}
+	}
+	s, err := LoadPickle(pk, opt)
 	if s != nil {
 		s.summary.Input = name
 	}
@@ -454,7 +486,14 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	s, loadErr := Load(f, in, opt)
+	var s *Snapshot
+	var loadErr error
+	if data, unmap, ok := mapFile(f); ok {
+		s, loadErr = loadMapped(data, in, opt)
+		unmap() // nothing decoded refers to the input's bytes
+	} else {
+		s, loadErr = Load(f, in, opt)
+	}
 	if s == nil {
 		return nil, loadErr
 	}

@@ -242,3 +242,54 @@ func TestRealSnapshotWithoutCap(t *testing.T) {
 		t.Errorf("inferred %d: every burst of this run precedes an OOM", s.Summary().EmptyCaches)
 	}
 }
+
+// TestImportFileMapped checks that importing a snapshot file large enough
+// to be mapped into memory, plain and gzip'd, writes the same trace as
+// Load and Emit of its bytes.
+func TestImportFileMapped(t *testing.T) {
+	data := gunzip(t, "testdata/real/baseline_s1.pickle.gz")
+	if len(data) < minMapBytes {
+		t.Fatalf("snapshot of %d bytes is too small to be mapped", len(data))
+	}
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	w, err := trace.NewWriter(&want, s.Header())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Emit(w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer // stored, not compressed: large enough to be mapped
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.NoCompression)
+	zw.Write(data)
+	zw.Close()
+	dir := t.TempDir()
+	for name, content := range map[string][]byte{"plain.pickle": data, "stored.pickle.gz": gz.Bytes()} {
+		in := filepath.Join(dir, name)
+		if err := os.WriteFile(in, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := in + ".fst"
+		sum, err := ImportFile(in, out, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if sum.Events != s.Summary().Events {
+			t.Errorf("%s: %d events, want %d", name, sum.Events, s.Summary().Events)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%s: trace differs from Load+Emit (%d vs %d bytes)", name, len(got), want.Len())
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build darwin || freebsd
+
+package pytorch
+
+const mapPopulate = 0
