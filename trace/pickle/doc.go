@@ -34,8 +34,32 @@ func (k Kind) String() string {
 	return "invalid"
 }
 
-// Value is a value of a Doc: an index into its value table.
+// Value is a value of a Doc: an index into its value table, or, with
+// inlineBit set, a small non-negative int held in the Value itself (most
+// of a snapshot's ints), which takes no table entry.
 type Value uint32
+
+// inlineBit marks a Value that holds an int below maxInline itself.
+const (
+	inlineBit Value = 1 << 31
+	maxInline       = 1 << 30
+)
+
+// valIn is val with the value table vals (the decoder's local copy).
+func (d *Doc) valIn(vals []val, v Value) val {
+	if v&inlineBit != 0 {
+		return val{x: uint64(v &^ inlineBit), kind: KindInt}
+	}
+	return vals[v]
+}
+
+// val returns v's kind and bits.
+func (d *Doc) val(v Value) val {
+	if v&inlineBit != 0 {
+		return val{x: uint64(v &^ inlineBit), kind: KindInt}
+	}
+	return d.vals[v]
+}
 
 type val struct {
 	x    uint64 // the bits of a scalar; a string or container index
@@ -71,12 +95,12 @@ type Doc struct {
 func (d *Doc) Root() Value { return d.root }
 
 // Kind returns v's kind.
-func (d *Doc) Kind(v Value) Kind { return d.vals[v].kind }
+func (d *Doc) Kind(v Value) Kind { return d.val(v).kind }
 
 // Int returns v as an int64: ints (uint64 ones bit-cast), bools and floats
 // (truncated); ok is false for other kinds.
 func (d *Doc) Int(v Value) (int64, bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	switch x.kind {
 	case KindInt, KindUint, KindBool:
 		return int64(x.x), true
@@ -88,7 +112,7 @@ func (d *Doc) Int(v Value) (int64, bool) {
 
 // Float returns v as a float64 (ints converted).
 func (d *Doc) Float(v Value) (float64, bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	switch x.kind {
 	case KindFloat:
 		return math.Float64frombits(x.x), true
@@ -102,7 +126,7 @@ func (d *Doc) Float(v Value) (float64, bool) {
 
 // Str returns v's string and whether v is a string (str or bytes).
 func (d *Doc) Str(v Value) (string, bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindString {
 		return "", false
 	}
@@ -112,7 +136,7 @@ func (d *Doc) Str(v Value) (string, bool) {
 // StrID returns the index of v's string in the Doc's string table: equal
 // short strings (up to 128 bytes) share one index.
 func (d *Doc) StrID(v Value) (uint32, bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindString {
 		return 0, false
 	}
@@ -128,7 +152,7 @@ func (d *Doc) LookupStr(s string) (uint32, bool) {
 
 // Len returns the number of items of a list or tuple, or pairs of a dict.
 func (d *Doc) Len(v Value) int {
-	x := d.vals[v]
+	x := d.val(v)
 	switch x.kind {
 	case KindList, KindTuple, KindDict:
 		return int(d.conts[x.x].n)
@@ -139,7 +163,7 @@ func (d *Doc) Len(v Value) int {
 // Items calls f with each item of a list or tuple, in order, until f
 // returns false.
 func (d *Doc) Items(v Value, f func(i int, item Value) bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindList && x.kind != KindTuple {
 		return
 	}
@@ -157,7 +181,7 @@ func (d *Doc) Items(v Value, f func(i int, item Value) bool) {
 
 // Slice returns the items of a list or tuple.
 func (d *Doc) Slice(v Value) []Value {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindList && x.kind != KindTuple {
 		return nil
 	}
@@ -175,7 +199,7 @@ func (d *Doc) Slice(v Value) []Value {
 // set (a key set twice appears twice; the later value is Python's), until
 // f returns false.
 func (d *Doc) Pairs(v Value, f func(key, value Value) bool) {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindDict {
 		return
 	}
@@ -224,7 +248,7 @@ const MaxInputBytes = 1<<31 - 1
 // PairSlice returns a dict's keys and values, alternating, without copying
 // when the dict was filled in one go (the usual case).
 func (d *Doc) PairSlice(v Value) []Value {
-	x := d.vals[v]
+	x := d.val(v)
 	if x.kind != KindDict {
 		return nil
 	}
@@ -256,7 +280,7 @@ func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("%w: values nested deeper than %d (or cyclic)", ErrMalformed, maxDepth)
 	}
-	x := d.vals[v]
+	x := d.val(v)
 	switch x.kind {
 	case KindNone:
 		return nil, nil
@@ -306,7 +330,7 @@ func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 		var err error
 		d.Pairs(v, func(k, val Value) bool {
 			var key string
-			switch kx := d.vals[k]; kx.kind {
+			switch kx := d.val(k); kx.kind {
 			case KindString:
 				key = d.strs[kx.x]
 			case KindInt:
@@ -412,6 +436,10 @@ func (d *Decoder) need(off int, op byte, n uint64) error {
 }
 
 func (d *Decoder) push(k Kind, x uint64) {
+	if k == KindInt && x < maxInline {
+		d.stack = append(d.stack, inlineBit|Value(x))
+		return
+	}
 	d.stack = append(d.stack, Value(len(d.doc.vals)))
 	d.doc.vals = append(d.doc.vals, val{x: x, kind: k})
 }
@@ -572,7 +600,7 @@ func (d *Decoder) popMark(off int, op byte) (int, error) {
 }
 
 func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
-	x := d.doc.vals[dict]
+	x := d.doc.val(dict)
 	if x.kind != KindDict {
 		return d.errAt(off, op, ErrMalformed, "setting items of a %s, not a dict", x.kind)
 	}
@@ -580,7 +608,7 @@ func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
 		return d.errAt(off, op, ErrMalformed, "odd number (%d) of keys and values", len(kv))
 	}
 	for i := 0; i < len(kv); i += 2 {
-		switch k := d.doc.vals[kv[i]].kind; k {
+		switch k := d.doc.val(kv[i]).kind; k {
 		case KindString, KindInt, KindUint:
 		default:
 			return d.errAt(off, op, ErrMalformed, "dict key of type %s (only str and int keys are supported)", k)
@@ -591,7 +619,7 @@ func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
 }
 
 func (d *Decoder) appendList(off int, op byte, list Value, items []Value) error {
-	x := d.doc.vals[list]
+	x := d.doc.val(list)
 	if x.kind != KindList {
 		return d.errAt(off, op, ErrMalformed, "appending to a %s, not a list", x.kind)
 	}
@@ -685,22 +713,24 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			continue
 		case opBinInt1:
 			if pos+1 < len(data) {
-				stack = append(stack, Value(len(vals)))
-				vals = append(vals, val{x: uint64(data[pos+1]), kind: KindInt})
+				stack = append(stack, inlineBit|Value(data[pos+1]))
 				pos += 2
 				continue
 			}
 		case opBinInt2:
 			if pos+2 < len(data) {
-				stack = append(stack, Value(len(vals)))
-				vals = append(vals, val{x: uint64(binary.LittleEndian.Uint16(data[pos+1:])), kind: KindInt})
+				stack = append(stack, inlineBit|Value(binary.LittleEndian.Uint16(data[pos+1:])))
 				pos += 3
 				continue
 			}
 		case opBinInt:
 			if pos+4 < len(data) {
-				stack = append(stack, Value(len(vals)))
-				vals = append(vals, val{x: uint64(int64(int32(binary.LittleEndian.Uint32(data[pos+1:])))), kind: KindInt})
+				if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
+					stack = append(stack, inlineBit|Value(x))
+				} else {
+					stack = append(stack, Value(len(vals)))
+					vals = append(vals, val{x: uint64(int64(x)), kind: KindInt})
+				}
 				pos += 5
 				continue
 			}
@@ -743,14 +773,14 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				if op == opAppends {
 					want = KindList
 				}
-				if m > 0 && vals[stack[m-1]].kind == want && (op == opAppends || (len(stack)-m)%2 == 0) {
+				if m > 0 && doc.valIn(vals, stack[m-1]).kind == want && (op == opAppends || (len(stack)-m)%2 == 0) {
 					items := stack[m:]
 					count := uint32(len(items))
 					okKeys := true
 					if op == opSetItems {
 						count /= 2
 						for i := 0; i < len(items); i += 2 {
-							if k := vals[items[i]].kind; k != KindString && k != KindInt && k != KindUint {
+							if k := doc.valIn(vals, items[i]).kind; k != KindString && k != KindInt && k != KindUint {
 								okKeys = false
 								break
 							}
@@ -759,7 +789,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					if okKeys {
 						d.marks = d.marks[:nm-1]
 						doc.vals = vals
-						d.appendItems(int(vals[stack[m-1]].x), items, count)
+						d.appendItems(int(vals[stack[m-1]].x), items, count) // a dict or list: never inline
 						stack = stack[:m]
 						pos++
 						continue

@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -261,4 +262,50 @@ func FuzzDecode(f *testing.F) {
 		}
 		_ = v
 	})
+}
+
+// TestInlineInts checks ints at the edges of those a Value holds itself:
+// in a list, as dict keys, through the memo, and their kinds in the Doc.
+func TestInlineInts(t *testing.T) {
+	binint := func(x int32) []byte {
+		b := []byte{opBinInt, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(b[1:], uint32(x))
+		return b
+	}
+	vals := []int32{0, 255, 65535, maxInline - 1, maxInline, 1<<31 - 1, -1, -1 << 31}
+	p := []byte{opProto, 2, opEmptyList, opMark}
+	for _, x := range vals {
+		p = append(p, binint(x)...)
+	}
+	p = append(p, opBinInt1, 7, opBinPut, 0, opBinInt2, 0xff, 0xff, opAppends)
+	// A dict keyed by an inline int, valued by the memoized one.
+	p = append(p, opEmptyDict, opBinInt1, 3, opBinGet, 0, opSetItem, opAppend, opStop)
+	doc, err := NewDecoder(p).DecodeDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := doc.Slice(doc.Root())
+	want := []int64{0, 255, 65535, maxInline - 1, maxInline, 1<<31 - 1, -1, -1 << 31, 7, 65535}
+	if len(items) != len(want)+1 {
+		t.Fatalf("%d items, want %d", len(items), len(want)+1)
+	}
+	for i, w := range want {
+		if k := doc.Kind(items[i]); k != KindInt {
+			t.Errorf("item %d: kind %s, want int", i, k)
+		}
+		if got, ok := doc.Int(items[i]); !ok || got != w {
+			t.Errorf("item %d: %d (%v), want %d", i, got, ok, w)
+		}
+	}
+	got, err := doc.ToAny(items[len(want)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := got.(*Dict)
+	if !ok || d.Len() != 1 {
+		t.Fatalf("last item %#v, want a dict of one pair", got)
+	}
+	if v, ok := d.Get("3"); !ok || v != int64(7) {
+		t.Errorf(`dict["3"] = %#v, want 7`, v)
+	}
 }
