@@ -45,12 +45,12 @@ const (
 	maxInline       = 1 << 30
 )
 
-// valIn is val with the value table vals (the decoder's local copy).
-func (d *Doc) valIn(vals []val, v Value) val {
+// kindIn is v's kind with the kind table kinds (the decoder's local copy).
+func kindIn(kinds []Kind, v Value) Kind {
 	if v&inlineBit != 0 {
-		return val{x: uint64(v &^ inlineBit), kind: KindInt}
+		return KindInt
 	}
-	return vals[v]
+	return kinds[v]
 }
 
 // val returns v's kind and bits.
@@ -58,7 +58,7 @@ func (d *Doc) val(v Value) val {
 	if v&inlineBit != 0 {
 		return val{x: uint64(v &^ inlineBit), kind: KindInt}
 	}
-	return d.vals[v]
+	return val{x: d.xs[v], kind: d.kinds[v]}
 }
 
 type val struct {
@@ -82,7 +82,8 @@ type chunk struct {
 // decoding millions of small dicts costs neither allocations nor garbage
 // collection. Values are addressed by Value.
 type Doc struct {
-	vals   []val
+	kinds  []Kind   // the value table: kinds[v] and xs[v] (two tables, so
+	xs     []uint64 // that a value costs 9 bytes, not a padded 16)
 	strs   []string
 	conts  []cont
 	chunks []chunk
@@ -398,7 +399,8 @@ func NewDecoder(data []byte) *Decoder {
 	return &Decoder{
 		data: data,
 		doc: &Doc{
-			vals:   make([]val, 0, n/4+16),
+			kinds:  make([]Kind, 0, n/4+16),
+			xs:     make([]uint64, 0, n/4+16),
 			items:  make([]Value, 0, n+16),
 			chunks: make([]chunk, 0, n/8+16),
 			conts:  make([]cont, 0, n/8+16),
@@ -440,8 +442,9 @@ func (d *Decoder) push(k Kind, x uint64) {
 		d.stack = append(d.stack, inlineBit|Value(x))
 		return
 	}
-	d.stack = append(d.stack, Value(len(d.doc.vals)))
-	d.doc.vals = append(d.doc.vals, val{x: x, kind: k})
+	d.stack = append(d.stack, Value(len(d.doc.kinds)))
+	d.doc.kinds = append(d.doc.kinds, k)
+	d.doc.xs = append(d.doc.xs, x)
 }
 
 func (d *Decoder) pushStr(b []byte) {
@@ -653,15 +656,15 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	// The opcodes a snapshot is made of are decoded inline on local copies
 	// of the decoder's state; anything else (and every error) goes through
 	// step, the general path.
-	pos, stack, vals, memo := d.pos, d.stack, doc.vals, d.memo
+	pos, stack, kinds, xs, memo := d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	for {
 		if pos >= len(data) {
-			d.pos, d.stack, doc.vals, d.memo = pos, stack, vals, memo
+			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
 			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
 		}
 		if pos >= next {
 			if pos >= sampleAt {
-				vals, memo = reserve(vals, pos, len(data)), reserve(memo, pos, len(data))
+				kinds, xs, memo = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data)), reserve(memo, pos, len(data))
 				doc.items = reserve(doc.items, pos, len(data))
 				doc.chunks = reserve(doc.chunks, pos, len(data))
 				doc.conts = reserve(doc.conts, pos, len(data))
@@ -707,8 +710,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				k = KindList
 			}
 			doc.conts = append(doc.conts, cont{first: -1, last: -1})
-			stack = append(stack, Value(len(vals)))
-			vals = append(vals, val{x: uint64(len(doc.conts) - 1), kind: k})
+			stack = append(stack, Value(len(kinds)))
+			kinds = append(kinds, k)
+			xs = append(xs, uint64(len(doc.conts)-1))
 			pos++
 			continue
 		case opBinInt1:
@@ -728,8 +732,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
 					stack = append(stack, inlineBit|Value(x))
 				} else {
-					stack = append(stack, Value(len(vals)))
-					vals = append(vals, val{x: uint64(int64(x)), kind: KindInt})
+					stack = append(stack, Value(len(kinds)))
+					kinds = append(kinds, KindInt)
+					xs = append(xs, uint64(int64(x)))
 				}
 				pos += 5
 				continue
@@ -739,8 +744,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				n := int(data[pos+1])
 				if pos+2+n <= len(data) {
 					if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
-						stack = append(stack, Value(len(vals)))
-						vals = append(vals, val{x: x, kind: k})
+						stack = append(stack, Value(len(kinds)))
+						kinds = append(kinds, k)
+						xs = append(xs, x)
 						pos += 2 + n
 						continue
 					}
@@ -760,8 +766,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 							doc.intern[str] = i
 						}
 					}
-					stack = append(stack, Value(len(vals)))
-					vals = append(vals, val{x: uint64(i), kind: KindString})
+					stack = append(stack, Value(len(kinds)))
+					kinds = append(kinds, KindString)
+					xs = append(xs, uint64(i))
 					pos += 2 + n
 					continue
 				}
@@ -773,14 +780,14 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				if op == opAppends {
 					want = KindList
 				}
-				if m > 0 && doc.valIn(vals, stack[m-1]).kind == want && (op == opAppends || (len(stack)-m)%2 == 0) {
+				if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
 					items := stack[m:]
 					count := uint32(len(items))
 					okKeys := true
 					if op == opSetItems {
 						count /= 2
 						for i := 0; i < len(items); i += 2 {
-							if k := doc.valIn(vals, items[i]).kind; k != KindString && k != KindInt && k != KindUint {
+							if k := kindIn(kinds, items[i]); k != KindString && k != KindInt && k != KindUint {
 								okKeys = false
 								break
 							}
@@ -788,8 +795,8 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					}
 					if okKeys {
 						d.marks = d.marks[:nm-1]
-						doc.vals = vals
-						d.appendItems(int(vals[stack[m-1]].x), items, count) // a dict or list: never inline
+						doc.kinds, doc.xs = kinds, xs
+						d.appendItems(int(xs[stack[m-1]]), items, count) // a dict or list: never inline
 						stack = stack[:m]
 						pos++
 						continue
@@ -798,7 +805,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			}
 		}
 		// The general path.
-		d.pos, d.stack, doc.vals, d.memo = pos+1, stack, vals, memo
+		d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos+1, stack, kinds, xs, memo
 		done, err := d.step(pos, op)
 		if err != nil {
 			return nil, err
@@ -806,7 +813,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		if done {
 			return doc, nil
 		}
-		pos, stack, vals, memo = d.pos, d.stack, doc.vals, d.memo
+		pos, stack, kinds, xs, memo = d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	}
 }
 
