@@ -62,16 +62,19 @@ func (d *Doc) val(v Value) val {
 }
 
 type val struct {
-	x    uint64 // the bits of a scalar; a string or container index
+	x    uint64 // the bits of a scalar, a string index, or where a container's items are
 	kind Kind
 }
 
-// cont is a list, tuple or dict: a chain of chunks of item indexes (dicts
-// hold keys and values alternately).
-type cont struct {
-	first, last int32 // chunk indexes, -1 when empty
-	n           uint32
-}
+// A list, tuple or dict holds item indexes (dicts hold keys and values
+// alternately). Its bits say where: without chainedBit, in one run of the
+// items table, start<<32 | count (0 when empty: the usual case, filled in
+// one go, costs no more); with chainedBit, in a chain of chunks,
+// first<<32 | chainedBit | last.
+const (
+	chainedBit = 1 << 31
+	lowMask    = chainedBit - 1
+)
 
 type chunk struct {
 	start, n uint32
@@ -85,7 +88,6 @@ type Doc struct {
 	kinds  []Kind   // the value table: kinds[v] and xs[v] (two tables, so
 	xs     []uint64 // that a value costs 9 bytes, not a padded 16)
 	strs   []string
-	conts  []cont
 	chunks []chunk
 	items  []Value
 	root   Value
@@ -151,14 +153,46 @@ func (d *Doc) LookupStr(s string) (uint32, bool) {
 	return i, ok
 }
 
+// run returns a container's items when they lie in one run of the items
+// table, else ok false and the index of the first chunk of their chain.
+func (d *Doc) run(x uint64) (items []Value, first int32, ok bool) {
+	if x&chainedBit == 0 {
+		start, n := uint32(x>>32), uint32(x)&lowMask
+		return d.items[start : start+n : start+n], 0, true
+	}
+	return nil, int32(x >> 32), false
+}
+
+// forRuns calls f with each run of a container's items, in order, until f
+// returns false.
+func (d *Doc) forRuns(x uint64, f func(items []Value) bool) {
+	items, c, ok := d.run(x)
+	if ok {
+		f(items)
+		return
+	}
+	for ; c >= 0; c = d.chunks[c].next {
+		ch := d.chunks[c]
+		if !f(d.items[ch.start : ch.start+ch.n]) {
+			return
+		}
+	}
+}
+
 // Len returns the number of items of a list or tuple, or pairs of a dict.
 func (d *Doc) Len(v Value) int {
 	x := d.val(v)
 	switch x.kind {
 	case KindList, KindTuple, KindDict:
-		return int(d.conts[x.x].n)
+	default:
+		return 0
 	}
-	return 0
+	n := 0
+	d.forRuns(x.x, func(items []Value) bool { n += len(items); return true })
+	if x.kind == KindDict {
+		n /= 2
+	}
+	return n
 }
 
 // Items calls f with each item of a list or tuple, in order, until f
@@ -169,15 +203,15 @@ func (d *Doc) Items(v Value, f func(i int, item Value) bool) {
 		return
 	}
 	i := 0
-	for c := d.conts[x.x].first; c >= 0; c = d.chunks[c].next {
-		ch := d.chunks[c]
-		for _, it := range d.items[ch.start : ch.start+ch.n] {
+	d.forRuns(x.x, func(items []Value) bool {
+		for _, it := range items {
 			if !f(i, it) {
-				return
+				return false
 			}
 			i++
 		}
-	}
+		return true
+	})
 }
 
 // Slice returns the items of a list or tuple.
@@ -186,13 +220,11 @@ func (d *Doc) Slice(v Value) []Value {
 	if x.kind != KindList && x.kind != KindTuple {
 		return nil
 	}
-	c := d.conts[x.x]
-	if c.first >= 0 && c.first == c.last {
-		ch := d.chunks[c.first]
-		return d.items[ch.start : ch.start+ch.n : ch.start+ch.n]
+	if items, _, ok := d.run(x.x); ok {
+		return items
 	}
-	out := make([]Value, 0, c.n)
-	d.Items(v, func(_ int, it Value) bool { out = append(out, it); return true })
+	var out []Value
+	d.forRuns(x.x, func(items []Value) bool { out = append(out, items...); return true })
 	return out
 }
 
@@ -204,15 +236,14 @@ func (d *Doc) Pairs(v Value, f func(key, value Value) bool) {
 	if x.kind != KindDict {
 		return
 	}
-	for c := d.conts[x.x].first; c >= 0; c = d.chunks[c].next {
-		ch := d.chunks[c]
-		its := d.items[ch.start : ch.start+ch.n]
+	d.forRuns(x.x, func(its []Value) bool {
 		for i := 0; i+1 < len(its); i += 2 {
 			if !f(its[i], its[i+1]) {
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // Get returns the value a dict holds under the string key.
@@ -253,12 +284,10 @@ func (d *Doc) PairSlice(v Value) []Value {
 	if x.kind != KindDict {
 		return nil
 	}
-	c := d.conts[x.x]
-	if c.first >= 0 && c.first == c.last {
-		ch := d.chunks[c.first]
-		return d.items[ch.start : ch.start+ch.n : ch.start+ch.n]
+	if items, _, ok := d.run(x.x); ok {
+		return items
 	}
-	out := make([]Value, 0, 2*c.n)
+	var out []Value
 	d.Pairs(v, func(k, val Value) bool { out = append(out, k, val); return true })
 	return out
 }
@@ -301,7 +330,7 @@ func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 	}
 	switch x.kind {
 	case KindList, KindTuple:
-		items := make([]any, 0, d.conts[x.x].n)
+		items := make([]any, 0, d.Len(v))
 		var out any
 		if x.kind == KindList {
 			l := &List{}
@@ -403,7 +432,6 @@ func NewDecoder(data []byte) *Decoder {
 			xs:     make([]uint64, 0, n/4+16),
 			items:  make([]Value, 0, n+16),
 			chunks: make([]chunk, 0, n/8+16),
-			conts:  make([]cont, 0, n/8+16),
 			intern: make(map[string]uint32, 1024),
 		},
 		memo:  make([]Value, 0, n/8+16),
@@ -467,39 +495,47 @@ func (d *Decoder) pushStr(b []byte) {
 	d.push(KindString, uint64(len(doc.strs)-1))
 }
 
-func (d *Decoder) pushCont(k Kind) int {
-	d.doc.conts = append(d.doc.conts, cont{first: -1, last: -1})
-	ci := len(d.doc.conts) - 1
-	d.push(k, uint64(ci))
-	return ci
+func (d *Decoder) pushCont(k Kind) Value {
+	d.push(k, 0)
+	return d.top()
 }
 
-// appendItems adds items to container ci.
-func (d *Decoder) appendItems(ci int, items []Value, count uint32) {
-	doc := d.doc
-	c := &doc.conts[ci]
+// appendItems adds items to the container v. (The items table stays below
+// 2^31 entries: each item was pushed by an opcode of at least one byte.)
+func (d *Decoder) appendItems(v Value, items []Value) {
 	if len(items) == 0 {
 		return
 	}
-	if c.last >= 0 {
-		last := &doc.chunks[c.last]
-		if last.start+last.n == uint32(len(doc.items)) {
-			doc.items = append(doc.items, items...)
-			last.n += uint32(len(items))
-			c.n += count
-			return
-		}
-	}
-	doc.chunks = append(doc.chunks, chunk{start: uint32(len(doc.items)), n: uint32(len(items)), next: -1})
+	doc := d.doc
+	x := doc.xs[v]
+	end := uint32(len(doc.items))
 	doc.items = append(doc.items, items...)
-	ch := int32(len(doc.chunks) - 1)
-	if c.last >= 0 {
-		doc.chunks[c.last].next = ch
-	} else {
-		c.first = ch
+	if x&chainedBit == 0 {
+		start, n := uint32(x>>32), uint32(x)&lowMask
+		switch {
+		case n == 0:
+			doc.xs[v] = uint64(end)<<32 | uint64(len(items))
+		case start+n == end:
+			doc.xs[v] = x + uint64(len(items))
+		default:
+			// Other items were stored since: chain the run and the new items.
+			first := len(doc.chunks)
+			doc.chunks = append(doc.chunks,
+				chunk{start: start, n: n, next: int32(first + 1)},
+				chunk{start: end, n: uint32(len(items)), next: -1})
+			doc.xs[v] = uint64(first)<<32 | chainedBit | uint64(first+1)
+		}
+		return
 	}
-	c.last = ch
-	c.n += count
+	first, last := x>>32, x&lowMask
+	if lc := &doc.chunks[last]; lc.start+lc.n == end {
+		lc.n += uint32(len(items))
+		return
+	}
+	nl := len(doc.chunks)
+	doc.chunks = append(doc.chunks, chunk{start: end, n: uint32(len(items)), next: -1})
+	doc.chunks[last].next = int32(nl)
+	doc.xs[v] = first<<32 | chainedBit | uint64(nl)
 }
 
 func (d *Decoder) memoGet(idx uint64) (Value, bool) {
@@ -617,7 +653,7 @@ func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
 			return d.errAt(off, op, ErrMalformed, "dict key of type %s (only str and int keys are supported)", k)
 		}
 	}
-	d.appendItems(int(x.x), kv, uint32(len(kv)/2))
+	d.appendItems(dict, kv)
 	return nil
 }
 
@@ -626,7 +662,7 @@ func (d *Decoder) appendList(off int, op byte, list Value, items []Value) error 
 	if x.kind != KindList {
 		return d.errAt(off, op, ErrMalformed, "appending to a %s, not a list", x.kind)
 	}
-	d.appendItems(int(x.x), items, uint32(len(items)))
+	d.appendItems(list, items)
 	return nil
 }
 
@@ -667,7 +703,6 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				kinds, xs, memo = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data)), reserve(memo, pos, len(data))
 				doc.items = reserve(doc.items, pos, len(data))
 				doc.chunks = reserve(doc.chunks, pos, len(data))
-				doc.conts = reserve(doc.conts, pos, len(data))
 				sampleAt = len(data) + 1
 			}
 			if pos >= nextProgress {
@@ -709,10 +744,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			if op == opEmptyList {
 				k = KindList
 			}
-			doc.conts = append(doc.conts, cont{first: -1, last: -1})
 			stack = append(stack, Value(len(kinds)))
 			kinds = append(kinds, k)
-			xs = append(xs, uint64(len(doc.conts)-1))
+			xs = append(xs, 0)
 			pos++
 			continue
 		case opBinInt1:
@@ -782,10 +816,8 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				}
 				if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
 					items := stack[m:]
-					count := uint32(len(items))
 					okKeys := true
 					if op == opSetItems {
-						count /= 2
 						for i := 0; i < len(items); i += 2 {
 							if k := kindIn(kinds, items[i]); k != KindString && k != KindInt && k != KindUint {
 								okKeys = false
@@ -796,7 +828,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					if okKeys {
 						d.marks = d.marks[:nm-1]
 						doc.kinds, doc.xs = kinds, xs
-						d.appendItems(int(xs[stack[m-1]]), items, count) // a dict or list: never inline
+						d.appendItems(stack[m-1], items) // a dict or list: never inline
 						stack = stack[:m]
 						pos++
 						continue
@@ -1119,8 +1151,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		}
 		items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
 		d.stack = d.stack[:len(d.stack)-n]
-		ci := d.pushCont(KindTuple)
-		d.appendItems(ci, items, uint32(n))
+		d.appendItems(d.pushCont(KindTuple), items)
 	case opTuple, opList:
 		m, err := d.popMark(off, op)
 		if err != nil {
@@ -1132,8 +1163,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if op == opList {
 			k = KindList
 		}
-		ci := d.pushCont(k)
-		d.appendItems(ci, items, uint32(len(items)))
+		d.appendItems(d.pushCont(k), items)
 	case opDict:
 		m, err := d.popMark(off, op)
 		if err != nil {
