@@ -97,11 +97,26 @@ type Summary struct {
 	ReservedInit uint64                    `json:"initial_reserved_bytes"`
 }
 
-// event is a trace event waiting for its stack.
+// event is a trace event waiting for its stack and text: the fields of
+// trace.Event it can have, packed into 56 bytes (a snapshot may hold
+// millions of entries).
 type event struct {
-	trace.Event
-	frames pickle.Value // the entry's frames list, or noFrames
-	text   int32        // index into Snapshot.texts; 0 for none
+	TimeNS    int64
+	Addr      uint64
+	SizeBytes uint64
+	Aux       uint64
+	Stream    trace.StreamID
+	frames    pickle.Value // the entry's frames list, or noFrames
+	text      int32        // index into Snapshot.texts; 0 for none
+	Device    trace.DeviceID
+	Kind      trace.Kind
+	Marker    trace.MarkerKind
+}
+
+// Event returns the trace event, without its stack and text.
+func (e *event) Event() trace.Event {
+	return trace.Event{Kind: e.Kind, Marker: e.Marker, Device: e.Device, Stream: e.Stream,
+		TimeNS: e.TimeNS, Addr: e.Addr, SizeBytes: e.SizeBytes, Aux: e.Aux}
 }
 
 // Snapshot is a decoded, converted snapshot ready to be written.
@@ -416,7 +431,7 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 	total := int64(len(s.events))
 	for i := range s.events {
 		e := &s.events[i]
-		ev := e.Event
+		ev := e.Event()
 		if e.frames != noFrames {
 			frames = frames[:0]
 			for _, f := range doc.Slice(e.frames) {

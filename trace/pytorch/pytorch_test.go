@@ -392,8 +392,8 @@ func TestSalvageCutSnapshot(t *testing.T) {
 			t.Fatalf("cut at %d: kept %d of %d events", cut, len(s.events), len(whole.events))
 		}
 		for i := range s.events {
-			if s.events[i].Event != whole.events[i].Event {
-				t.Fatalf("cut at %d: event %d is %+v, want %+v", cut, i, s.events[i].Event, whole.events[i].Event)
+			if s.events[i] != whole.events[i] {
+				t.Fatalf("cut at %d: event %d is %+v, want %+v", cut, i, s.events[i], whole.events[i])
 			}
 		}
 		if h := s.Header(); h.Initial != nil || len(h.Approximate) == 0 || !strings.Contains(h.Approximate[0], "cut short") {
