@@ -5,8 +5,9 @@
 # every event), replay under each policy, compare, cohost (the trace with
 # itself, the second copy 1 s later, on an H200) and import of a synthetic
 # PyTorch snapshot of as many entries (bench/import/gen_snapshot.py, no
-# stacks). Prints a markdown table of wall seconds, max RSS and events/s, with
-# the machine and commit it ran on.
+# stacks). Prints a markdown table of wall seconds, CPU seconds (user +
+# system: what other jobs on a shared machine skew least), max RSS and
+# events/s (of wall time), with the machine and commit it ran on.
 #
 # Usage: bench/scale.sh [SIZE...]     (default: 1M 10M 100M)
 # Env:   SEED (default 1), TIMEOUT per command in seconds (default 1200),
@@ -71,7 +72,8 @@ count() {
 
 fmt_n() { awk -v n="$1" 'BEGIN{ if (n >= 1e6) printf "%.3gM", n/1e6; else if (n >= 1e3) printf "%.3gk", n/1e3; else printf "%d", n }'; }
 
-# timed CMD...: runs CMD once under /usr/bin/time; sets t_wall, t_rss, t_rc, t_out.
+# timed CMD...: runs CMD once under /usr/bin/time; sets t_wall, t_cpu (user +
+# system seconds), t_rss, t_rc, t_out.
 timed() {
   local tv="$tmp/time.txt"
   t_out="$tmp/out.txt"
@@ -79,6 +81,7 @@ timed() {
   t_rc=$?
   t_wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tv" 2>/dev/null | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
   t_rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$tv" 2>/dev/null)
+  t_cpu=$(awk -F': ' '/(User|System) time \(seconds\)/ {c += $2} END {printf "%.2f", c}' "$tv" 2>/dev/null)
 }
 
 # run NAME LABEL EVENTS NOTE CMD...: times CMD (best of $reps by wall time;
@@ -89,17 +92,17 @@ run() {
   local name=$1 label=$2 events=$3 extra=$4; shift 4
   case $only in *" $name "*) ;; *) return ;; esac
   echo "   $label" >&2
-  local i wall="" rss="" note=""
+  local i wall="" rss="" cpu="" note=""
   for ((i = 0; i < reps; i++)); do
     timed "$@"
     if grep -q 'not built yet\|No help topic\|command not found\|flag provided but not defined' "$t_out"; then
-      rows+=("| $label | $(fmt_n "$events") | n/a | n/a | n/a | not built yet |")
+      rows+=("| $label | $(fmt_n "$events") | n/a | n/a | n/a | n/a | not built yet |")
       return
     fi
-    if [ "$t_rc" -eq 124 ]; then note="timed out after ${limit}s"; wall=$t_wall; rss=$t_rss; break
-    elif [ "$t_rc" -ne 0 ]; then note="exit $t_rc: $(grep -v '^\s*$' "$t_out" | tail -1 | cut -c1-80)"; wall=$t_wall; rss=$t_rss; break
+    if [ "$t_rc" -eq 124 ]; then note="timed out after ${limit}s"; wall=$t_wall; rss=$t_rss; cpu=$t_cpu; break
+    elif [ "$t_rc" -ne 0 ]; then note="exit $t_rc: $(grep -v '^\s*$' "$t_out" | tail -1 | cut -c1-80)"; wall=$t_wall; rss=$t_rss; cpu=$t_cpu; break
     fi
-    if [ -z "$wall" ] || awk "BEGIN{exit !($t_wall < $wall)}"; then wall=$t_wall; rss=$t_rss; fi
+    if [ -z "$wall" ] || awk "BEGIN{exit !($t_wall < $wall)}"; then wall=$t_wall; rss=$t_rss; cpu=$t_cpu; fi
   done
   local rate="-"
   if [ -n "$wall" ] && [ -z "$note" ] && awk "BEGIN{exit !($wall > 0)}"; then
@@ -107,7 +110,7 @@ run() {
   fi
   [ "$reps" -gt 1 ] && [ -z "$note" ] && note="best of $reps"
   [ -n "$extra" ] && note="${note:+$note; }$extra"
-  rows+=("| $label | $(fmt_n "$events") | ${wall:-?} | ${rss:-?} | $rate | $note |")
+  rows+=("| $label | $(fmt_n "$events") | ${wall:-?} | ${cpu:-?} | ${rss:-?} | $rate | $note |")
 }
 
 for s in "${sizes[@]}"; do
@@ -138,7 +141,7 @@ for s in "${sizes[@]}"; do
   case $only in *" import "*) ;; *) continue ;; esac
   en=$(count "$s")
   if [ "$en" -gt "${IMPORT_MAX:-10000000}" ]; then
-    rows+=("| import | $(fmt_n "$en") | n/a | n/a | n/a | pickle too large for this machine |")
+    rows+=("| import | $(fmt_n "$en") | n/a | n/a | n/a | n/a | pickle too large for this machine |")
     continue
   fi
   pk="$pickles/snap_$en.pickle"
@@ -153,6 +156,6 @@ done
 
 echo "finished $(date -u +%Y-%m-%dT%H:%MZ), load average $(load)"
 echo
-echo "| command | events | wall s | max RSS MiB | events/s | note |"
-echo "|---|---:|---:|---:|---:|---|"
+echo "| command | events | wall s | CPU s | max RSS MiB | events/s | note |"
+echo "|---|---:|---:|---:|---:|---:|---|"
 printf '%s\n' "${rows[@]}"
