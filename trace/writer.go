@@ -36,6 +36,7 @@ type WriterOption func(*writerOptions)
 type writerOptions struct {
 	chunkEvents int
 	chunkBytes  int
+	workers     int // chunks compressed at once on other goroutines (see Concurrency)
 }
 
 // ChunkEvents makes the writer end a chunk after n events (at most 1<<20).
@@ -74,6 +75,7 @@ type Writer struct {
 	frame   []byte
 	nEvents int64
 	nChunks int64
+	par     *parallel // nil: chunks are compressed and written in the caller
 }
 
 var errClosed = errors.New("trace: writer closed")
@@ -105,11 +107,16 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 		o(&wr.opts)
 	}
 	wr.events = make([]Event, 0, min(wr.opts.chunkEvents, 4096))
+	if wr.opts.workers > 1 {
+		wr.par = newParallel(w, wr.opts.workers)
+	}
 	start := append([]byte(Magic), Version)
 	if _, err := w.Write(start); err != nil {
+		wr.par.stop()
 		return nil, err
 	}
 	if err := wr.writeChunk(chunkHeader, hj); err != nil {
+		wr.par.stop()
 		return nil, err
 	}
 	return wr, nil
@@ -136,7 +143,7 @@ func (w *Writer) WriteEvent(e Event) error {
 	}
 	w.estBytes += eventBound(&w.events[len(w.events)-1], prev)
 	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
-		return w.Flush()
+		return w.endChunk()
 	}
 	return nil
 }
@@ -210,6 +217,18 @@ func (w *Writer) flushTableIfBig() {
 // Flush ends the current chunk: everything written so far is in w's
 // io.Writer, readable even if the process dies before Close.
 func (w *Writer) Flush() error {
+	if err := w.endChunk(); err != nil {
+		return err
+	}
+	if w.par != nil {
+		return w.par.wait()
+	}
+	return nil
+}
+
+// endChunk ends the current chunk; with Concurrency, it may still be
+// being compressed when endChunk returns.
+func (w *Writer) endChunk() error {
 	if w.err != nil {
 		return w.err
 	}
@@ -247,6 +266,11 @@ func (w *Writer) Close() error {
 	p = binary.AppendUvarint(p, uint64(w.nStr))
 	p = binary.AppendUvarint(p, uint64(w.nStk))
 	if err := w.writeChunk(chunkEnd, p); err != nil {
+		w.par.stop()
+		return err
+	}
+	if err := w.par.stop(); err != nil {
+		w.err = err
 		return err
 	}
 	encoders.Put(w.enc)
@@ -280,26 +304,41 @@ func (w *Writer) writeChunk(typ byte, raw []byte) error {
 		w.err = fmt.Errorf("trace: chunk of %d bytes exceeds the %d-byte limit", len(raw), maxChunkRaw)
 		return w.err
 	}
-	w.comp = w.enc.EncodeAll(raw, w.comp[:0])
-	payload := w.comp
-	if len(payload) >= len(raw) {
-		typ |= chunkStored
-		payload = raw
+	if w.par != nil {
+		if err := w.par.submit(typ, raw); err != nil {
+			w.err = err
+			return err
+		}
+		w.nChunks++
+		return nil
 	}
-	f := append(w.frame[:0], typ)
-	f = binary.AppendUvarint(f, uint64(len(raw)))
-	f = binary.AppendUvarint(f, uint64(len(payload)))
-	crc := crc32.Update(0, castagnoli, f)
-	crc = crc32.Update(crc, castagnoli, payload)
-	f = binary.LittleEndian.AppendUint32(f, crc)
-	f = append(f, payload...)
-	w.frame = f
-	if _, err := w.w.Write(f); err != nil {
+	w.frame, w.comp = frameChunk(w.frame[:0], w.comp[:0], w.enc, typ, raw)
+	if _, err := w.w.Write(w.frame); err != nil {
 		w.err = err
 		return err
 	}
 	w.nChunks++
 	return nil
+}
+
+// frameChunk appends to dst the chunk of type typ holding raw, compressed
+// with enc (into comp, returned for reuse) unless that does not make it
+// smaller.
+func frameChunk(dst, comp []byte, enc *zstd.Encoder, typ byte, raw []byte) (frame, compBuf []byte) {
+	comp = enc.EncodeAll(raw, comp)
+	payload := comp
+	if len(payload) >= len(raw) {
+		typ |= chunkStored
+		payload = raw
+	}
+	f := append(dst, typ)
+	f = binary.AppendUvarint(f, uint64(len(raw)))
+	f = binary.AppendUvarint(f, uint64(len(payload)))
+	crc := crc32.Update(0, castagnoli, f[len(dst):])
+	crc = crc32.Update(crc, castagnoli, payload)
+	f = binary.LittleEndian.AppendUint32(f, crc)
+	f = append(f, payload...)
+	return f, comp
 }
 
 // FileWriter is a Writer to a file it owns.
@@ -339,6 +378,7 @@ func (fw *FileWriter) Close() error {
 func (fw *FileWriter) Abort() error {
 	err := fw.Writer.Flush()
 	fw.Writer.done = true
+	fw.Writer.par.stop()
 	if cerr := fw.f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

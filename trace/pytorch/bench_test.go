@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -74,6 +75,35 @@ func BenchmarkEmit(b *testing.B) {
 	}
 	for b.Loop() {
 		w, err := trace.NewWriter(io.Discard, s.Header())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Emit(w, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEmitConcurrent is BenchmarkEmit with the writer compressing
+// chunks on GOMAXPROCS goroutines.
+func BenchmarkEmitConcurrent(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		w, err := trace.NewWriter(io.Discard, s.Header(), trace.Concurrency(runtime.GOMAXPROCS(0)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -41,6 +41,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -516,7 +517,13 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		s.summary.InputBytes = st.Size()
 	}
 	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
-	w, err := trace.Create(tmp, s.Header())
+	// With more than two cores, chunks are compressed on the spare ones
+	// (on two, the second core gained nothing: BenchmarkEmitConcurrent).
+	var opts []trace.WriterOption
+	if n := runtime.GOMAXPROCS(0); n > 2 {
+		opts = append(opts, trace.Concurrency(n-1))
+	}
+	w, err := trace.Create(tmp, s.Header(), opts...)
 	if err != nil {
 		return nil, err
 	}

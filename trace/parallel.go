@@ -1,0 +1,145 @@
+package trace
+
+import (
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Concurrency makes the writer compress up to n chunks at once on other
+// goroutines while the caller goes on encoding events; chunks are written
+// in order, and the file is byte for byte what a writer without the option
+// writes. n <= 1 compresses in the caller (the default). Write errors then
+// surface at a later call, Flush at the latest.
+func Concurrency(n int) WriterOption {
+	return func(o *writerOptions) { o.workers = min(max(n, 1), 64) }
+}
+
+// parallel compresses chunks on worker goroutines and writes them, in the
+// order submitted, on one writer goroutine.
+type parallel struct {
+	jobs    chan *chunkJob // to the compressors
+	order   chan *chunkJob // to the writer goroutine, in submission order
+	free    chan *chunkJob // idle jobs: bounds the chunks in flight
+	pending sync.WaitGroup // chunks submitted and not yet written
+	workers sync.WaitGroup // compressors and the writer goroutine
+	mu      sync.Mutex
+	err     error // sticky: the first write or encoder error
+	stopped bool
+}
+
+type chunkJob struct {
+	typ   byte
+	raw   []byte
+	comp  []byte
+	frame []byte
+	ready chan struct{} // closed when frame holds the chunk
+}
+
+func newParallel(w io.Writer, n int) *parallel {
+	p := &parallel{
+		jobs:  make(chan *chunkJob, 2*n),
+		order: make(chan *chunkJob, 2*n),
+		free:  make(chan *chunkJob, 2*n),
+	}
+	for range 2 * n {
+		p.free <- &chunkJob{}
+	}
+	p.workers.Add(n + 1)
+	for range n {
+		go p.compress()
+	}
+	go p.write(w)
+	return p
+}
+
+func (p *parallel) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
+
+func (p *parallel) error() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *parallel) compress() {
+	defer p.workers.Done()
+	var enc *zstd.Encoder
+	for j := range p.jobs {
+		if enc == nil {
+			var err error
+			if enc, err = getEncoder(); err != nil {
+				p.fail(err)
+				enc = nil
+				j.frame = j.frame[:0]
+				close(j.ready)
+				continue
+			}
+		}
+		j.frame, j.comp = frameChunk(j.frame[:0], j.comp[:0], enc, j.typ, j.raw)
+		close(j.ready)
+	}
+	if enc != nil {
+		encoders.Put(enc)
+	}
+}
+
+func (p *parallel) write(w io.Writer) {
+	defer p.workers.Done()
+	for j := range p.order {
+		<-j.ready
+		if p.error() == nil && len(j.frame) > 0 {
+			if _, err := w.Write(j.frame); err != nil {
+				p.fail(err)
+			}
+		}
+		p.free <- j
+		p.pending.Done()
+	}
+}
+
+// submit queues the chunk of type typ holding raw (copied: the caller may
+// reuse raw at once), waiting while all jobs are in flight.
+func (p *parallel) submit(typ byte, raw []byte) error {
+	if err := p.error(); err != nil {
+		return err
+	}
+	j := <-p.free
+	j.typ = typ
+	j.raw = append(j.raw[:0], raw...)
+	j.ready = make(chan struct{})
+	p.pending.Add(1)
+	p.order <- j
+	p.jobs <- j
+	return nil
+}
+
+// wait returns once every chunk submitted is written, with the first error.
+func (p *parallel) wait() error {
+	p.pending.Wait()
+	return p.error()
+}
+
+// stop waits for the chunks submitted and ends the goroutines; p may be nil.
+func (p *parallel) stop() error {
+	if p == nil {
+		return nil
+	}
+	err := p.wait()
+	p.mu.Lock()
+	stopped := p.stopped
+	p.stopped = true
+	p.mu.Unlock()
+	if !stopped {
+		close(p.jobs)
+		close(p.order)
+		p.workers.Wait()
+	}
+	return err
+}
