@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unsafe"
 )
 
 // Kind is the Python type of a value in a Doc.
@@ -704,6 +705,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				doc.items = reserve(doc.items, pos, len(data))
 				doc.chunks = reserve(doc.chunks, pos, len(data))
 				sampleAt = len(data) + 1
+				Prefault(spare(doc.items), spare(xs), spare(kinds), spare(memo), spare(doc.chunks))
 			}
 			if pos >= nextProgress {
 				d.Progress(int64(pos), total)
@@ -1185,4 +1187,14 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		return false, &Error{Offset: int64(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
 	}
 	return false, nil
+}
+
+// spare returns the unused capacity of s as bytes.
+func spare[T any](s []T) []byte {
+	if len(s) == cap(s) {
+		return nil
+	}
+	var z T
+	rest := s[len(s):cap(s)]
+	return unsafe.Slice((*byte)(unsafe.Pointer(&rest[0])), uintptr(len(rest))*unsafe.Sizeof(z))
 }

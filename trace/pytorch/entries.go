@@ -3,6 +3,7 @@ package pytorch
 import (
 	"fmt"
 	"strconv"
+	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -60,6 +61,9 @@ func (c *converter) entries() ([][]event, error) {
 	done := 0
 	for dev, l := range devs {
 		evs := make([]event, 0, len(l))
+		if len(l) >= 1<<16 {
+			pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(cap(evs))*unsafe.Sizeof(event{})))
+		}
 		counts := map[string]int{}
 		var byKind [trace.NumKinds]int
 		var lastTime int64

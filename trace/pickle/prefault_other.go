@@ -1,0 +1,6 @@
+//go:build !linux
+
+package pickle
+
+// Prefault does nothing on this system (see the Linux version).
+func Prefault(tables ...[]byte) {}
