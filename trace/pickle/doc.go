@@ -224,7 +224,9 @@ func (d *Doc) Slice(v Value) []Value {
 	if items, _, ok := d.run(x.x); ok {
 		return items
 	}
-	var out []Value
+	n := 0
+	d.forRuns(x.x, func(items []Value) bool { n += len(items); return true })
+	out := make([]Value, 0, n)
 	d.forRuns(x.x, func(items []Value) bool { out = append(out, items...); return true })
 	return out
 }
