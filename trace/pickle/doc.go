@@ -428,7 +428,7 @@ func NewDecoder(data []byte) *Decoder {
 	// then sizes them for the whole input from what the sample used, so
 	// that they neither grow by copying nor are zeroed in vain.
 	n := min(len(data), sampleBytes)
-	return &Decoder{
+	d := &Decoder{
 		data: data,
 		doc: &Doc{
 			kinds:  make([]Kind, 0, n/4+16),
@@ -440,6 +440,10 @@ func NewDecoder(data []byte) *Decoder {
 		memo:  make([]Value, 0, n/8+16),
 		stack: make([]Value, 0, 1024),
 	}
+	if len(data) > sampleBytes {
+		Prefault(spare(d.doc.items), spare(d.doc.xs), spare(d.doc.chunks), spare(d.memo))
+	}
+	return d
 }
 
 // Partial returns, after DecodeDoc failed, the values decoded so far and
