@@ -227,6 +227,9 @@ func (d *Doc) Slice(v Value) []Value {
 	n := 0
 	d.forRuns(x.x, func(items []Value) bool { n += len(items); return true })
 	out := make([]Value, 0, n)
+	if n >= 1<<18 {
+		Prefault(spare(out))
+	}
 	d.forRuns(x.x, func(items []Value) bool { out = append(out, items...); return true })
 	return out
 }
@@ -273,7 +276,9 @@ func reserve[T any](s []T, pos, total int) []T {
 	if want <= cap(s) {
 		return s
 	}
-	return append(make([]T, 0, want), s...)
+	t := make([]T, 0, want)
+	Prefault(spare(t)) // before the copy, so that it faults in huge pages
+	return append(t, s...)
 }
 
 // MaxInputBytes is the largest pickle DecodeDoc accepts (values are
@@ -711,7 +716,6 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				doc.items = reserve(doc.items, pos, len(data))
 				doc.chunks = reserve(doc.chunks, pos, len(data))
 				sampleAt = len(data) + 1
-				Prefault(spare(doc.items), spare(xs), spare(kinds), spare(memo), spare(doc.chunks))
 			}
 			if pos >= nextProgress {
 				d.Progress(int64(pos), total)
