@@ -517,11 +517,11 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		s.summary.InputBytes = st.Size()
 	}
 	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
-	// With more than two cores, chunks are compressed on the spare ones
-	// (on two, the second core gained nothing: BenchmarkEmitConcurrent).
+	// Chunks are compressed on every core when there are enough of them
+	// to share out (a few chunks gain less than the extra encoders cost).
 	var opts []trace.WriterOption
-	if n := runtime.GOMAXPROCS(0); n > 2 {
-		opts = append(opts, trace.Concurrency(n-1))
+	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) >= 4*trace.DefaultChunkEvents {
+		opts = append(opts, trace.Concurrency(n))
 	}
 	w, err := trace.Create(tmp, s.Header(), opts...)
 	if err != nil {
