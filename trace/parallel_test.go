@@ -66,12 +66,12 @@ func TestConcurrencyWriteError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(3, 1))
+	// The error comes back from WriteEvent (a later chunk) or Flush.
 	var werr error
-	for range 100 {
-		randomTrace(rng, w, 100)
-		if werr = w.Flush(); werr != nil {
-			break
+	for i := 0; i < 100000 && werr == nil; i++ {
+		werr = w.WriteEvent(Event{Kind: KindAlloc, TimeNS: int64(i) * 977, Addr: uint64(i) * 0x9e3779b97f4a7c15, SizeBytes: 512})
+		if werr == nil && i%1000 == 999 {
+			werr = w.Flush()
 		}
 	}
 	if !errors.Is(werr, errDiskFull) {

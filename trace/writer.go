@@ -257,6 +257,7 @@ func (w *Writer) Close() error {
 		return w.err
 	}
 	if err := w.Flush(); err != nil {
+		w.par.stop()
 		return err
 	}
 	w.done = true
