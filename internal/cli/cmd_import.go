@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/fragsim/fragsim/analysis"
 	"io"
 	"os"
 	"path/filepath"
@@ -187,7 +188,7 @@ func (p *importProgress) report(phase string, done, total int64) {
 	if total > 0 {
 		fmt.Fprintf(p.w, "\rimport: %-7s %3d%%  (%.1f s)   ", phase, done*100/total, now.Sub(p.start).Seconds())
 	} else {
-		fmt.Fprintf(p.w, "\rimport: %-7s %s  (%.1f s)   ", phase, importBytes(uint64(done)), now.Sub(p.start).Seconds())
+		fmt.Fprintf(p.w, "\rimport: %-7s %s  (%.1f s)   ", phase, analysis.FmtBytes(uint64(done)), now.Sub(p.start).Seconds())
 	}
 	p.printed = true
 }
@@ -196,18 +197,6 @@ func (p *importProgress) done() {
 	if p.printed {
 		fmt.Fprintln(p.w)
 	}
-}
-
-func importBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func importKinds(kinds map[string]int) string {
@@ -236,8 +225,8 @@ func importPrintPyTorch(w io.Writer, s *pytorch.Summary, wall time.Duration) {
 	if fi, err := os.Stat(s.Output); err == nil {
 		outSize = fi.Size()
 	}
-	fmt.Fprintf(w, "imported %s (%s, pickle %s) -> %s (%s) in %.2f s\n", s.Input, importBytes(uint64(s.InputBytes)),
-		importBytes(uint64(s.PickleBytes)), s.Output, importBytes(uint64(outSize)), wall.Seconds())
+	fmt.Fprintf(w, "imported %s (%s, pickle %s) -> %s (%s) in %.2f s\n", s.Input, analysis.FmtBytes(uint64(s.InputBytes)),
+		analysis.FmtBytes(uint64(s.PickleBytes)), s.Output, analysis.FmtBytes(uint64(outSize)), wall.Seconds())
 	fmt.Fprintf(w, "events:      %d (%s)\n", s.Events, importKinds(s.Kinds))
 	devs := make([]string, len(s.Devices))
 	for i, d := range s.Devices {
@@ -248,7 +237,7 @@ func importPrintPyTorch(w io.Writer, s *pytorch.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "time window: %s\n", importWindow(s.FirstNS, s.LastNS))
 	if s.MidRun {
 		fmt.Fprintf(w, "initial:     the trace starts mid-run: %d segments, %d blocks, %s reserved at its first event\n",
-			s.InitialSegs, s.InitialBlks, importBytes(s.ReservedInit))
+			s.InitialSegs, s.InitialBlks, analysis.FmtBytes(s.ReservedInit))
 	} else {
 		fmt.Fprintf(w, "initial:     empty allocator at the first event\n")
 	}
