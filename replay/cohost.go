@@ -663,20 +663,12 @@ func CohostMinCapacity(procs []Process, cfg CohostConfig) (uint64, error) {
 		return (lo + step), nil
 	}
 	top := hi
-	for hi-lo > step {
-		mid := (lo + (hi-lo)/2) / step * step
-		if mid <= lo {
-			mid = lo + step
-		}
-		res, err := run(mid)
-		if err != nil {
-			return 0, err
-		}
-		if res.Total.OOMs == 0 {
-			hi = mid
-		} else {
-			lo = mid
-		}
+	hi, err = bisect(lo, hi, step, func(c uint64) (bool, error) {
+		res, err := run(c)
+		return err == nil && res.Total.OOMs == 0, err
+	})
+	if err != nil {
+		return 0, err
 	}
 	if hi == top {
 		// never run at this size: a policy sizing itself by the device's

@@ -310,17 +310,25 @@ func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg C
 	if hi == 0 {
 		return 0, nil
 	}
-	lo := uint64(0) // infeasible (or zero)
+	return bisect(0, hi, step, func(c uint64) (bool, error) {
+		res, err := run(c)
+		return err == nil && res.OOMs == 0, err
+	})
+}
+
+// bisect returns the smallest multiple of step in (lo, hi] for which fits
+// holds, taking lo as failing and hi as fitting, to within step.
+func bisect(lo, hi, step uint64, fits func(uint64) (bool, error)) (uint64, error) {
 	for hi-lo > step {
 		mid := (lo + (hi-lo)/2) / step * step
 		if mid <= lo {
 			mid = lo + step
 		}
-		res, err := run(mid)
+		ok, err := fits(mid)
 		if err != nil {
 			return 0, err
 		}
-		if res.OOMs == 0 {
+		if ok {
 			hi = mid
 		} else {
 			lo = mid
