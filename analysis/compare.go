@@ -59,6 +59,8 @@ type CompareOptions struct {
 	Progress func(events int64, runsDone, runs int)
 	// Name is the trace's name, for reports.
 	Name string
+	// DeviceCost prices every run's device calls; nil: H200Cost.
+	DeviceCost *DeviceCost
 }
 
 // Run is one replay of a comparison: a policy, or a setting variant.
@@ -78,6 +80,8 @@ type Run struct {
 	// Truncated is set when the trace was cut short: the result covers the
 	// events before the cut, and this says what was lost.
 	Truncated string `json:"truncated,omitempty"`
+	// Cost is the estimated time of the run's device calls.
+	Cost *AllocatorCost `json:"allocator_cost,omitempty"`
 
 	firstTimeNS int64 // the first event's time
 }
@@ -161,6 +165,9 @@ type Comparison struct {
 	// Truncated says what was lost when the trace was cut short: the
 	// figures then cover the events before the cut ("" for a whole trace).
 	Truncated string `json:"truncated,omitempty"`
+	// Cost compares the estimated allocator cost of before and after, with
+	// the wall times measured on the GPU when the trace header has them.
+	Cost *CostVerdict `json:"cost,omitempty"`
 }
 
 // MarshalJSON writes the comparison with its runs keyed by label.
@@ -295,6 +302,10 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 	if baseConf == "" && h != nil {
 		baseConf = h.AllocConf
 	}
+	cost := opts.DeviceCost
+	if cost == nil {
+		cost = &H200Cost
+	}
 	var jobs []*job
 	seen := map[string]bool{}
 	add := func(run *Run, conf string) error {
@@ -308,6 +319,10 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 		}
 		run.Conf = conf
 		run.Apply = applyHint(run.Policy, run.Setting)
+		if !run.Limit { // the physical limit makes no device calls worth pricing
+			run.Cost = &AllocatorCost{}
+			f = costFactory(f, cost, pageCounter(run.Policy), run.Cost)
+		}
 		jobs = append(jobs, &job{run: run, factory: f, cfg: opts.Config})
 		return nil
 	}
@@ -339,6 +354,7 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 		}
 	}
 	c.decide()
+	c.Cost = c.costVerdict(h)
 	c.WallS = time.Since(start).Seconds()
 	return c, nil
 }
@@ -561,12 +577,14 @@ func (c *Comparison) VerdictLines() []string {
 	if c.LimitPct >= 0 {
 		methods += fmt.Sprintf("; %s %.1f%% is the physical limit", LimitPolicy, c.LimitPct)
 	}
-	return []string{
+	lines := []string{
 		fmt.Sprintf("Fragmentation before: %.1f%% (%s, at peak reserved)", c.BeforePct, before),
 		fmt.Sprintf("Fragmentation after: %.1f%% (%s)", c.AfterPct, after),
-		"Methods: " + methods,
-		c.Trace.Line(),
 	}
+	if c.Cost != nil {
+		lines = append(lines, c.Cost.Line())
+	}
+	return append(lines, "Methods: "+methods, c.Trace.Line())
 }
 
 // fmtCount formats n with thousands separators.

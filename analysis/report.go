@@ -46,6 +46,12 @@ var policyMetrics = []metric{
 	{"device calls", func(_ *Comparison, r *Run) string {
 		return fmtCount(r.Result.DeviceAllocs + r.Result.DeviceFrees)
 	}},
+	{"device time (est.)", func(_ *Comparison, r *Run) string {
+		if r.Cost == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f ms", r.Cost.Ms)
+	}},
 	{"alloc retries", func(_ *Comparison, r *Run) string { return fmtCount(r.Result.AllocRetries) }},
 	{"OOMs", func(_ *Comparison, r *Run) string { return fmtCount(r.Result.OOMs) }},
 	{"reserved vs ideal", func(c *Comparison, r *Run) string { return c.vsLimit(r) }},
