@@ -59,14 +59,14 @@ func (d *costTestDevice) Malloc(n uint64, _ trace.StreamID) (uint64, bool) {
 	d.next += n
 	return d.next, n < 1<<40
 }
-func (d *costTestDevice) Free(addr, n uint64)                            {}
-func (d *costTestDevice) Reserve(n uint64, _ trace.StreamID) uint64      { return 1 << 40 }
-func (d *costTestDevice) Map(addr, n uint64) bool                        { return true }
-func (d *costTestDevice) Unmap(addr, n uint64)                           {}
-func (d *costTestDevice) Cap() (uint64, bool)                            { return 0, false }
-func (d *costTestDevice) TotalBytes() uint64                             { return 1 << 40 }
-func (d *costTestDevice) Recorded() []trace.Event                        { return nil }
-func (d *costTestDevice) SetFraction(f float64)                          { d.fraction = f }
+func (d *costTestDevice) Free(addr, n uint64)                       {}
+func (d *costTestDevice) Reserve(n uint64, _ trace.StreamID) uint64 { return 1 << 40 }
+func (d *costTestDevice) Map(addr, n uint64) bool                   { return true }
+func (d *costTestDevice) Unmap(addr, n uint64)                      {}
+func (d *costTestDevice) Cap() (uint64, bool)                       { return 0, false }
+func (d *costTestDevice) TotalBytes() uint64                        { return 1 << 40 }
+func (d *costTestDevice) Recorded() []trace.Event                   { return nil }
+func (d *costTestDevice) SetFraction(f float64)                     { d.fraction = f }
 
 func TestCostFactoryPricesEveryCall(t *testing.T) {
 	var got replay.Device

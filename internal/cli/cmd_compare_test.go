@@ -50,7 +50,7 @@ func TestCompareTableAndVerdict(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	for _, l := range lines[:max(0, len(lines)-4)] { // the verdict lines may be long
+	for _, l := range lines[:max(0, len(lines)-5)] { // the verdict lines may be long
 		if len([]rune(l)) > 100 {
 			t.Errorf("line wider than 100 columns: %q", l)
 		}
@@ -62,14 +62,17 @@ func TestCompareTableAndVerdict(t *testing.T) {
 		}
 	}
 	n := len(lines)
-	if n < 4 {
+	if n < 5 {
 		t.Fatalf("output too short: %q", out)
 	}
-	if !regexp.MustCompile(`^Fragmentation before: \d+\.\d% \(caching, at peak reserved\)$`).MatchString(lines[n-4]) {
-		t.Errorf("before line %q", lines[n-4])
+	if !regexp.MustCompile(`^Fragmentation before: \d+\.\d% \(caching, at peak reserved\)$`).MatchString(lines[n-5]) {
+		t.Errorf("before line %q", lines[n-5])
 	}
-	if !regexp.MustCompile(`^Fragmentation after: \d+\.\d% \(.+\)$`).MatchString(lines[n-3]) {
-		t.Errorf("after line %q", lines[n-3])
+	if !regexp.MustCompile(`^Fragmentation after: \d+\.\d% \(.+\)$`).MatchString(lines[n-4]) {
+		t.Errorf("after line %q", lines[n-4])
+	}
+	if !regexp.MustCompile(`^Allocator cost \(estimated\): [\d,]+ calls, \d+\.\d ms after, [\d,]+ calls, \d+\.\d ms before`).MatchString(lines[n-3]) {
+		t.Errorf("cost line %q", lines[n-3])
 	}
 	if !strings.HasPrefix(lines[n-2], "Methods: ") {
 		t.Errorf("methods line %q", lines[n-2])
