@@ -64,6 +64,18 @@ def _load(lib):
     return cdll
 
 
+def _env_tags():
+    """The header tags fragsim record passes in $FRAGSIM_TAGS (a JSON object)."""
+    raw = os.environ.get("FRAGSIM_TAGS")
+    if not raw:
+        return {}
+    try:
+        tags = json.loads(raw)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}
+
+
 def _last_error(cdll):
     msg = cdll.fragsim_last_error()
     return msg.decode(errors="replace") if msg else "unknown error"
@@ -72,7 +84,8 @@ def _last_error(cdll):
 def install(path=None, lib=None, tags=None):
     """Start recording this process's CUDA allocations into the trace at path.
 
-    path defaults to $FRAGSIM_TRACE and lib to $FRAGSIM_HOOK_LIB. Call it
+    path defaults to $FRAGSIM_TRACE, lib to $FRAGSIM_HOOK_LIB and tags (header
+    tags, a dict of strings) to the JSON object in $FRAGSIM_TAGS. Call it
     before the first CUDA allocation: PyTorch cannot swap its allocator
     afterwards. Raises FragsimError with the reason when recording cannot
     start (no torch, torch too old, CUDA already initialised, no driver or
@@ -113,7 +126,7 @@ def install(path=None, lib=None, tags=None):
         "command_line": list(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv),
         "alloc_conf": conf,
         "device": 0,
-        "tags": dict(tags or {}),
+        "tags": dict(tags if tags is not None else _env_tags()),
     }
     if cdll.fragsim_open(os.fsencode(path), json.dumps(meta).encode()) != 0:
         raise FragsimError(_last_error(cdll))

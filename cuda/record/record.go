@@ -3,6 +3,7 @@
 package record
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,8 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Env is the program's environment; nil means os.Environ().
 	Env []string
+	// Tags are written to the trace header's tags (e.g. workload, seed).
+	Tags map[string]string
 }
 
 // Summary describes a finished recording.
@@ -135,6 +138,13 @@ func Run(cfg Config) (*Summary, error) {
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
 	cmd.Env = programEnv(env, dir, out, lib)
+	if len(cfg.Tags) > 0 {
+		b, err := json.Marshal(cfg.Tags)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Env = append(cmd.Env, "FRAGSIM_TAGS="+string(b))
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = orStd(cfg.Stdin, os.Stdin), orStdW(cfg.Stdout, os.Stdout), orStdW(cfg.Stderr, os.Stderr)
 
 	sigs := make(chan os.Signal, 4)
@@ -223,7 +233,7 @@ func programEnv(env []string, dir, out, lib string) []string {
 			if v != "" {
 				pythonPath = dir + string(os.PathListSeparator) + v
 			}
-		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE":
+		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
 		default:
 			res = append(res, kv)
 		}

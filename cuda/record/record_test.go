@@ -101,7 +101,8 @@ func TestRecordPython(t *testing.T) {
 	allocs, frees, peak := expected(4)
 	var stdout, stderr bytes.Buffer
 	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "4", "7"},
-		Env: append(env, "WORKLOAD_FORK=1", fmt.Sprintf("WORKLOAD_PEAK=%d", peak)), Stdout: &stdout, Stderr: &stderr})
+		Env: append(env, "WORKLOAD_FORK=1", fmt.Sprintf("WORKLOAD_PEAK=%d", peak)), Stdout: &stdout, Stderr: &stderr,
+		Tags: map[string]string{"seed": "1", "workload": "fake \"quoted\""}})
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
 	}
@@ -125,6 +126,9 @@ func TestRecordPython(t *testing.T) {
 	}
 	defer f.Close()
 	h := f.Header()
+	if h.Tags["seed"] != "1" || h.Tags["workload"] != `fake "quoted"` {
+		t.Errorf("header tags %v, want seed=1 and the quoted workload", h.Tags)
+	}
 	if h.TorchVersion != "0.0-fake" || h.GPUName != "Fake GPU" || !strings.HasSuffix(strings.Join(h.CommandLine, " "), "testdata/workload.py 4 7") {
 		t.Errorf("header %+v", h)
 	}

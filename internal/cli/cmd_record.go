@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/record"
@@ -30,6 +31,7 @@ func recordCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE`", Value: "record.fst"},
 			&cli.StringFlag{Name: "lib", Usage: "the hook library `PATH` (libfragsim_hook.so)"},
+			&cli.StringSliceFlag{Name: "tag", Usage: "add `KEY=VALUE` to the trace header's tags (repeatable; e.g. workload=serve, seed=1)"},
 		},
 		Action: runRecord,
 	}
@@ -40,7 +42,16 @@ func runRecord(c *cli.Context) error {
 		return exitCode(2, errors.New("record: no program to run (fragsim record -o FILE -- python script.py ARGS...)"))
 	}
 	args := c.Args().Slice()
+	tags := map[string]string{}
+	for _, kv := range c.StringSlice("tag") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return exitCode(2, fmt.Errorf("record: --tag %q: want KEY=VALUE", kv))
+		}
+		tags[k] = v
+	}
 	s, err := record.Run(record.Config{
+		Tags:    tags,
 		Output:  c.String("output"),
 		HookLib: c.String("lib"),
 		Args:    args,
