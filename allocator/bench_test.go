@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
+	"github.com/fragsim/fragsim/replay"
 )
 
 // BenchmarkPolicy measures each policy on a transformer-like random request
@@ -26,7 +27,7 @@ func BenchmarkPolicy(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					blocks := make(map[int]uint64, 1024)
+					blocks := make(map[int]replay.Block, 1024)
 					b.StartTimer()
 					for _, o := range ops {
 						switch o.kind {
@@ -35,7 +36,7 @@ func BenchmarkPolicy(b *testing.B) {
 							if err != nil {
 								b.Fatal(err)
 							}
-							blocks[o.id] = blk.Addr
+							blocks[o.id] = blk
 						case 'r':
 							p.FreeRequested(blocks[o.id])
 						case 'c':

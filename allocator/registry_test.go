@@ -217,8 +217,7 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 
 func replayOps(t *testing.T, name string, seed uint64, p replay.Policy, d *fakedev.Device, ops []rop) {
 	t.Helper()
-	type span struct{ addr, size uint64 }
-	blocks := map[int]span{}
+	blocks := map[int]replay.Block{}
 	for i, o := range ops {
 		switch o.kind {
 		case 'm':
@@ -234,17 +233,17 @@ func replayOps(t *testing.T, name string, seed uint64, p replay.Policy, d *faked
 			}
 			if name != "paged" { // paged blocks are not contiguous
 				for id, s := range blocks {
-					if b.Addr < s.addr+s.size && s.addr < b.Addr+b.SizeBytes {
+					if b.Addr < s.Addr+s.SizeBytes && s.Addr < b.Addr+b.SizeBytes {
 						t.Fatalf("%s seed %d op %d: block [%#x,+%d) overlaps live block %d [%#x,+%d)",
-							name, seed, i, b.Addr, b.SizeBytes, id, s.addr, s.size)
+							name, seed, i, b.Addr, b.SizeBytes, id, s.Addr, s.SizeBytes)
 					}
 				}
 			}
-			blocks[o.id] = span{b.Addr, b.SizeBytes}
+			blocks[o.id] = b
 		case 'r':
-			p.FreeRequested(blocks[o.id].addr)
+			p.FreeRequested(blocks[o.id])
 		case 'c':
-			p.FreeCompleted(blocks[o.id].addr)
+			p.FreeCompleted(blocks[o.id])
 			delete(blocks, o.id)
 		case 'e':
 			p.EmptyCache()

@@ -17,10 +17,10 @@ func (p *fakePolicy) Name() string { return "fake" }
 func (p *fakePolicy) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
 	return replay.Block{}, nil
 }
-func (p *fakePolicy) FreeRequested(uint64) {}
-func (p *fakePolicy) FreeCompleted(uint64) {}
-func (p *fakePolicy) EmptyCache()          {}
-func (p *fakePolicy) Stats() replay.Stats  { return replay.Stats{} }
+func (p *fakePolicy) FreeRequested(replay.Block) {}
+func (p *fakePolicy) FreeCompleted(replay.Block) {}
+func (p *fakePolicy) EmptyCache()                {}
+func (p *fakePolicy) Stats() replay.Stats        { return replay.Stats{} }
 func (p *fakePolicy) Segments(fn func(trace.Segment) bool) {
 	p.walks++
 	for _, s := range p.segs {

@@ -35,9 +35,9 @@ func (t *tracked) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
 	return b, err
 }
 
-func (t *tracked) FreeCompleted(addr uint64) {
-	t.Policy.FreeCompleted(addr)
-	delete(t.origins, addr)
+func (t *tracked) FreeCompleted(b replay.Block) {
+	t.Policy.FreeCompleted(b)
+	delete(t.origins, b.Addr)
 }
 
 func (t *tracked) Segments(fn func(trace.Segment) bool) {

@@ -36,8 +36,11 @@ type live struct {
 	addr  uint64 // the replayed address
 	size  uint64 // the block size the policy handed out
 	req   uint64 // requested bytes
+	h     uint32 // the policy's handle (Block.Handle)
 	freed bool   // free requested
 }
+
+func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h} }
 
 // devState is the replay of one trace device.
 type devState struct {
@@ -49,7 +52,7 @@ type devState struct {
 	slab     []live
 	spare    []int32
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
-	fc       []uint64            // completed frees not yet passed to the policy (replayed addresses)
+	fc       []Block             // completed frees not yet passed to the policy
 
 	active, allocated, requested uint64
 }
@@ -412,10 +415,10 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 			if err != nil {
 				return fmt.Errorf("replay: initial block %#x of device %d: %w", b.Addr, ds.id, err)
 			}
-			l := live{addr: blk.Addr, size: blk.SizeBytes, req: req}
+			l := live{addr: blk.Addr, size: blk.SizeBytes, req: req, h: blk.Handle}
 			e.addActive(ds, l)
 			if b.State == trace.BlockPendingFree {
-				ds.policy.FreeRequested(blk.Addr)
+				ds.policy.FreeRequested(blk)
 				l.freed = true
 				ds.allocated -= l.size
 				e.allocated -= l.size
@@ -641,8 +644,8 @@ func (e *engine) dispatch(ds *devState) {
 	if len(ds.fc) == 0 {
 		return
 	}
-	for _, a := range ds.fc {
-		ds.policy.FreeCompleted(a)
+	for _, b := range ds.fc {
+		ds.policy.FreeCompleted(b)
 	}
 	ds.fc = ds.fc[:0]
 }
@@ -679,7 +682,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			ds.unserved[ev.Addr] = struct{}{}
 			break
 		}
-		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes}
+		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}
 		if !ds.putNew(ev.Addr, l) {
 			return fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 		}
@@ -710,7 +713,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		l.freed = true
 		ds.allocated -= l.size
 		e.allocated -= l.size
-		ds.policy.FreeRequested(l.addr)
+		ds.policy.FreeRequested(l.block())
 	case trace.KindFreeCompleted:
 		e.requests++
 		l, ok := ds.take(ev.Addr)
@@ -724,13 +727,13 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		if !l.freed {
 			ds.allocated -= l.size
 			e.allocated -= l.size
-			ds.policy.FreeRequested(l.addr)
+			ds.policy.FreeRequested(l.block())
 		}
 		ds.active -= l.size
 		e.active -= l.size
 		ds.requested -= l.req
 		e.requested -= l.req
-		ds.fc = append(ds.fc, l.addr)
+		ds.fc = append(ds.fc, l.block())
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
@@ -750,8 +753,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
 		e.endRequest(ds)
 		if err == nil {
-			ds.policy.FreeRequested(blk.Addr)
-			ds.policy.FreeCompleted(blk.Addr)
+			ds.policy.FreeRequested(blk)
+			ds.policy.FreeCompleted(blk)
 		} else if !errors.Is(err, ErrOOM) {
 			return fmt.Errorf("event %d: %w", idx, err)
 		} else {

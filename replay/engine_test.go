@@ -19,11 +19,13 @@ const mib = 1 << 20
 // smallest cached one that fits; on a refusal it releases its cache and
 // retries once.
 type segPolicy struct {
-	dev     Device
-	cached  []Block // free segments
-	live    map[uint64]Block
-	retries int64
-	exact   bool
+	dev      Device
+	cached   []Block // free segments
+	live     map[uint64]Block
+	retries  int64
+	exact    bool
+	handles  uint32 // the last Handle handed out
+	badFrees int    // frees passed a Block other than the one Malloc returned
 }
 
 func newSegPolicy(dev Device, _ *trace.Header) (Policy, error) {
@@ -54,16 +56,25 @@ func (p *segPolicy) Malloc(size uint64, s trace.StreamID) (Block, error) {
 			return Block{}, &OOMError{SizeBytes: size, AllocBytes: n, Stream: s, Reason: "test"}
 		}
 	}
-	b := Block{Addr: addr, SizeBytes: n}
+	p.handles++
+	b := Block{Addr: addr, SizeBytes: n, Handle: p.handles}
 	p.live[addr] = b
 	return b, nil
 }
 
-func (p *segPolicy) FreeRequested(uint64) {}
+func (p *segPolicy) FreeRequested(b Block) { p.checkHandle(b) }
 
-func (p *segPolicy) FreeCompleted(addr uint64) {
-	p.cached = append(p.cached, p.live[addr])
-	delete(p.live, addr)
+func (p *segPolicy) FreeCompleted(b Block) {
+	p.checkHandle(b)
+	p.cached = append(p.cached, p.live[b.Addr])
+	delete(p.live, b.Addr)
+}
+
+// checkHandle counts frees passed a Block other than the one Malloc returned.
+func (p *segPolicy) checkHandle(b Block) {
+	if l, ok := p.live[b.Addr]; !ok || l != b {
+		p.badFrees++
+	}
 }
 
 func (p *segPolicy) EmptyCache() {
@@ -193,6 +204,38 @@ func TestTimeWeightedFallsBackToEventCount(t *testing.T) {
 	}
 	if got, want := res.Fragmentation.TimeWeightedPct, (100+25+75)/8.0; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("time_weighted_pct = %v, want %v", got, want)
+	}
+}
+
+// TestFreesPassTheBlock checks that the engine passes every free the
+// Block Malloc returned, handle included, with frees completing at once,
+// held back, and after an OOM.
+func TestFreesPassTheBlock(t *testing.T) {
+	var ps []*segPolicy
+	f := func(dev Device, h *trace.Header) (Policy, error) {
+		p, err := newSegPolicy(dev, h)
+		ps = append(ps, p.(*segPolicy))
+		return p, err
+	}
+	evs := metricsTrace()
+	immediate := []trace.Event{alloc(1, 0xa, mib), alloc(2, 0xb, mib), freeReq(3, 0xa), alloc(4, 0xc, 2*mib), freeReq(5, 0xb), freeReq(6, 0xc)}
+	oom := []trace.Event{alloc(1, 0xa, 10*mib), alloc(2, 0xb, 20*mib), freeReq(3, 0xb), freeDone(3, 0xb), freeReq(4, 0xa), freeDone(4, 0xa)}
+	for _, r := range []*trace.Reader{
+		traceOf(t, &trace.Header{}, evs),
+		traceOf(t, &trace.Header{Producer: trace.ProducerLive}, immediate),
+		traceOf(t, &trace.Header{}, oom),
+	} {
+		if _, err := Run(r, f, Config{CapacityBytes: 24 * mib}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ps) != 3 {
+		t.Fatalf("%d policies built, want 3", len(ps))
+	}
+	for i, p := range ps {
+		if p.handles == 0 || p.badFrees != 0 {
+			t.Errorf("trace %d: %d blocks handed out, %d frees passed another block", i, p.handles, p.badFrees)
+		}
 	}
 }
 

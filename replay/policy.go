@@ -17,12 +17,15 @@ type Policy interface {
 	// handed out, or an error wrapping ErrOOM when even releasing its cache
 	// and retrying leaves the device unable to serve it.
 	Malloc(sizeBytes uint64, stream trace.StreamID) (Block, error)
-	// FreeRequested tells the policy the program freed the block at addr.
-	// The block stops counting as allocated but stays active until
-	// FreeCompleted (PyTorch waits for other streams that used it).
-	FreeRequested(addr uint64)
-	// FreeCompleted returns the block at addr to the policy's free lists.
-	FreeCompleted(addr uint64)
+	// FreeRequested tells the policy the program freed block b, as Malloc
+	// returned it (or, for a block of the initial state given to Seed,
+	// with its address and a zero Handle). The block stops counting as
+	// allocated but stays active until FreeCompleted (PyTorch waits for
+	// other streams that used it).
+	FreeRequested(b Block)
+	// FreeCompleted returns block b, passed as to FreeRequested, to the
+	// policy's free lists.
+	FreeCompleted(b Block)
 	// EmptyCache releases what the policy caches, as torch.cuda.empty_cache().
 	EmptyCache()
 	// Stats returns the policy's view of its state. It must be cheap
@@ -34,6 +37,11 @@ type Policy interface {
 type Block struct {
 	Addr      uint64
 	SizeBytes uint64 // the block's size: rounded, or larger when not split
+	// Handle is the policy's own reference to the block, or zero. Callers
+	// pass the Block back to FreeRequested and FreeCompleted, so that a
+	// policy need not look the block up by its address; a policy must
+	// still accept a zero Handle and find the block by Addr.
+	Handle uint32
 }
 
 // Stats is a policy's own view of its state and counters.

@@ -355,7 +355,8 @@ func (p *Policy) unmapIdle(keep uint64, all bool) {
 
 // FreeRequested marks the block as freed by the program; the pool reuses
 // it once the free completes.
-func (p *Policy) FreeRequested(addr uint64) {
+func (p *Policy) FreeRequested(blk replay.Block) {
+	addr := blk.Addr
 	if b, ok := p.blocks[addr]; ok && !b.pending {
 		b.pending = true
 		p.used -= b.requested
@@ -363,7 +364,8 @@ func (p *Policy) FreeRequested(addr uint64) {
 }
 
 // FreeCompleted returns the block to the heap.
-func (p *Policy) FreeCompleted(addr uint64) {
+func (p *Policy) FreeCompleted(blk replay.Block) {
+	addr := blk.Addr
 	b, ok := p.blocks[addr]
 	if !ok {
 		return

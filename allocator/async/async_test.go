@@ -26,7 +26,7 @@ type probe struct {
 	name  string
 	d     *fakedev.Device
 	p     *Policy
-	addrs map[string]uint64
+	addrs map[string]replay.Block
 }
 
 func newProbe(t *testing.T, name string) *probe { return newProbeConf(t, name, "") }
@@ -41,7 +41,7 @@ func newProbeConf(t *testing.T, name, conf string) *probe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &probe{t: t, name: name, d: d, p: p, addrs: map[string]uint64{}}
+	return &probe{t: t, name: name, d: d, p: p, addrs: map[string]replay.Block{}}
 }
 
 // malloc requests size bytes as name and checks the offset (in bytes; -1:
@@ -52,7 +52,7 @@ func (pr *probe) malloc(name string, size uint64, off int64, reservedMiB uint64)
 	if err != nil {
 		pr.t.Fatalf("%s: malloc %s (%d bytes): %v", pr.name, name, size, err)
 	}
-	pr.addrs[name] = b.Addr
+	pr.addrs[name] = b
 	if off >= 0 && b.Addr != va+uint64(off) {
 		pr.t.Errorf("%s: %s (%d bytes) at offset %.4f MiB, the real pool put it at %.4f MiB",
 			pr.name, name, size, float64(b.Addr-va)/MiB, float64(off)/MiB)
@@ -393,7 +393,7 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "would exceed allowed memory") || d.Refused != 0 {
 		t.Fatalf("over the fraction: err %v, device asked %d times; want PyTorch's check, device not asked", err, d.Refused)
 	}
-	p.FreeRequested(va) // live drops to 16 MiB at the request
+	p.FreeRequested(replay.Block{Addr: va}) // live drops to 16 MiB at the request
 	if p.used != 16*MiB {
 		t.Fatalf("live bytes %d after a free request, want %d", p.used, 16*MiB)
 	}
@@ -402,7 +402,7 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 	if _, err := p.Malloc(8*MiB, 0); err == nil || d.Refused != 1 {
 		t.Fatalf("err %v, device refused %d times; want a refusal by the device", err, d.Refused)
 	}
-	p.FreeCompleted(va)
+	p.FreeCompleted(replay.Block{Addr: va})
 	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 8 * MiB, Addr: va}})
 }
 

@@ -259,14 +259,16 @@ func (p *Policy) releaseFree() {
 
 // FreeRequested marks the chunk as freed by the program; it is reused once
 // the free completes.
-func (p *Policy) FreeRequested(addr uint64) {
+func (p *Policy) FreeRequested(blk replay.Block) {
+	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		r.Pending = true
 	}
 }
 
 // FreeCompleted returns the chunk and merges it with free neighbours.
-func (p *Policy) FreeCompleted(addr uint64) {
+func (p *Policy) FreeCompleted(blk replay.Block) {
+	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		p.a.Release(r)
 	}

@@ -62,7 +62,10 @@ type Allocator struct {
 	blocks []block
 	spare  []int32
 	pools  [2]blockPool
-	live   replay.AddrMap // allocated blocks, and pending ones whose free has not completed, by address
+	// seeded holds the live blocks of the initial state (Seed) by
+	// address, until their frees complete: the engine passes their frees
+	// no Handle. Blocks Malloc hands out are found by their Handle.
+	seeded replay.AddrMap
 	segs   []expSeg
 
 	reserved      uint64
@@ -375,14 +378,34 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet, p pos) rep
 	b := &a.blocks[id]
 	b.allocated = true
 	b.requested = orig
-	a.live.Set(b.addr, id)
-	return replay.Block{Addr: b.addr, SizeBytes: b.size}
+	return replay.Block{Addr: b.addr, SizeBytes: b.size, Handle: uint32(id) + 1}
 }
 
-// FreeRequested marks the block at addr freed by the program; it stays
-// active until FreeCompleted.
-func (a *Allocator) FreeRequested(addr uint64) {
-	id, ok := a.live.Get(addr)
+// find returns the live (allocated or pending) block blk names: by its
+// Handle, else among the seeded blocks, else by a walk over all blocks.
+func (a *Allocator) find(blk replay.Block) (int32, bool) {
+	if h := blk.Handle; h != 0 && int(h) <= len(a.blocks) {
+		b := &a.blocks[h-1]
+		if b.addr == blk.Addr && b.used && (b.allocated || b.pending) {
+			return int32(h - 1), true
+		}
+	}
+	if id, ok := a.seeded.Get(blk.Addr); ok {
+		return id, true
+	}
+	for id := range a.blocks {
+		b := &a.blocks[id]
+		if b.addr == blk.Addr && b.used && (b.allocated || b.pending) {
+			return int32(id), true
+		}
+	}
+	return none, false
+}
+
+// FreeRequested marks block blk freed by the program; it stays active
+// until FreeCompleted.
+func (a *Allocator) FreeRequested(blk replay.Block) {
+	id, ok := a.find(blk)
 	if !ok {
 		return
 	}
@@ -391,14 +414,17 @@ func (a *Allocator) FreeRequested(addr uint64) {
 	b.pending = true
 }
 
-// FreeCompleted returns the block at addr to its free list. When the
-// device's recorded events show that the next request releases memory, the
-// free is held back until that request, which decides whether it completed
-// before the request's search or in its release (spec §12.3-12.4).
-func (a *Allocator) FreeCompleted(addr uint64) {
-	id, ok := a.live.Take(addr)
+// FreeCompleted returns block blk to its free list. When the device's
+// recorded events show that the next request releases memory, the free is
+// held back until that request, which decides whether it completed before
+// the request's search or in its release (spec §12.3-12.4).
+func (a *Allocator) FreeCompleted(blk replay.Block) {
+	id, ok := a.find(blk)
 	if !ok {
 		return
+	}
+	if a.seeded.Len() > 0 {
+		a.seeded.Delete(blk.Addr)
 	}
 	if a.blocks[id].allocated {
 		a.blocks[id].allocated = false

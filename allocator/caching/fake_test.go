@@ -159,6 +159,14 @@ func runTable(t *testing.T, cases []tableCase) {
 			dev.total = tc.total
 			dev.fraction = tc.frac
 			a := mustNew(t, dev, tc.conf)
+			// blocks holds what Malloc returned, by address, for the frees.
+			blocks := map[uint64]replay.Block{}
+			block := func(addr uint64) replay.Block {
+				if b, ok := blocks[addr]; ok {
+					return b
+				}
+				return replay.Block{Addr: addr}
+			}
 			for i, s := range tc.steps {
 				dev.calls = dev.calls[:0]
 				switch s.op {
@@ -173,13 +181,18 @@ func runTable(t *testing.T, cases []tableCase) {
 					} else if b.Addr != s.addr {
 						t.Fatalf("step %d: malloc(%d) = %#x, want %#x\nstate: %s", i, s.size, b.Addr, s.addr, segString(a))
 					}
+					if err == nil {
+						blocks[b.Addr] = b
+					}
 				case "free":
-					a.FreeRequested(s.addr)
-					a.FreeCompleted(s.addr)
+					a.FreeRequested(block(s.addr))
+					a.FreeCompleted(block(s.addr))
+					delete(blocks, s.addr)
 				case "req":
-					a.FreeRequested(s.addr)
+					a.FreeRequested(block(s.addr))
 				case "done":
-					a.FreeCompleted(s.addr)
+					a.FreeCompleted(block(s.addr))
+					delete(blocks, s.addr)
 				case "empty":
 					a.EmptyCache()
 				case "rec":

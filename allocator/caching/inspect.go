@@ -155,11 +155,11 @@ func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int
 		case trace.BlockAllocated:
 			a.blocks[id].allocated = true
 			a.blocks[id].requested = bl.RequestedBytes
-			a.live.Set(bl.Addr, id)
+			a.seeded.Set(bl.Addr, id)
 		case trace.BlockPendingFree:
 			a.blocks[id].pending = true
 			a.blocks[id].requested = bl.RequestedBytes
-			a.live.Set(bl.Addr, id)
+			a.seeded.Set(bl.Addr, id)
 		}
 		ids = append(ids, id)
 		last = id

@@ -10,7 +10,6 @@ type state struct {
 	blocks        []block
 	spare         []int32
 	pools         [2]blockPool
-	live          replay.AddrMap
 	segs          []expSeg
 	reserved      uint64
 	stranded      uint64
@@ -40,8 +39,8 @@ func clonePool(p *blockPool) blockPool {
 func (a *Allocator) save() *state {
 	return &state{
 		blocks: append([]block(nil), a.blocks...), spare: append([]int32(nil), a.spare...),
-		pools: [2]blockPool{clonePool(&a.pools[0]), clonePool(&a.pools[1])},
-		live:  a.live.Clone(), segs: append([]expSeg(nil), a.segs...),
+		pools:    [2]blockPool{clonePool(&a.pools[0]), clonePool(&a.pools[1])},
+		segs:     append([]expSeg(nil), a.segs...),
 		reserved: a.reserved, stranded: a.stranded, strandedCount: a.strandedCount,
 		retries: a.retries, ooms: a.ooms, completions: append([]int32(nil), a.completions...),
 	}
@@ -49,7 +48,7 @@ func (a *Allocator) save() *state {
 
 // restore puts back a saved state; s must not be used afterwards.
 func (a *Allocator) restore(s *state) {
-	a.blocks, a.spare, a.pools, a.live, a.segs = s.blocks, s.spare, s.pools, s.live, s.segs
+	a.blocks, a.spare, a.pools, a.segs = s.blocks, s.spare, s.pools, s.segs
 	a.reserved, a.stranded, a.strandedCount = s.reserved, s.stranded, s.strandedCount
 	a.retries, a.ooms, a.completions = s.retries, s.ooms, s.completions
 }

@@ -97,7 +97,7 @@ func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := map[uint64]uint64{}
+	addr := map[uint64]replay.Block{}
 	var out []trace.Event
 	flush := func(e trace.Event) {
 		out = append(out, dev.out...)
@@ -123,7 +123,7 @@ func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, f
 				flush(trace.Event{Kind: trace.KindOOM, SizeBytes: cfg.RoundSize(e.SizeBytes), Stream: e.Stream})
 				continue
 			}
-			addr[e.Addr] = b.Addr
+			addr[e.Addr] = b
 			e.Addr = b.Addr
 			flush(e)
 			allocs++
@@ -132,14 +132,16 @@ func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, f
 				flush(trace.Event{Kind: trace.KindEmptyCache})
 			}
 		case trace.KindFreeRequested:
-			e.Addr = addr[e.Addr]
-			a.FreeRequested(e.Addr)
+			b := addr[e.Addr]
+			e.Addr = b.Addr
+			a.FreeRequested(b)
 			flush(e)
 		case trace.KindFreeCompleted:
 			orig := e.Addr
-			e.Addr = addr[orig]
+			b := addr[orig]
+			e.Addr = b.Addr
 			delete(addr, orig)
-			a.FreeCompleted(e.Addr)
+			a.FreeCompleted(b)
 			flush(e)
 		default:
 			flush(e)

@@ -83,7 +83,8 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 
 // FreeRequested marks the block as freed; it releases it at once with
 // free_at_request.
-func (p *Policy) FreeRequested(addr uint64) {
+func (p *Policy) FreeRequested(blk replay.Block) {
+	addr := blk.Addr
 	if p.cfg.FreeAtRequest {
 		p.release(addr)
 		return
@@ -95,7 +96,7 @@ func (p *Policy) FreeRequested(addr uint64) {
 }
 
 // FreeCompleted releases the block if FreeRequested did not.
-func (p *Policy) FreeCompleted(addr uint64) { p.release(addr) }
+func (p *Policy) FreeCompleted(blk replay.Block) { p.release(blk.Addr) }
 
 func (p *Policy) release(addr uint64) {
 	b, ok := p.blocks[addr]

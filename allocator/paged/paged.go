@@ -106,14 +106,16 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 
 // FreeRequested marks the allocation as freed by the program; its pages are
 // reused once the free completes.
-func (p *Policy) FreeRequested(addr uint64) {
+func (p *Policy) FreeRequested(blk replay.Block) {
+	addr := blk.Addr
 	if a, ok := p.allocs[addr]; ok {
 		a.pending = true
 	}
 }
 
 // FreeCompleted returns the allocation's pages to the cache.
-func (p *Policy) FreeCompleted(addr uint64) {
+func (p *Policy) FreeCompleted(blk replay.Block) {
+	addr := blk.Addr
 	a, ok := p.allocs[addr]
 	if !ok {
 		return

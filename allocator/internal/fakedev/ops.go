@@ -39,6 +39,14 @@ type Checker interface{ Check() string }
 // differs from what an op states, or at the first broken invariant.
 func Run(t testing.TB, p replay.Policy, d *Device, ops []Op) {
 	t.Helper()
+	// blocks holds what Malloc returned, by address, to pass to the frees.
+	blocks := map[uint64]replay.Block{}
+	block := func(addr uint64) replay.Block {
+		if b, ok := blocks[addr]; ok {
+			return b
+		}
+		return replay.Block{Addr: addr}
+	}
 	for i, o := range ops {
 		switch o.Do {
 		case "malloc":
@@ -55,13 +63,16 @@ func Run(t testing.TB, p replay.Policy, d *Device, ops []Op) {
 			if b.Addr != o.Addr || (o.Block != 0 && b.SizeBytes != o.Block) {
 				t.Fatalf("op %d %v = %#x (%d bytes), want %#x (%d bytes)", i, o, b.Addr, b.SizeBytes, o.Addr, o.Block)
 			}
+			blocks[b.Addr] = b
 		case "free":
-			p.FreeRequested(o.Addr)
-			p.FreeCompleted(o.Addr)
+			p.FreeRequested(block(o.Addr))
+			p.FreeCompleted(block(o.Addr))
+			delete(blocks, o.Addr)
 		case "free_requested":
-			p.FreeRequested(o.Addr)
+			p.FreeRequested(block(o.Addr))
 		case "free_completed":
-			p.FreeCompleted(o.Addr)
+			p.FreeCompleted(block(o.Addr))
+			delete(blocks, o.Addr)
 		case "empty_cache":
 			p.EmptyCache()
 		default:
