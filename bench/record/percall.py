@@ -19,8 +19,8 @@ a = p.parse_args()
 import torch
 
 torch.empty(1, device="cuda")
-out = {"allocator": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") or "native",
-       "recording": bool(os.environ.get("FRAGSIM_TRACE"))}
+out = {"allocator": "fragsim record" if os.environ.get("FRAGSIM_TRACE") else
+       os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") or "native"}
 for size in (512, 1 << 20, 16 << 20):
     n = a.n
     for _ in range(1000):  # warm the cache or pool

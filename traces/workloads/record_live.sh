@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Records the four workloads live with `fragsim record` (the hook library as
-# PyTorch's pluggable allocator), one at a time, with each run's summary.
+# PyTorch's pluggable allocator), one at a time, with each run's summary
+# (NAME.live.json: the loop's wall time) and log. pack_live.py then puts them
+# in traces/ with the wall times in their headers.
 # Usage: record_live.sh OUTDIR   (FRAGSIM=path/to/fragsim, default build/fragsim)
 set -u
 out=${1:?usage: record_live.sh OUTDIR}
@@ -17,7 +19,8 @@ runs=(
 )
 for spec in "${runs[@]}"; do
   name=${spec%%|*}; cmd=${spec#*|}
-  ( cd "$here" && timeout 240 "$fragsim" record -o "$out/$name.live.fst" -- \
+  ( cd "$here" && timeout 240 "$fragsim" record -o "$out/$name.live.fst" \
+      --tag "workload=$cmd" --tag "seed=${name##*_s}" -- \
       python3 $cmd --stats-out "$out/$name.live.json" ) >"$out/$name.live.log" 2>&1 \
     || echo "FAILED live $name (see $name.live.log)"
 done
