@@ -54,13 +54,27 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 }
 
 // Main runs the CLI and returns the process exit code.
+//
+// Exit codes: 0 success; 1 failure (bad or unreadable input, a failed
+// replay); 2 usage errors (missing or unknown arguments and flags, bad flag
+// values), and for replay, compare and info a trace cut short, whose
+// figures cover the events before the cut; record exits with the
+// program's own code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	app := NewApp(stdout, stderr)
+	usage := func(_ *cli.Context, err error, _ bool) error { return exitCode(2, err) }
+	app.OnUsageError = usage
+	for _, c := range app.Commands {
+		c.OnUsageError = usage
+	}
 	if err := app.Run(interspersed(app, args)); err != nil {
 		fmt.Fprintf(stderr, "fragsim: %v\n", err)
 		var ee *exitError
 		if errors.As(err, &ee) {
 			return ee.code
+		}
+		if strings.HasPrefix(err.Error(), "Required flag") { // urfave/cli's missing required flags
+			return 2
 		}
 		return 1
 	}

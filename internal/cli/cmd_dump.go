@@ -28,7 +28,7 @@ func dumpCommand() *cli.Command {
 
 func runDump(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return exitCode(1, fmt.Errorf("dump: want one TRACE argument, got %d", c.NArg()))
+		return exitCode(2, fmt.Errorf("dump: want one TRACE argument, got %d", c.NArg()))
 	}
 	f, err := trace.Open(c.Args().First())
 	if err != nil {

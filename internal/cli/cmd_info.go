@@ -38,7 +38,7 @@ func infoCommand() *cli.Command {
 
 func runInfo(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return exitCode(1, fmt.Errorf("info: want one TRACE argument, got %d", c.NArg()))
+		return exitCode(2, fmt.Errorf("info: want one TRACE argument, got %d", c.NArg()))
 	}
 	f, err := trace.Open(c.Args().First())
 	if err != nil {

@@ -30,7 +30,7 @@ func undumpCommand() *cli.Command {
 
 func runUndump(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return exitCode(1, fmt.Errorf("undump: want one TEXT argument, got %d", c.NArg()))
+		return exitCode(2, fmt.Errorf("undump: want one TEXT argument, got %d", c.NArg()))
 	}
 	name := c.Args().First()
 	var in io.Reader = os.Stdin

@@ -80,7 +80,7 @@ func TestUndumpSyntaxError(t *testing.T) {
 	if len(evs) != 1 || evs[0].Addr != 0x200 || !errors.Is(err, trace.ErrTruncated) {
 		t.Errorf("partial output: %d events, err %v; want the 1 event before the error and ErrTruncated", len(evs), err)
 	}
-	if code, _, _ := run("undump", txt); code != 1 {
-		t.Errorf("undump without -o: exit %d, want 1", code)
+	if code, _, _ := run("undump", txt); code != 2 {
+		t.Errorf("undump without -o: exit %d, want 2 (usage)", code)
 	}
 }

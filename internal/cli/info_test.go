@@ -128,10 +128,13 @@ func TestInfoTruncated(t *testing.T) {
 func TestInfoErrors(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk")
 	os.WriteFile(junk, []byte("not a trace at all"), 0o644)
-	for _, args := range [][]string{{"info", junk}, {"info", junk + ".missing"}, {"info"}} {
-		code, _, stderr := run(args...)
-		if code != 1 || stderr == "" {
-			t.Errorf("%v: exit %d, stderr %q; want 1 and a message", args, code, stderr)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{[]string{"info", junk}, 1}, {[]string{"info", junk + ".missing"}, 1}, {[]string{"info"}, 2}} {
+		code, _, stderr := run(tc.args...)
+		if code != tc.want || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q; want %d and a message", tc.args, code, stderr, tc.want)
 		}
 	}
 	code, _, stderr := run("info", junk)
