@@ -66,6 +66,9 @@ def main():
     a.fragsim = os.path.abspath(a.fragsim)
     a.lib = os.path.abspath(a.lib) if a.lib else ""
     os.makedirs(a.out, exist_ok=True)
+    if a.runs <= 0:
+        print("overhead: no runs asked for (--runs 0)")
+        return
     arms = a.arms.split(",")
     res = {arm: [] for arm in arms}
     for i in range(a.runs):

@@ -11,6 +11,7 @@
 # Extra arguments choose the workload in traces/workloads (default:
 # multi_agent.py --seed 1, the multi-agent baseline).
 #   FRAGSIM=build/fragsim OUT=/tmp/x RUNS=5 bench/record/run.sh [kv_decode.py --seed 1]
+# RUNS=0 skips step 3, PERCALL=0 step 2.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -22,7 +23,7 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT"; OUT=$(realpath "$OUT")
 workload=("$@"); [ ${#workload[@]} -eq 0 ] && workload=(multi_agent.py --seed 1)
 "$FRAGSIM" probe | tee "$OUT/probe.txt"
-{
+[ "${PERCALL:-1}" = 0 ] || {
   "$PY" bench/record/percall.py
   PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "$PY" bench/record/percall.py
   "$FRAGSIM" record --lib "$LIB" -o "$OUT/percall.fst" -- "$PY" bench/record/percall.py
