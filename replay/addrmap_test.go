@@ -81,3 +81,57 @@ func BenchmarkGoMap(b *testing.B) {
 		delete(m, keys[(i+2048)&4095])
 	}
 }
+
+func TestLiveMapMatchesGoMap(t *testing.T) {
+	var m liveMap
+	ref := map[uint64]live{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 200000; i++ {
+		k := uint64(rng.IntN(5000)) * 512
+		l := live{addr: k + uint64(rng.IntN(1<<20)), size: uint64(rng.IntN(1 << 30)), req: uint64(i), h: uint32(rng.IntN(1 << 30)), freed: rng.IntN(2) == 0}
+		switch rng.IntN(4) {
+		case 0:
+			m.Set(k, l)
+			ref[k] = l
+		case 1:
+			want, wok := ref[k]
+			if got, ok := m.Take(k); ok != wok || got != want {
+				t.Fatalf("step %d: Take(%#x) = %v,%v, want %v,%v", i, k, got, ok, want, wok)
+			}
+			delete(ref, k)
+		case 2:
+			_, had := ref[k]
+			if got := m.Insert(k, l); got == had {
+				t.Fatalf("step %d: Insert(%#x) = %v with the key present: %v", i, k, got, had)
+			}
+			if !had {
+				ref[k] = l
+			}
+		case 3:
+			want, wok := ref[k]
+			p, ok := m.Get(k)
+			if ok != wok || (ok && !sameLive(*p, want)) {
+				t.Fatalf("step %d: Get(%#x) = %v, want %v,%v", i, k, ok, want, wok)
+			}
+			if ok {
+				p.freed = !p.freed
+				want.freed = !want.freed
+				ref[k] = want
+			}
+		}
+		if m.Len() != len(ref) {
+			t.Fatalf("step %d: Len %d, want %d", i, m.Len(), len(ref))
+		}
+	}
+	for k, v := range ref {
+		if got, ok := m.Get(k); !ok || !sameLive(*got, v) {
+			t.Fatalf("Get(%#x) = %v,%v want %v", k, got, ok, v)
+		}
+	}
+}
+
+// sameLive compares two blocks but for liveMap's mark.
+func sameLive(a, b live) bool {
+	a.used, b.used = false, false
+	return a == b
+}

@@ -38,6 +38,7 @@ type live struct {
 	req   uint64 // requested bytes
 	h     uint32 // the policy's handle (Block.Handle)
 	freed bool   // free requested
+	used  bool   // for liveMap: the slot holds a block
 }
 
 func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h} }
@@ -48,9 +49,7 @@ type devState struct {
 	policy   Policy
 	strand   strander // the policy, when it implements strander
 	dev      *device
-	live     AddrMap // recorded address -> index in slab
-	slab     []live
-	spare    []int32
+	live     liveMap             // live blocks by recorded address
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
 	fc       []Block             // completed frees not yet passed to the policy
 
@@ -84,20 +83,30 @@ type engine struct {
 	reserved, active, allocated, requested uint64
 
 	// metrics
-	peakReserved      uint64
-	atPeakActive      uint64
-	twSumTime, twTime float64
-	twSumCount        float64
-	twCount           int64
-	prevTime          int64
-	prevFrag          float64
-	frag              float64 // pct(fragActive, fragReserved)
-	fragActive        uint64
-	fragReserved      uint64
-	haveTime          bool
-	stranded          uint64
-	sample            Sample
-	err               error
+	peakReserved uint64
+	atPeakActive uint64
+	// Time-weighted fragmentation, pct(active, reserved) weighted by the
+	// time each state held, and its fallback, the mean over events. Both
+	// are summed per stretch of constant reserved bytes, where the sum of
+	// pct is 100*(weight - Σ active×weight / reserved): a multiply-add per
+	// event instead of a division (see flushTime and flushCount).
+	twSumTime  float64 // Σ pct×dt over flushed stretches
+	twTime     int64   // Σ dt
+	twSumCount float64 // Σ pct over flushed stretches' events
+	twCount    int64   // events
+	tRes       uint64  // reserved bytes of the open time stretch
+	tW         int64   // its Σ dt
+	tA         float64 // its Σ active×dt
+	cRes       uint64  // reserved bytes of the open count stretch
+	cN         int64   // its events
+	cA         float64 // its Σ active
+	prevTime   int64
+	prevActive uint64 // the state after the previous event
+	prevRes    uint64
+	haveTime   bool
+	stranded   uint64
+	sample     Sample
+	err        error
 }
 
 // Run replays the trace r to its end through policies built by f, one
@@ -395,7 +404,7 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 					continue
 				}
 				l := live{addr: b.Addr, size: b.SizeBytes, req: b.RequestedBytes, freed: b.State == trace.BlockPendingFree}
-				ds.put(b.Addr, l)
+				ds.live.Set(b.Addr, l)
 				e.addActive(ds, l)
 			}
 		}
@@ -423,64 +432,12 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 				ds.allocated -= l.size
 				e.allocated -= l.size
 			}
-			ds.put(b.Addr, l)
+			ds.live.Set(b.Addr, l)
 		}
 	}
 	e.syncReserved(ds)
 	ds.dev.compare = true
 	return nil
-}
-
-func (ds *devState) put(addr uint64, l live) {
-	var i int32
-	if n := len(ds.spare); n > 0 {
-		i = ds.spare[n-1]
-		ds.spare = ds.spare[:n-1]
-		ds.slab[i] = l
-	} else {
-		i = int32(len(ds.slab))
-		ds.slab = append(ds.slab, l)
-	}
-	ds.live.Set(addr, i)
-}
-
-// putNew is put for an address not live yet; it reports false, changing
-// nothing, when addr is live.
-func (ds *devState) putNew(addr uint64, l live) bool {
-	var i int32
-	if n := len(ds.spare); n > 0 {
-		i = ds.spare[n-1]
-	} else {
-		i = int32(len(ds.slab))
-	}
-	if !ds.live.Insert(addr, i) {
-		return false
-	}
-	if n := len(ds.spare); n > 0 {
-		ds.spare = ds.spare[:n-1]
-		ds.slab[i] = l
-	} else {
-		ds.slab = append(ds.slab, l)
-	}
-	return true
-}
-
-// take removes the live block at addr and returns it.
-func (ds *devState) take(addr uint64) (live, bool) {
-	i, ok := ds.live.Take(addr)
-	if !ok {
-		return live{}, false
-	}
-	ds.spare = append(ds.spare, i)
-	return ds.slab[i], true
-}
-
-func (ds *devState) get(addr uint64) (*live, bool) {
-	i, ok := ds.live.Get(addr)
-	if !ok {
-		return nil, false
-	}
-	return &ds.slab[i], true
 }
 
 func (e *engine) addActive(ds *devState, l live) {
@@ -607,8 +564,10 @@ func (e *engine) finish() error {
 	fr := &e.res.Fragmentation
 	fr.AtPeakPct = pct(e.atPeakActive, e.peakReserved)
 	fr.PeakRatioPct = pct(e.res.PeakActiveBytes, e.res.PeakReservedBytes)
+	e.flushTime()
+	e.flushCount()
 	if e.twTime > 0 {
-		fr.TimeWeightedPct = e.twSumTime / e.twTime
+		fr.TimeWeightedPct = e.twSumTime / float64(e.twTime)
 	} else if e.twCount > 0 {
 		fr.TimeWeightedPct = e.twSumCount / float64(e.twCount)
 	}
@@ -683,7 +642,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			break
 		}
 		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}
-		if !ds.putNew(ev.Addr, l) {
+		if !ds.live.Insert(ev.Addr, l) {
 			return fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 		}
 		if len(ds.unserved) > 0 {
@@ -700,7 +659,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.updateStats(ds)
 	case trace.KindFreeRequested:
 		e.requests++
-		l, ok := ds.get(ev.Addr)
+		l, ok := ds.live.Get(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
 				break
@@ -716,7 +675,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		ds.policy.FreeRequested(l.block())
 	case trace.KindFreeCompleted:
 		e.requests++
-		l, ok := ds.take(ev.Addr)
+		l, ok := ds.live.Take(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
 				delete(ds.unserved, ev.Addr)
@@ -850,22 +809,25 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 	// time-weighted fragmentation: the state before this event held
 	// from the previous event's time to this one's.
 	if e.haveTime && ev.TimeNS > e.prevTime {
-		dt := float64(ev.TimeNS - e.prevTime)
-		e.twSumTime += e.prevFrag * dt
-		e.twTime += dt
+		if e.prevRes != e.tRes {
+			e.flushTime()
+			e.tRes = e.prevRes
+		}
+		dt := ev.TimeNS - e.prevTime
+		e.tW += dt
+		e.tA += float64(int64(e.prevActive)) * float64(dt)
 	}
 	if ev.TimeNS != 0 {
 		e.prevTime = ev.TimeNS
 		e.haveTime = true
 	}
-	if e.active != e.fragActive || e.reserved != e.fragReserved {
-		e.fragActive, e.fragReserved = e.active, e.reserved
-		e.frag = pct(e.active, e.reserved)
+	if e.reserved != e.cRes {
+		e.flushCount()
+		e.cRes = e.reserved
 	}
-	f := e.frag
-	e.prevFrag = f
-	e.twSumCount += f
-	e.twCount++
+	e.cN++
+	e.cA += float64(int64(e.active))
+	e.prevActive, e.prevRes = e.active, e.reserved
 	if e.cfg.Observer != nil {
 		s := &e.sample
 		s.Index = idx
@@ -883,6 +845,30 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 	if e.cfg.Progress != nil && e.res.Events&(1<<20-1) == 0 {
 		e.cfg.Progress(e.res.Events)
 	}
+}
+
+// stretchPct returns Σ pct(active_i, reserved) over a stretch of constant
+// reserved bytes, from the stretch's Σ weight_i and Σ active_i×weight_i.
+func stretchPct(reserved uint64, weight, activeSum float64) float64 {
+	if reserved == 0 {
+		return 0
+	}
+	// Byte counts are below 2^63 (see pct).
+	return 100 * (weight - activeSum/float64(int64(reserved)))
+}
+
+// flushTime closes the open time stretch.
+func (e *engine) flushTime() {
+	e.twSumTime += stretchPct(e.tRes, float64(e.tW), e.tA)
+	e.twTime += e.tW
+	e.tW, e.tA = 0, 0
+}
+
+// flushCount closes the open count stretch.
+func (e *engine) flushCount() {
+	e.twSumCount += stretchPct(e.cRes, float64(e.cN), e.cA)
+	e.twCount += e.cN
+	e.cN, e.cA = 0, 0
 }
 
 func (e *engine) atPeak() {
