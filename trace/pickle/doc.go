@@ -3,6 +3,7 @@ package pickle
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -25,7 +26,7 @@ const (
 	KindDict
 )
 
-var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict"}
+var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict", "dict"}
 
 // String returns the Python type name.
 func (k Kind) String() string {
@@ -36,19 +37,40 @@ func (k Kind) String() string {
 }
 
 // Value is a value of a Doc: an index into its value table, or, with
-// inlineBit set, a small non-negative int held in the Value itself (most
-// of a snapshot's ints), which takes no table entry.
+// inlineBit set, a value held in the Value itself, which takes no table
+// entry: a small non-negative int (most of a snapshot's ints), with strBit
+// also set the index of a string, and with entryBit too a streamed entry
+// (see Decoder.StreamEntries).
 type Value uint32
 
-// inlineBit marks a Value that holds an int below maxInline itself.
+// inlineBit marks a Value that holds an int below maxInline itself;
+// inlineBit|strBit one that holds a string index below maxInlineStr;
+// inlineBit|strBit|entryBit (tagMask) one that holds an entry number.
 const (
-	inlineBit Value = 1 << 31
-	maxInline       = 1 << 30
+	inlineBit    Value = 1 << 31
+	strBit       Value = 1 << 30
+	entryBit     Value = 1 << 29
+	tagMask            = inlineBit | strBit | entryBit
+	maxInline          = 1 << 30
+	maxInlineStr       = 1 << 29
+	// maxEntries bounds the entry numbers (so that no entry Value is ^0,
+	// which callers use for "no value").
+	maxEntries = 1<<29 - 1
 )
+
+// kindEntry is the kind of a streamed entry: a dict whose keys and values
+// went to the EntryHandler (Kind reports it as a dict).
+const kindEntry = KindDict + 1
 
 // kindIn is v's kind with the kind table kinds (the decoder's local copy).
 func kindIn(kinds []Kind, v Value) Kind {
 	if v&inlineBit != 0 {
+		switch v & tagMask {
+		case tagMask:
+			return kindEntry
+		case inlineBit | strBit:
+			return KindString
+		}
 		return KindInt
 	}
 	return kinds[v]
@@ -57,9 +79,31 @@ func kindIn(kinds []Kind, v Value) Kind {
 // val returns v's kind and bits.
 func (d *Doc) val(v Value) val {
 	if v&inlineBit != 0 {
+		switch v & tagMask {
+		case tagMask:
+			return val{x: uint64(v &^ tagMask), kind: kindEntry}
+		case inlineBit | strBit:
+			return val{x: uint64(v &^ (inlineBit | strBit)), kind: KindString}
+		}
 		return val{x: uint64(v &^ inlineBit), kind: KindInt}
 	}
 	return val{x: d.xs[v], kind: d.kinds[v]}
+}
+
+// strValue returns the Value of the string of index i.
+func strValue(i uint32) (Value, bool) {
+	if i < maxInlineStr {
+		return inlineBit | strBit | Value(i), true
+	}
+	return 0, false
+}
+
+// Entry returns the number of the streamed entry v, if v is one.
+func (d *Doc) Entry(v Value) (uint32, bool) {
+	if v&tagMask == tagMask {
+		return uint32(v &^ tagMask), true
+	}
+	return 0, false
 }
 
 type val struct {
@@ -98,8 +142,13 @@ type Doc struct {
 // Root returns the pickle's top-level value.
 func (d *Doc) Root() Value { return d.root }
 
-// Kind returns v's kind.
-func (d *Doc) Kind(v Value) Kind { return d.val(v).kind }
+// Kind returns v's kind (a streamed entry is a dict).
+func (d *Doc) Kind(v Value) Kind {
+	if k := d.val(v).kind; k != kindEntry {
+		return k
+	}
+	return KindDict
+}
 
 // Int returns v as an int64: ints (uint64 ones bit-cast), bools and floats
 // (truncated); ok is false for other kinds.
@@ -300,6 +349,13 @@ func (d *Doc) PairSlice(v Value) []Value {
 	return out
 }
 
+// StrAt returns the string of index i of the Doc's string table (a StrID).
+func (d *Doc) StrAt(i uint32) string { return d.strs[i] }
+
+// NumValues returns the size of the Doc's value table (inline values,
+// such as small ints, most strings and streamed entries, take no entry).
+func (d *Doc) NumValues() int { return len(d.kinds) }
+
 // NumStrings returns the size of the Doc's string table (StrID < NumStrings).
 func (d *Doc) NumStrings() int { return len(d.strs) }
 
@@ -421,11 +477,29 @@ type Decoder struct {
 	memo   []Value
 	sparse map[uint64]Value
 
+	// keep is how much of the value table something may still refer to
+	// (the memo, a container's items): the values of a streamed entry
+	// above it are dropped once the entry has them.
+	keep int
+
+	// Streaming (see StreamEntries).
+	entries   EntryHandler
+	entryKey  string
+	outer     Value  // the list stored under entryKey, or noValue
+	cur       Value  // the latest list created as an item of outer, or noValue
+	nEntries  uint32 // entries created
+	lastEntry Value  // the latest entry created
+	lastPos   int    // its stack position, or -1 once it may be elsewhere
+	lastLen   int    // the value table's length when it was created
+
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
 	Progress      func(done, total int64)
 	ProgressEvery int64
 }
+
+// noValue stands for "no value" in the decoder's streaming state.
+const noValue = ^Value(0)
 
 // NewDecoder returns a decoder of data.
 func NewDecoder(data []byte) *Decoder {
@@ -436,19 +510,102 @@ func NewDecoder(data []byte) *Decoder {
 	d := &Decoder{
 		data: data,
 		doc: &Doc{
-			kinds:  make([]Kind, 0, n/4+16),
-			xs:     make([]uint64, 0, n/4+16),
-			items:  make([]Value, 0, n+16),
-			chunks: make([]chunk, 0, n/8+16),
+			kinds:  make([]Kind, 0, n/8+16),
+			xs:     make([]uint64, 0, n/8+16),
+			items:  make([]Value, 0, n/4+16),
+			chunks: make([]chunk, 0, n/64+16),
 			intern: make(map[string]uint32, 1024),
 		},
-		memo:  make([]Value, 0, n/8+16),
-		stack: make([]Value, 0, 1024),
-	}
-	if len(data) > sampleBytes {
-		Prefault(spare(d.doc.items), spare(d.doc.xs), spare(d.doc.chunks), spare(d.memo))
+		memo:      make([]Value, 0, n/8+16),
+		stack:     make([]Value, 0, 1024),
+		outer:     noValue,
+		cur:       noValue,
+		lastEntry: noValue,
+		lastPos:   -1,
 	}
 	return d
+}
+
+// EntryHandler receives the entries of a streamed list of lists of dicts
+// (see Decoder.StreamEntries) while DecodeDoc runs.
+type EntryHandler interface {
+	// NewEntry is called when entry n (0, 1, 2...) is created, empty, by
+	// the opcode at byte offset off of the input.
+	NewEntry(n uint32, off int)
+	// SetEntry is called with keys and values set on entry n (keys and
+	// values alternate; keys are str or int), in the order the pickle sets
+	// them. Its scalar Values are valid only during the call (the decoder
+	// reuses their table entries); container Values stay valid.
+	SetEntry(n uint32, kv []Value) error
+}
+
+// ErrNotStreamable is returned by DecodeDoc, when streaming, for a pickle
+// whose entries cannot be streamed (an entry's dict is used in a way the
+// handler cannot follow, or the pickle is bad: the caller should decode
+// it again without streaming, which gives the data or the precise error).
+var ErrNotStreamable = errors.New("pickle: the entries cannot be streamed")
+
+// StreamEntries makes DecodeDoc hand the dicts created as items of the
+// lists that are items of the list stored under key in the top-level dict
+// (a memory snapshot's device_traces: one list of entry dicts per device)
+// to h instead of storing them: such a dict is held in the Doc as an entry
+// Value (Doc.Entry gives its number; Kind says dict, but it has no pairs),
+// its keys and values go to h.SetEntry, and the values, once h has them,
+// take no memory. Containers that hold entries may be read as usual; an
+// entry used where its pairs would be needed (Doc.ToAny fails on it) is
+// the caller's to detect, by decoding again without streaming.
+func (d *Decoder) StreamEntries(key string, h EntryHandler) {
+	d.entries, d.entryKey = h, key
+}
+
+// Doc returns the Doc being decoded (an EntryHandler reads its values).
+func (d *Decoder) Doc() *Doc { return d.doc }
+
+// inCtx reports whether a value pushed now would be an item of x: x is on
+// top of the stack (APPEND) or just below the top mark (APPENDS).
+func inCtx(stack []Value, marks []int, x Value) bool {
+	if n := len(stack); n > 0 && stack[n-1] == x {
+		return true
+	}
+	if k := len(marks); k > 0 {
+		if m := marks[k-1]; m > 0 && stack[m-1] == x {
+			return true
+		}
+	}
+	return false
+}
+
+// atEntryKey reports whether a value pushed now would be the top-level
+// dict's value under entryKey.
+func (d *Decoder) atEntryKey(stack []Value, kinds []Kind) bool {
+	n := len(stack)
+	if n < 2 || kindIn(kinds, stack[0]) != KindDict {
+		return false
+	}
+	switch {
+	case len(d.marks) == 1 && d.marks[0] == 1 && (n-1)%2 == 1:
+	case len(d.marks) == 0 && n == 2:
+	default:
+		return false
+	}
+	s, ok := d.doc.Str(stack[n-1])
+	return ok && s == d.entryKey
+}
+
+// setEntry hands kv, set on the entry v, to the handler.
+func (d *Decoder) setEntry(v Value, kv []Value) error {
+	if len(kv)%2 != 0 {
+		return ErrNotStreamable
+	}
+	for i := 0; i < len(kv); i += 2 {
+		switch kindIn(d.doc.kinds, kv[i]) {
+		case KindString, KindInt, KindUint:
+		default:
+			return ErrNotStreamable
+		}
+	}
+	n, _ := d.doc.Entry(v)
+	return d.entries.SetEntry(n, kv)
 }
 
 // Partial returns, after DecodeDoc failed, the values decoded so far and
@@ -489,26 +646,31 @@ func (d *Decoder) push(k Kind, x uint64) {
 
 func (d *Decoder) pushStr(b []byte) {
 	doc := d.doc
+	var i uint32
 	if len(b) <= internMaxLen {
-		if i, ok := doc.intern[string(b)]; ok {
-			d.push(KindString, uint64(i))
-			return
+		var ok bool
+		if i, ok = doc.intern[string(b)]; !ok {
+			s := string(b)
+			i = uint32(len(doc.strs))
+			doc.strs = append(doc.strs, s)
+			if len(doc.intern) < internMaxEntries {
+				doc.intern[s] = i
+			}
 		}
-		s := string(b)
-		i := uint32(len(doc.strs))
-		doc.strs = append(doc.strs, s)
-		if len(doc.intern) < internMaxEntries {
-			doc.intern[s] = i
-		}
-		d.push(KindString, uint64(i))
+	} else {
+		i = uint32(len(doc.strs))
+		doc.strs = append(doc.strs, string(b))
+	}
+	if v, ok := strValue(i); ok {
+		d.stack = append(d.stack, v)
 		return
 	}
-	doc.strs = append(doc.strs, string(b))
-	d.push(KindString, uint64(len(doc.strs)-1))
+	d.push(KindString, uint64(i))
 }
 
 func (d *Decoder) pushCont(k Kind) Value {
 	d.push(k, 0)
+	d.keep = len(d.doc.kinds)
 	return d.top()
 }
 
@@ -519,6 +681,7 @@ func (d *Decoder) appendItems(v Value, items []Value) {
 		return
 	}
 	doc := d.doc
+	d.keep = len(doc.kinds) // the items may be any value made so far
 	x := doc.xs[v]
 	end := uint32(len(doc.items))
 	doc.items = append(doc.items, items...)
@@ -560,6 +723,9 @@ func (d *Decoder) memoGet(idx uint64) (Value, bool) {
 }
 
 func (d *Decoder) memoPut(idx uint64, v Value) {
+	if v < inlineBit && int(v) >= d.keep {
+		d.keep = int(v) + 1
+	}
 	n := uint64(len(d.memo))
 	switch {
 	case idx < n:
@@ -629,6 +795,15 @@ func decodeLong(b []byte) (Kind, uint64, bool) {
 
 func (d *Decoder) top() Value { return d.stack[len(d.stack)-1] }
 
+// pushGot pushes v, taken from the memo or the stack: if it is the latest
+// entry, its values may now be referred to from elsewhere.
+func (d *Decoder) pushGot(v Value) {
+	if v == d.lastEntry {
+		d.lastPos = -1
+	}
+	d.stack = append(d.stack, v)
+}
+
 // have checks that n values are on the stack above the top mark.
 func (d *Decoder) have(off int, op byte, n int) error {
 	base := 0
@@ -651,6 +826,9 @@ func (d *Decoder) popMark(off int, op byte) (int, error) {
 }
 
 func (d *Decoder) setItems(off int, op byte, dict Value, kv []Value) error {
+	if dict&tagMask == tagMask {
+		return d.setEntry(dict, kv)
+	}
 	x := d.doc.val(dict)
 	if x.kind != KindDict {
 		return d.errAt(off, op, ErrMalformed, "setting items of a %s, not a dict", x.kind)
@@ -728,7 +906,11 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		case opBinGet:
 			if pos+1 < len(data) {
 				if idx := int(data[pos+1]); idx < len(memo) && memo[idx] != memoHole {
-					stack = append(stack, memo[idx])
+					v := memo[idx]
+					if v == d.lastEntry {
+						d.lastPos = -1
+					}
+					stack = append(stack, v)
 					pos += 2
 					continue
 				}
@@ -736,14 +918,22 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		case opLongBinGet:
 			if pos+4 < len(data) {
 				if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])); idx < uint64(len(memo)) && memo[idx] != memoHole {
-					stack = append(stack, memo[idx])
+					v := memo[idx]
+					if v == d.lastEntry {
+						d.lastPos = -1
+					}
+					stack = append(stack, v)
 					pos += 5
 					continue
 				}
 			}
 		case opMemoize:
 			if len(stack) > 0 && d.sparse == nil {
-				memo = append(memo, stack[len(stack)-1])
+				v := stack[len(stack)-1]
+				if v < inlineBit && int(v) >= d.keep {
+					d.keep = int(v) + 1
+				}
+				memo = append(memo, v)
 				pos++
 				continue
 			}
@@ -756,9 +946,33 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			if op == opEmptyList {
 				k = KindList
 			}
-			stack = append(stack, Value(len(kinds)))
+			v := Value(len(kinds))
+			if d.entries != nil {
+				switch {
+				case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
+					if d.nEntries >= maxEntries {
+						return nil, ErrNotStreamable
+					}
+					v = tagMask | Value(d.nEntries)
+					d.entries.NewEntry(d.nEntries, pos)
+					d.nEntries++
+					d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
+					stack = append(stack, v)
+					pos++
+					continue
+				case op == opEmptyDict:
+				case d.outer == noValue:
+					if d.atEntryKey(stack, kinds) {
+						d.outer = v
+					}
+				case inCtx(stack, d.marks, d.outer):
+					d.cur = v
+				}
+			}
+			stack = append(stack, v)
 			kinds = append(kinds, k)
 			xs = append(xs, 0)
+			d.keep = len(kinds)
 			pos++
 			continue
 		case opBinInt1:
@@ -812,9 +1026,13 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 							doc.intern[str] = i
 						}
 					}
-					stack = append(stack, Value(len(kinds)))
-					kinds = append(kinds, KindString)
-					xs = append(xs, uint64(i))
+					if v, ok := strValue(i); ok {
+						stack = append(stack, v)
+					} else {
+						stack = append(stack, Value(len(kinds)))
+						kinds = append(kinds, KindString)
+						xs = append(xs, uint64(i))
+					}
 					pos += 2 + n
 					continue
 				}
@@ -822,6 +1040,25 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		case opSetItems, opAppends:
 			if nm := len(d.marks); nm > 0 {
 				m := d.marks[nm-1]
+				if op == opSetItems && m > 0 && stack[m-1]&tagMask == tagMask {
+					// A streamed entry's pairs: to the handler, and the
+					// values it had made are dropped unless something
+					// else may refer to them.
+					doc.kinds, doc.xs = kinds, xs
+					e := stack[m-1]
+					if err := d.setEntry(e, stack[m:]); err != nil {
+						return nil, err
+					}
+					if e == d.lastEntry && m-1 == d.lastPos {
+						if n := max(d.keep, d.lastLen); n < len(kinds) {
+							kinds, xs = kinds[:n], xs[:n]
+						}
+					}
+					d.marks = d.marks[:nm-1]
+					stack = stack[:m]
+					pos++
+					continue
+				}
 				want := KindDict
 				if op == opAppends {
 					want = KindList
@@ -874,7 +1111,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", data[d.pos])
 		}
 		d.pos++
-		d.stack = append(d.stack, v)
+		d.pushGot(v)
 	case opLongBinGet:
 		if err := d.need(off, op, 4); err != nil {
 			return false, err
@@ -885,7 +1122,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if !ok {
 			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
 		}
-		d.stack = append(d.stack, v)
+		d.pushGot(v)
 	case opMemoize:
 		if len(d.stack) == 0 {
 			return false, d.errAt(off, op, ErrMalformed, "stack is empty")
@@ -1072,7 +1309,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if !ok {
 			return false, d.errAt(off, op, ErrMalformed, "memo index %d was never stored", idx)
 		}
-		d.stack = append(d.stack, v)
+		d.pushGot(v)
 	case opProto:
 		if err := d.need(off, op, 1); err != nil {
 			return false, err
@@ -1095,6 +1332,9 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 				return false, d.errAt(off, op, ErrMalformed, "stack is empty")
 			}
 			return false, d.errAt(off, op, ErrMalformed, "%d values and %d marks left on the stack", len(d.stack), len(d.marks))
+		}
+		if d.entries != nil && d.stack[0]&tagMask == tagMask {
+			return false, ErrNotStreamable
 		}
 		if d.Progress != nil {
 			d.Progress(int64(d.pos), int64(len(d.data)))
@@ -1155,7 +1395,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if err := d.have(off, op, 1); err != nil {
 			return false, err
 		}
-		d.stack = append(d.stack, d.top())
+		d.pushGot(d.top())
 	case opTuple1, opTuple2, opTuple3:
 		n := int(op-opTuple1) + 1
 		if err := d.have(off, op, n); err != nil {

@@ -112,6 +112,7 @@ type event struct {
 	Device    trace.DeviceID
 	Kind      trace.Kind
 	Marker    trace.MarkerKind
+	set       uint16 // while streamed: which entry keys were set
 }
 
 // Event returns the trace event, without its stack and text.
@@ -299,12 +300,34 @@ func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
 
 // LoadPickle converts an uncompressed snapshot pickle. Like Load, it
 // returns the entries before the cut of a cut-off pickle with its error.
+//
+// The trace entries are converted into events as the decoder meets them
+// (streamed), so that the import holds the events, not a decoded tree of
+// the whole pickle. A snapshot the streaming path cannot follow (an entry
+// dict shared or changed after its list took it, a key set twice, any
+// error) is decoded again as a whole, which gives the same events or the
+// precise error.
 func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
+	if s, err := loadPickle(data, opt, true); err == nil {
+		return s, nil
+	}
+	return loadPickle(data, opt, false)
+}
+
+func loadPickle(data []byte, opt Options, stream bool) (*Snapshot, error) {
 	dec := pickle.NewDecoder(data)
 	if opt.Progress != nil {
 		dec.Progress = func(done, total int64) { opt.Progress("decode", done, total) }
 	}
+	var st *streamer
+	if stream {
+		st = &streamer{doc: dec.Doc(), size: len(data)}
+		dec.StreamEntries("device_traces", st)
+	}
 	doc, err := dec.DecodeDoc()
+	if err != nil && stream {
+		return nil, err
+	}
 	if err != nil {
 		if errors.Is(err, pickle.ErrTruncated) {
 			if s := salvage(dec, opt, len(data), err); s != nil {
@@ -339,7 +362,7 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 	if convErr != nil {
 		return nil, convErr
 	}
-	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: traces}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: traces, stream: st}
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {
 		return nil, err
@@ -720,6 +743,7 @@ type converter struct {
 	// device decoded before the cut.
 	salvaged [][]pickle.Value
 	doc      *pickle.Doc
+	stream   *streamer    // the entries' events, when streamed
 	traces   pickle.Value // device_traces, or noFrames when absent
 	opt      Options
 	snap     *Snapshot
@@ -763,7 +787,13 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if c.traces == noFrames && c.salvaged == nil {
 		return errors.New("not a memory snapshot: no device_traces key")
 	}
-	perDev, err := c.entries()
+	var perDev [][]event
+	var err error
+	if c.stream != nil {
+		perDev, err = c.streamEntries()
+	} else {
+		perDev, err = c.entries()
+	}
 	if err != nil {
 		return err
 	}

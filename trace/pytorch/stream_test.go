@@ -1,0 +1,171 @@
+package pytorch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
+)
+
+// written returns the trace s writes and its summary as JSON.
+func written(t *testing.T, s *Snapshot) ([]byte, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, s.Header())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Emit(w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := json.Marshal(s.Summary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), string(sum)
+}
+
+// sameAsWhole checks that data imports to the same trace and summary
+// streamed (when streamed is true, the streaming path must take it) and
+// decoded as a whole, and returns both imports.
+func sameAsWhole(t *testing.T, name string, data []byte, opt Options, streamed bool) (*Snapshot, *Snapshot) {
+	t.Helper()
+	whole, err := loadPickle(data, opt, false)
+	if err != nil {
+		t.Fatalf("%s: whole: %v", name, err)
+	}
+	s, err := loadPickle(data, opt, true)
+	if streamed && err != nil {
+		t.Fatalf("%s: not streamed: %v", name, err)
+	}
+	if !streamed && err == nil {
+		t.Fatalf("%s: streamed, want it decoded again as a whole", name)
+	}
+	if s, err = LoadPickle(data, opt); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	gotTrace, gotSum := written(t, s)
+	wantTrace, wantSum := written(t, whole)
+	if !bytes.Equal(gotTrace, wantTrace) {
+		t.Errorf("%s: the traces differ (%d and %d bytes)", name, len(gotTrace), len(wantTrace))
+	}
+	if gotSum != wantSum {
+		t.Errorf("%s: summary\n%s\nwant\n%s", name, gotSum, wantSum)
+	}
+	return s, whole
+}
+
+// TestStreamedMatchesWhole imports every test snapshot, hand-made and
+// real, streamed and as a whole: the traces are byte for byte the same,
+// and the streamed decode keeps no value per entry.
+func TestStreamedMatchesWhole(t *testing.T) {
+	names, _ := filepath.Glob("testdata/*.pickle")
+	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
+	if len(names) < 5 || len(real) < 5 {
+		t.Fatalf("found %d and %d test snapshots", len(names), len(real))
+	}
+	for _, name := range append(names, real...) {
+		var data []byte
+		if strings.HasSuffix(name, ".gz") {
+			data = gunzip(t, name)
+		} else {
+			data = mustRead(t, filepath.Base(name))
+		}
+		s, whole := sameAsWhole(t, name, data, Options{}, true)
+		// Decoded whole, each entry is at least a dict in the value table.
+		n := 0
+		for _, counts := range s.summary.Actions {
+			for _, k := range counts {
+				n += k
+			}
+		}
+		if whole.doc.NumValues()-s.doc.NumValues() < n {
+			t.Errorf("%s: %d values kept for %d entries, %d decoded whole", name, s.doc.NumValues(), n, whole.doc.NumValues())
+		}
+	}
+}
+
+// snapshotPickle returns a protocol 4 pickle of a snapshot with the trace
+// entries given as raw pickle bytes (each pushes one value) and the
+// external annotations as raw bytes too (pushing one list). The memo holds
+// 0: root, 1: "device_traces", 2: the outer list, 3: the device list.
+func snapshotPickle(entries [][]byte, annotations []byte) []byte {
+	p := []byte{0x80, 4, '}', 0x94, '('}
+	p = appendStr(p, "device_traces")
+	p = append(p, 0x94, ']', 0x94, ']', 0x94, '(')
+	for _, e := range entries {
+		p = append(p, e...)
+	}
+	p = append(p, 'e', 'a')
+	if annotations != nil {
+		p = appendStr(p, "external_annotations")
+		p = append(p, annotations...)
+	}
+	return append(p, 'u', '.')
+}
+
+func appendStr(p []byte, s string) []byte { return append(append(p, 0x8c, byte(len(s))), s...) }
+
+// entryPickle returns an entry dict (memoized) with the given string and
+// small-int pairs, in order.
+func entryPickle(pairs ...any) []byte {
+	p := []byte{'}', 0x94, '('}
+	for _, x := range pairs {
+		switch v := x.(type) {
+		case string:
+			p = appendStr(p, v)
+		case int:
+			p = append(p, 'M', byte(v), byte(v>>8))
+		}
+	}
+	return append(p, 'u')
+}
+
+// TestStreamFallback checks snapshots the streaming path cannot follow:
+// they are decoded again as a whole, and give that decode's trace.
+func TestStreamFallback(t *testing.T) {
+	alloc := entryPickle("action", "alloc", "addr", 4096, "size", 512, "time_us", 1)
+	free := entryPickle("action", "free_requested", "addr", 4096, "size", 512, "time_us", 2)
+	// Memo: 4 is the first entry.
+	cases := map[string][]byte{
+		// The same entry dict twice in the trace (pickled once, then got).
+		"shared entry": snapshotPickle([][]byte{alloc, {'h', 4}, free}, nil),
+		// An entry dict also used as an annotation.
+		"entry elsewhere": snapshotPickle([][]byte{alloc, free}, []byte{']', 'h', 4, 'a'}),
+		// A key set twice (Python keeps the last value).
+		"key twice": snapshotPickle([][]byte{entryPickle("action", "alloc", "addr", 4096, "action", "free_requested", "time_us", 1)}, nil),
+	}
+	for name, data := range cases {
+		sameAsWhole(t, name, data, Options{}, false)
+	}
+	// A key added to an entry after its list took it is followed.
+	late := append(append([]byte{}, alloc...), 'h', 4)
+	late = appendStr(late, "stream")
+	late = append(late, 'K', 7, 's', '0')
+	s, _ := sameAsWhole(t, "changed later", snapshotPickle([][]byte{late, free}, nil), Options{}, true)
+	if len(s.events) != 2 || s.events[0].Stream != 7 {
+		t.Errorf("events %+v, want the first on stream 7", s.events)
+	}
+}
+
+// TestStreamRefusesCode checks that a refused opcode inside a trace entry
+// fails the import with the decoder's error, with or without streaming.
+func TestStreamRefusesCode(t *testing.T) {
+	e := entryPickle("action", "alloc")
+	e = append(e[:len(e)-1], 'c')
+	e = append(e, "os\nsystem\n"...)
+	data := snapshotPickle([][]byte{e}, nil)
+	s, err := LoadPickle(data, Options{})
+	var pe *pickle.Error
+	if s != nil || !errors.Is(err, pickle.ErrUnsafe) || !errors.As(err, &pe) || pe.Op != 'c' || int(pe.Offset) != bytes.Index(data, []byte("os\n"))-1 {
+		t.Fatalf("err %v, want GLOBAL refused at its offset", err)
+	}
+}
