@@ -38,7 +38,6 @@ type live struct {
 	req   uint64 // requested bytes
 	h     uint32 // the policy's handle (Block.Handle)
 	freed bool   // free requested
-	used  bool   // for liveMap: the slot holds a block
 }
 
 func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h} }

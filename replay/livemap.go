@@ -1,59 +1,73 @@
 package replay
 
 // liveMap maps recorded addresses to the live blocks of a device: open
-// addressing with linear probing, like AddrMap, but with each block kept
-// in its slot, so that an event's lookup touches one slot and nothing
-// else. The zero value is ready to use.
+// addressing with linear probing over an array of keys alone (a probe
+// reads 8 bytes a slot), with each block in a parallel array at its key's
+// index, so that a lookup reads one block and no index. The zero value is
+// ready to use.
 type liveMap struct {
-	slots []liveSlot
+	keys  []uint64 // key+1 of the block in the slot; 0 when empty
+	vals  []live
 	n     int
 	shift uint
+	// The key math.MaxUint64, whose key+1 would read as empty, is kept apart.
+	top    live
+	hasTop bool
 }
 
-type liveSlot struct {
-	key uint64
-	l   live // l.used marks the slot taken
-}
-
-func (m *liveMap) slot(key uint64) int {
-	return int((key * 0x9E3779B97F4A7C15) >> m.shift)
+func (m *liveMap) slot(k uint64) int {
+	return int((k * 0x9E3779B97F4A7C15) >> m.shift)
 }
 
 func (m *liveMap) grow() {
-	size := 2 * len(m.slots)
+	size := 2 * len(m.keys)
 	if size == 0 {
 		size = 1024
 	}
-	old := m.slots
-	m.slots = make([]liveSlot, size)
+	oldK, oldV := m.keys, m.vals
+	m.keys = make([]uint64, size)
+	m.vals = make([]live, size)
 	m.shift = 64
 	for s := size; s > 1; s >>= 1 {
 		m.shift--
 	}
-	m.n = 0
-	for i := range old {
-		if old[i].l.used {
-			m.Insert(old[i].key, old[i].l)
+	mask := size - 1
+	for i, k := range oldK {
+		if k == 0 {
+			continue
 		}
+		j := m.slot(k)
+		for m.keys[j] != 0 {
+			j = (j + 1) & mask
+		}
+		m.keys[j], m.vals[j] = k, oldV[i]
 	}
 }
 
 // Len returns the number of live blocks.
-func (m *liveMap) Len() int { return m.n }
+func (m *liveMap) Len() int {
+	if m.hasTop {
+		return m.n + 1
+	}
+	return m.n
+}
 
 // Get returns the block at key, valid until the next Set, Insert or Take.
 func (m *liveMap) Get(key uint64) (*live, bool) {
+	k := key + 1
+	if k == 0 {
+		return &m.top, m.hasTop
+	}
 	if m.n == 0 {
 		return nil, false
 	}
-	mask := len(m.slots) - 1
-	for i := m.slot(key); ; i = (i + 1) & mask {
-		s := &m.slots[i]
-		if !s.l.used {
+	mask := len(m.keys) - 1
+	for i := m.slot(k); ; i = (i + 1) & mask {
+		switch m.keys[i] {
+		case k:
+			return &m.vals[i], true
+		case 0:
 			return nil, false
-		}
-		if s.key == key {
-			return &s.l, true
 		}
 	}
 }
@@ -61,7 +75,6 @@ func (m *liveMap) Get(key uint64) (*live, bool) {
 // Set sets the block at key.
 func (m *liveMap) Set(key uint64, l live) {
 	if p, ok := m.Get(key); ok {
-		l.used = true
 		*p = l
 		return
 	}
@@ -71,19 +84,26 @@ func (m *liveMap) Set(key uint64, l live) {
 // Insert sets the block at key when key is absent; it reports false,
 // changing nothing, when key is there.
 func (m *liveMap) Insert(key uint64, l live) bool {
-	if 2*(m.n+1) > len(m.slots) {
+	k := key + 1
+	if k == 0 {
+		if m.hasTop {
+			return false
+		}
+		m.top, m.hasTop = l, true
+		return true
+	}
+	if 2*(m.n+1) > len(m.keys) {
 		m.grow()
 	}
-	mask := len(m.slots) - 1
-	for i := m.slot(key); ; i = (i + 1) & mask {
-		s := &m.slots[i]
-		if !s.l.used {
-			l.used = true
-			s.key, s.l = key, l
+	mask := len(m.keys) - 1
+	for i := m.slot(k); ; i = (i + 1) & mask {
+		switch m.keys[i] {
+		case 0:
+			m.keys[i] = k
+			m.vals[i] = l
 			m.n++
 			return true
-		}
-		if s.key == key {
+		case k:
 			return false
 		}
 	}
@@ -91,37 +111,44 @@ func (m *liveMap) Insert(key uint64, l live) bool {
 
 // Take removes the block at key and returns it.
 func (m *liveMap) Take(key uint64) (live, bool) {
+	k := key + 1
+	if k == 0 {
+		if !m.hasTop {
+			return live{}, false
+		}
+		m.hasTop = false
+		return m.top, true
+	}
 	if m.n == 0 {
 		return live{}, false
 	}
-	mask := len(m.slots) - 1
-	i := m.slot(key)
-	for {
-		if !m.slots[i].l.used {
+	keys := m.keys
+	mask := len(keys) - 1
+	i := m.slot(k)
+	for keys[i] != k {
+		if keys[i] == 0 {
 			return live{}, false
-		}
-		if m.slots[i].key == key {
-			break
 		}
 		i = (i + 1) & mask
 	}
-	l := m.slots[i].l
-	l.used = false
+	l := m.vals[i]
 	// backward-shift deletion keeps probe chains intact without tombstones
 	j := i
 	for {
 		j = (j + 1) & mask
-		if !m.slots[j].l.used {
+		kj := keys[j]
+		if kj == 0 {
 			break
 		}
-		h := m.slot(m.slots[j].key)
+		h := m.slot(kj)
 		// move j to i when its home slot h is not in (i, j] cyclically
 		if (j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j)) {
-			m.slots[i] = m.slots[j]
+			keys[i] = kj
+			m.vals[i] = m.vals[j]
 			i = j
 		}
 	}
-	m.slots[i] = liveSlot{}
+	keys[i] = 0
 	m.n--
 	return l, true
 }
