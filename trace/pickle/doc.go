@@ -314,6 +314,9 @@ func (d *Doc) Get(v Value, key string) (Value, bool) {
 	return out, found
 }
 
+// consumedEvery is how often DecodeDoc calls Decoder.Consumed.
+const consumedEvery = 16 << 20
+
 // sampleBytes is how much input DecodeDoc decodes before sizing its
 // tables for the rest.
 const sampleBytes = 4 << 20
@@ -482,6 +485,13 @@ type Decoder struct {
 	// above it are dropped once the entry has them.
 	keep int
 
+	// strCache holds recent short strings and their string indexes.
+	strCache [256]struct {
+		s  string
+		id uint32
+		ok bool
+	}
+
 	// Streaming (see StreamEntries).
 	entries   EntryHandler
 	entryKey  string
@@ -496,6 +506,12 @@ type Decoder struct {
 	// with the offset reached and the input's size.
 	Progress      func(done, total int64)
 	ProgressEvery int64
+
+	// Consumed, when set, is called about every 16 MiB of input with the
+	// offset reached: the decoder no longer reads the input before it
+	// (nothing decoded refers to the input's bytes), so a caller may
+	// release that part of a mapped file.
+	Consumed func(off int)
 }
 
 // noValue stands for "no value" in the decoder's streaming state.
@@ -872,7 +888,11 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	if len(data) > sampleBytes {
 		sampleAt = sampleBytes
 	}
-	next := min(nextProgress, sampleAt)
+	nextConsumed := len(data) + 1
+	if d.Consumed != nil {
+		nextConsumed = consumedEvery
+	}
+	next := min(nextProgress, sampleAt, nextConsumed)
 	doc := d.doc
 	// Each opcode adds at most one value, chunk or stack item per input
 	// byte, so the 32-bit indexes cannot overflow below this size.
@@ -899,7 +919,11 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				d.Progress(int64(pos), total)
 				nextProgress = pos + int(every)
 			}
-			next = min(nextProgress, sampleAt)
+			if pos >= nextConsumed {
+				d.Consumed(pos)
+				nextConsumed = pos + consumedEvery
+			}
+			next = min(nextProgress, sampleAt, nextConsumed)
 		}
 		op := data[pos]
 		switch op {
@@ -1000,6 +1024,22 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				continue
 			}
 		case opLong1:
+			if pos+10 <= len(data) {
+				if n := int(data[pos+1]); n >= 1 && n <= 8 {
+					// Up to 8 bytes: one load, sign-extended from byte n.
+					sh := uint(64 - 8*n)
+					x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh)
+					if x < maxInline {
+						stack = append(stack, inlineBit|Value(x))
+					} else {
+						stack = append(stack, Value(len(kinds)))
+						kinds = append(kinds, KindInt)
+						xs = append(xs, x)
+					}
+					pos += 2 + n
+					continue
+				}
+			}
 			if pos+1 < len(data) {
 				n := int(data[pos+1])
 				if pos+2+n <= len(data) {
@@ -1017,13 +1057,27 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				n := int(data[pos+1])
 				if pos+2+n <= len(data) {
 					b := data[pos+2 : pos+2+n]
-					i, ok := doc.intern[string(b)]
+					// A snapshot repeats a few short strings (keys, actions,
+					// "N/A") millions of times: a small cache in front of
+					// the intern map.
+					h := n*31 + int(data[pos+1+n])*7 // the last byte (n > 0)
+					if n > 0 {
+						h += int(b[0])
+					}
+					c := &d.strCache[h&(len(d.strCache)-1)]
+					i, ok := c.id, c.ok && c.s == string(b)
 					if !ok {
-						i = uint32(len(doc.strs))
-						str := string(b)
-						doc.strs = append(doc.strs, str)
-						if len(doc.intern) < internMaxEntries {
-							doc.intern[str] = i
+						if i, ok = doc.intern[string(b)]; !ok {
+							i = uint32(len(doc.strs))
+							str := string(b)
+							doc.strs = append(doc.strs, str)
+							if len(doc.intern) < internMaxEntries {
+								doc.intern[str] = i
+								ok = true
+							}
+						}
+						if ok { // only interned strings: they have one index
+							c.s, c.id, c.ok = doc.strs[i], i, true
 						}
 					}
 					if v, ok := strValue(i); ok {

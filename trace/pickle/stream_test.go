@@ -147,3 +147,39 @@ func TestStreamEntriesSafety(t *testing.T) {
 		t.Fatalf("err %v, want ErrUnsafe at %d", err, i)
 	}
 }
+
+// TestLong1 checks the one-load LONG1 path against decodeLong for every
+// length up to 8 bytes, positive and negative, small and wide.
+func TestLong1(t *testing.T) {
+	vals := []int64{0, 1, -1, 127, 128, -128, -129, 255, 1 << 29, 1<<30 - 1, 1 << 30, -1 << 30,
+		1<<31 - 1, 1 << 40, -1 << 40, 1<<55 + 3, -(1<<55 + 3), 1<<63 - 1, -1 << 63}
+	p := pk{opProto, 2, opEmptyList, opMark}
+	var want []int64
+	for _, v := range vals {
+		for n := 1; n <= 8; n++ {
+			sh := uint(64 - 8*n)
+			if v<<sh>>sh != v {
+				continue // does not fit in n bytes
+			}
+			p = append(p, opLong1, byte(n))
+			for i := 0; i < n; i++ {
+				p = append(p, byte(uint64(v)>>(8*i)))
+			}
+			want = append(want, v)
+		}
+	}
+	p = p.op(opAppends, opStop)
+	doc, err := NewDecoder(p).DecodeDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := doc.Slice(doc.Root())
+	if len(items) != len(want) {
+		t.Fatalf("%d items, want %d", len(items), len(want))
+	}
+	for i, w := range want {
+		if got, ok := doc.Int(items[i]); !ok || got != w || doc.Kind(items[i]) != KindInt {
+			t.Errorf("item %d: %d %v %s, want %d", i, got, ok, doc.Kind(items[i]), w)
+		}
+	}
+}

@@ -288,7 +288,11 @@ func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, &Error{name, err}
 	}
-	s, err := LoadPickle(pk, opt)
+	var release func(int)
+	if len(pk) > 0 && &pk[0] == &data[0] {
+		release = releaser(data) // the pickle is the mapping itself
+	}
+	s, err := loadPickleRelease(pk, opt, release)
 	if s != nil {
 		s.summary.Input = name
 	}
@@ -308,14 +312,21 @@ func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
 // error) is decoded again as a whole, which gives the same events or the
 // precise error.
 func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
-	if s, err := loadPickle(data, opt, true); err == nil {
-		return s, nil
-	}
-	return loadPickle(data, opt, false)
+	return loadPickleRelease(data, opt, nil)
 }
 
-func loadPickle(data []byte, opt Options, stream bool) (*Snapshot, error) {
+// loadPickleRelease is LoadPickle, calling release (when not nil) with
+// offsets of data that it no longer reads.
+func loadPickleRelease(data []byte, opt Options, release func(int)) (*Snapshot, error) {
+	if s, err := loadPickle(data, opt, true, release); err == nil {
+		return s, nil
+	}
+	return loadPickle(data, opt, false, release)
+}
+
+func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
 	dec := pickle.NewDecoder(data)
+	dec.Consumed = release
 	if opt.Progress != nil {
 		dec.Progress = func(done, total int64) { opt.Progress("decode", done, total) }
 	}
@@ -543,7 +554,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	// Chunks are compressed on every core when there are enough of them
 	// to share out (a few chunks gain less than the extra encoders cost).
 	var opts []trace.WriterOption
-	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) >= 4*trace.DefaultChunkEvents {
+	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) > trace.DefaultChunkEvents {
 		opts = append(opts, trace.Concurrency(n))
 	}
 	w, err := trace.Create(tmp, s.Header(), opts...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,11 +39,11 @@ func written(t *testing.T, s *Snapshot) ([]byte, string) {
 // decoded as a whole, and returns both imports.
 func sameAsWhole(t *testing.T, name string, data []byte, opt Options, streamed bool) (*Snapshot, *Snapshot) {
 	t.Helper()
-	whole, err := loadPickle(data, opt, false)
+	whole, err := loadPickle(data, opt, false, nil)
 	if err != nil {
 		t.Fatalf("%s: whole: %v", name, err)
 	}
-	s, err := loadPickle(data, opt, true)
+	s, err := loadPickle(data, opt, true, nil)
 	if streamed && err != nil {
 		t.Fatalf("%s: not streamed: %v", name, err)
 	}
@@ -167,5 +168,46 @@ func TestStreamRefusesCode(t *testing.T) {
 	var pe *pickle.Error
 	if s != nil || !errors.Is(err, pickle.ErrUnsafe) || !errors.As(err, &pe) || pe.Op != 'c' || int(pe.Offset) != bytes.Index(data, []byte("os\n"))-1 {
 		t.Fatalf("err %v, want GLOBAL refused at its offset", err)
+	}
+}
+
+// TestImportFileReleasesInput imports a mapped snapshot larger than the
+// decoder's release step: the pages it gives back while decoding are read
+// again from the file if needed, and the trace is the one of the bytes.
+func TestImportFileReleasesInput(t *testing.T) {
+	var entries [][]byte
+	for i := range 400_000 {
+		act := "alloc"
+		if i%2 == 1 {
+			act = "free_requested"
+		}
+		entries = append(entries, entryPickle("action", act, "addr", 512*(i/2), "size", 512, "time_us", i))
+	}
+	data := snapshotPickle(entries, nil)
+	if len(data) < 20<<20 {
+		t.Fatalf("snapshot of %d bytes, want more than 20 MiB", len(data))
+	}
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "s.pickle"), filepath.Join(dir, "s.fst")
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ImportFile(in, out, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := written(t, s)
+	if !bytes.Equal(got, want) {
+		t.Errorf("ImportFile wrote %d bytes, LoadPickle's trace is %d", len(got), len(want))
+	}
+	if s.summary.Events != 400_000 {
+		t.Errorf("%d events", s.summary.Events)
 	}
 }
