@@ -10,6 +10,9 @@ import (
 // minMapBytes is the smallest file mapFile maps; smaller ones are read.
 const minMapBytes = 1 << 20
 
+// maxPopulateBytes is the largest file mapFile faults in whole at once.
+const maxPopulateBytes = 64 << 20
+
 // mapFile maps the regular file f read-only into memory, with its pages
 // faulted in up front where the system can, so that a large snapshot is
 // neither copied nor faulted in page by page. It returns ok false when the
@@ -20,7 +23,11 @@ func mapFile(f *os.File) (data []byte, unmap func(), ok bool) {
 	if err != nil || !st.Mode().IsRegular() || st.Size() < minMapBytes || st.Size() != int64(int(st.Size())) {
 		return nil, nil, false
 	}
-	data, err = syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE|mapPopulate)
+	flags := syscall.MAP_PRIVATE
+	if st.Size() <= maxPopulateBytes {
+		flags |= mapPopulate
+	} // a larger one is faulted in a window at a time (see releaser)
+	data, err = syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, flags)
 	if err != nil {
 		return nil, nil, false
 	}

@@ -549,6 +549,13 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	if st != nil {
 		s.summary.InputBytes = st.Size()
+		if st.Size() > 64<<20 {
+			// The decoder's memo and stacks are garbage now: collected
+			// before the trace is written, their memory serves the writer
+			// instead of new memory (the heap would not be collected
+			// before it doubled).
+			runtime.GC()
+		}
 	}
 	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
 	// Chunks are compressed on every core when there are enough of them

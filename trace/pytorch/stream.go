@@ -84,14 +84,15 @@ func (s *streamer) reserve(off int) {
 		s.evs = make([]event, 0, 4096)
 		return
 	}
-	want := n + n/4
+	want, est := n+n/4, 0
 	if off > s.first {
-		perByte := float64(n) / float64(off-s.first)
-		want = max(want, n+int(float64(s.size-off)*perByte*1.1)+1024)
+		est = int(float64(s.size-off) * float64(n) / float64(off-s.first))
+		want = max(want, n+est+est/10+1024)
 	}
 	evs := make([]event, n, want)
-	if want-n >= 1<<15 {
-		pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(evs[n:]))), uintptr(want-n)*unsafe.Sizeof(event{})))
+	if est >= 1<<15 {
+		// Faulted in ahead, up to the estimate (the margin only if used).
+		pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(evs[n:]))), uintptr(est)*unsafe.Sizeof(event{})))
 	}
 	copy(evs, s.evs)
 	s.evs = evs
