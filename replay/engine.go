@@ -620,9 +620,12 @@ func (e *engine) endRequest(ds *devState) {
 }
 
 func (e *engine) apply(ev *trace.Event, idx int64) error {
-	ds, err := e.device(ev.Device)
-	if err != nil {
-		return err
+	ds := e.last
+	if ds == nil || ds.id != ev.Device {
+		var err error
+		if ds, err = e.device(ev.Device); err != nil {
+			return err
+		}
 	}
 	switch ev.Kind {
 	case trace.KindAlloc:

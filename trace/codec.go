@@ -259,7 +259,8 @@ type eventDecoder struct {
 	sp                    *[32]field
 	nk                    Kind
 	nStrings, nStacks     uint64
-	errVal                uint64 // the value at fault, for error messages
+	errVal                uint64  // the value at fault, for error messages
+	fs                    []field // scratch: the fields of each event of a batch
 }
 
 // start checks the column header of an events chunk payload p and makes
@@ -293,7 +294,7 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 		return &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
 	}
 	*d = eventDecoder{tu: tu, au: au, su: su, sp: &spec[version], nk: numKindsIn[version],
-		nStrings: uint64(nStrings), nStacks: uint64(nStacks)}
+		nStrings: uint64(nStrings), nStacks: uint64(nStacks), fs: d.fs}
 	d.kinds = p[i : i+int(n)]
 	i += int(n)
 	d.tc = p[i : i+int(hdr[4])]
@@ -357,83 +358,148 @@ func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
 		dst = dst[:len(kinds)]
 	}
 	kinds = kinds[:len(dst)]
-	tc, ac, sc := d.tc, d.ac, d.sc
-	ti, ai, si := d.ti, d.ai, d.si
-	t, a := d.t, d.a
+	dst = dst[:len(kinds)]
+	// The columns are decoded one at a time, each in its own loop (with
+	// few live values, they stay in registers). A loop stops at its
+	// column's first bad value, and the next loops go no further: the
+	// error reported is the one a decoder going event by event, field by
+	// field (prefix, time, address, size, suffix), meets first.
+	lim := len(kinds)
+	var ec decodeFault
+	if cap(d.fs) < len(kinds) {
+		d.fs = make([]field, len(kinds), max(len(kinds), 2048))
+	}
+	fs := d.fs[:len(kinds)]
 	sp := d.sp
-	var v uint64
-	var errc int
-	n := 0
-	for ; n < len(kinds); n++ {
-		tb := kinds[n]
+	for n, tb := range kinds {
 		k := Kind(tb & kindMask)
 		if k-1 >= d.nk-1 { // k == KindInvalid wraps around
-			errc, d.errVal = errKind, uint64(k)
+			d.errVal = uint64(k)
+			ec.set(n, rankPrefix, errKind)
+			lim = n
 			break
 		}
 		f := sp[k]
 		var stack StackID
 		if tb&(flagDS|flagExtra|flagStack) != 0 {
+			var errc int
 			if f, stack, errc = d.prefix(tb, f); errc != errNone {
+				ec.set(n, rankPrefix, errc)
+				lim = n
 				break
 			}
 		}
-		if ti < len(tc) && tc[ti] < 0x80 {
-			v = uint64(tc[ti])
-			ti++
-		} else if v, ti = uvarint(tc, ti); ti < 0 {
-			errc = errTime
-			break
-		}
-		t += uint64(unzigzag(v) * int64(d.tu))
-		var size, addr uint64
-		if f&fieldAddr != 0 {
-			if ai < len(ac) && ac[ai] < 0x80 {
-				v = uint64(ac[ai])
-				ai++
-			} else if v, ai = uvarint(ac, ai); ai < 0 {
-				errc = errAddr
-				break
-			}
-			a += uint64(unzigzag(v) * int64(d.au))
-			addr = a
-		}
-		if f&fieldSize != 0 {
-			if si < len(sc) && sc[si] < 0x80 {
-				v = uint64(sc[si])
-				si++
-			} else if v, si = uvarint(sc, si); si < 0 {
-				errc = errSize
-				break
-			}
-			size = v * d.su
-		}
+		fs[n] = f
 		// Field by field: a struct literal is built on the stack and
 		// copied in wide moves that stall on store forwarding.
 		e := &dst[n]
 		e.Kind, e.Marker, e.Device, e.Stream = k, 0, d.dev, d.stream
-		e.TimeNS, e.Addr, e.SizeBytes, e.Aux = int64(t), addr, size, 0
-		e.Text, e.Stack = 0, stack
+		e.Aux, e.Text, e.Stack = 0, 0, stack
 		if f&(fieldAux|fieldText|fieldMarker) != 0 {
-			if errc = d.suffix(f, e); errc != errNone {
+			if errc := d.suffix(f, e); errc != errNone {
+				ec.set(n, rankSuffix, errc)
+				lim = n + 1 // the event's other columns come first
 				break
 			}
 		}
 	}
-	d.ti, d.ai, d.si = ti, ai, si
-	d.t, d.a = t, a
-	d.j += n
-	if errc != errNone {
-		msg := errMsgs[errc]
+	// time
+	{
+		tc, ti, t, tu := d.tc, d.ti, d.t, int64(d.tu)
+		for n := 0; n < lim; n++ {
+			var v uint64
+			if ti < len(tc) && tc[ti] < 0x80 {
+				v = uint64(tc[ti])
+				ti++
+			} else if v, ti = uvarint(tc, ti); ti < 0 {
+				ec.set(n, rankTime, errTime)
+				lim = n
+				break
+			}
+			t += uint64(unzigzag(v) * tu)
+			dst[n].TimeNS = int64(t)
+		}
+		d.ti, d.t = ti, t
+	}
+	// address
+	{
+		ac, ai, a, au := d.ac, d.ai, d.a, int64(d.au)
+		for n := 0; n < lim; n++ {
+			if fs[n]&fieldAddr == 0 {
+				dst[n].Addr = 0
+				continue
+			}
+			var v uint64
+			if ai < len(ac) && ac[ai] < 0x80 {
+				v = uint64(ac[ai])
+				ai++
+			} else if v, ai = uvarint(ac, ai); ai < 0 {
+				ec.set(n, rankAddr, errAddr)
+				lim = n
+				break
+			}
+			a += uint64(unzigzag(v) * au)
+			dst[n].Addr = a
+		}
+		d.ai, d.a = ai, a
+	}
+	// size
+	{
+		sc, si, su := d.sc, d.si, d.su
+		for n := 0; n < lim; n++ {
+			if fs[n]&fieldSize == 0 {
+				dst[n].SizeBytes = 0
+				continue
+			}
+			var v uint64
+			if si < len(sc) && sc[si] < 0x80 {
+				v = uint64(sc[si])
+				si++
+			} else if v, si = uvarint(sc, si); si < 0 {
+				ec.set(n, rankSize, errSize)
+				lim = n
+				break
+			}
+			dst[n].SizeBytes = v * su
+		}
+		d.si = si
+	}
+	if ec.code != errNone {
+		n := ec.event
+		d.j += n
+		msg := errMsgs[ec.code]
 		if strings.HasSuffix(msg, " ") {
 			msg += itoa(d.errVal)
 		}
 		return n, &decodeError{d.j, msg}
 	}
-	if d.j == len(d.kinds) && (ti != len(tc) || ai != len(ac) || si != len(sc) || d.mi != len(d.mc)) {
+	n := len(kinds)
+	d.j += n
+	if d.j == len(d.kinds) && (d.ti != len(d.tc) || d.ai != len(d.ac) || d.si != len(d.sc) || d.mi != len(d.mc)) {
 		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
 	}
 	return n, nil
+}
+
+// Ranks of an event's fields in decoding order, for decodeFault.
+const (
+	rankPrefix = iota
+	rankTime
+	rankAddr
+	rankSize
+	rankSuffix
+)
+
+// decodeFault is the first bad field met, in event and field order.
+type decodeFault struct {
+	event, rank, code int
+}
+
+// set records a bad field unless one met earlier is recorded.
+func (f *decodeFault) set(event, rank, code int) {
+	if f.code == errNone || event < f.event || (event == f.event && rank < f.rank) {
+		*f = decodeFault{event, rank, code}
+	}
 }
 
 // prefix decodes an event's leading misc-column fields: device and
