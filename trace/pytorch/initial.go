@@ -28,12 +28,12 @@ type rblk struct {
 type devState struct {
 	segs   map[uint64]*rseg
 	ends   map[uint64]uint64 // end -> base of the expandable ranges
-	active map[uint64]*rblk
+	active map[uint64]rblk // by value: undo makes one for most frees
 	bad    int // entries that disagree with the state
 }
 
 func newDevState() *devState {
-	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}, active: map[uint64]*rblk{}}
+	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}, active: map[uint64]rblk{}}
 }
 
 // initialState rebuilds each device's allocator state at its first trace
@@ -82,7 +82,7 @@ func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialSt
 			if state == string(trace.BlockInactive) || state == "" {
 				continue
 			}
-			b := &rblk{size: getUint(bd, "size"), req: getUint(bd, "requested_size"), state: trace.BlockState(state)}
+			b := rblk{size: getUint(bd, "size"), req: getUint(bd, "requested_size"), state: trace.BlockState(state)}
 			if b.state != trace.BlockAllocated {
 				b.state = trace.BlockPendingFree
 			}
@@ -134,12 +134,13 @@ func (st *devState) undo(evs []event) {
 			}
 			delete(st.active, e.Addr)
 		case trace.KindFreeRequested:
-			b := st.active[e.Addr]
+			b, ok := st.active[e.Addr]
 			switch {
-			case b == nil:
-				st.active[e.Addr] = &rblk{req: e.SizeBytes, state: trace.BlockAllocated}
+			case !ok:
+				st.active[e.Addr] = rblk{req: e.SizeBytes, state: trace.BlockAllocated}
 			case b.state == trace.BlockPendingFree:
 				b.state = trace.BlockAllocated
+				st.active[e.Addr] = b
 			default:
 				st.bad++
 			}
@@ -148,7 +149,7 @@ func (st *devState) undo(evs []event) {
 				st.bad++
 				continue
 			}
-			st.active[e.Addr] = &rblk{req: e.SizeBytes, state: trace.BlockPendingFree}
+			st.active[e.Addr] = rblk{req: e.SizeBytes, state: trace.BlockPendingFree}
 		case trace.KindSegmentAlloc:
 			if _, ok := st.segs[e.Addr]; !ok {
 				st.bad++
