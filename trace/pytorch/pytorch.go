@@ -561,7 +561,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	// Chunks are compressed on every core when there are enough of them
 	// to share out (a few chunks gain less than the extra encoders cost).
 	var opts []trace.WriterOption
-	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) > trace.DefaultChunkEvents {
+	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) >= 4*trace.DefaultChunkEvents {
 		opts = append(opts, trace.Concurrency(n))
 	}
 	w, err := trace.Create(tmp, s.Header(), opts...)
