@@ -259,8 +259,8 @@ type eventDecoder struct {
 	sp                    *[32]field
 	nk                    Kind
 	nStrings, nStacks     uint64
-	errVal                uint64  // the value at fault, for error messages
-	fs                    []field // scratch: the fields of each event of a batch
+	errVal                uint64             // the value at fault, for error messages
+	fs                    [decodeBlock]field // scratch: the fields of each event of a block
 }
 
 // start checks the column header of an events chunk payload p and makes
@@ -294,7 +294,7 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 		return &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
 	}
 	*d = eventDecoder{tu: tu, au: au, su: su, sp: &spec[version], nk: numKindsIn[version],
-		nStrings: uint64(nStrings), nStacks: uint64(nStacks), fs: d.fs}
+		nStrings: uint64(nStrings), nStacks: uint64(nStacks)}
 	d.kinds = p[i : i+int(n)]
 	i += int(n)
 	d.tc = p[i : i+int(hdr[4])]
@@ -353,6 +353,25 @@ var errMsgs = [...]string{
 // next decodes up to len(dst) events into dst. After the chunk's last
 // event it checks that the columns hold nothing more.
 func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
+	// A block at a time, so that the block's events stay in the
+	// first-level cache from one column's loop to the next.
+	n := 0
+	for n < len(dst) && d.j < len(d.kinds) {
+		m, err := d.nextBlock(dst[n:min(len(dst), n+decodeBlock)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// decodeBlock is the number of events nextBlock decodes column by column
+// (15 KiB of events).
+const decodeBlock = 256
+
+// nextBlock is next for at most decodeBlock events.
+func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	kinds := d.kinds[d.j:]
 	if len(dst) > len(kinds) {
 		dst = dst[:len(kinds)]
@@ -366,9 +385,6 @@ func (d *eventDecoder) next(dst []Event) (int, *decodeError) {
 	// field (prefix, time, address, size, suffix), meets first.
 	lim := len(kinds)
 	var ec decodeFault
-	if cap(d.fs) < len(kinds) {
-		d.fs = make([]field, len(kinds), max(len(kinds), 2048))
-	}
 	fs := d.fs[:len(kinds)]
 	sp := d.sp
 	for n, tb := range kinds {
