@@ -137,7 +137,7 @@ func (c *converter) entries() ([][]event, error) {
 			e.Kind = kind
 			switch kind {
 			case trace.KindOOM:
-				e.Aux = devFree
+				e.Addr = devFree // an OOM's Aux
 			case trace.KindSnapshot:
 			case trace.KindMarker:
 				e.Addr = addr

@@ -28,8 +28,8 @@ type rblk struct {
 type devState struct {
 	segs   map[uint64]*rseg
 	ends   map[uint64]uint64 // end -> base of the expandable ranges
-	active map[uint64]rblk // by value: undo makes one for most frees
-	bad    int // entries that disagree with the state
+	active map[uint64]rblk   // by value: undo makes one for most frees
+	bad    int               // entries that disagree with the state
 }
 
 func newDevState() *devState {

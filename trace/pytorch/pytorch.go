@@ -99,13 +99,12 @@ type Summary struct {
 }
 
 // event is a trace event waiting for its stack and text: the fields of
-// trace.Event it can have, packed into 56 bytes (a snapshot may hold
+// trace.Event it can have, packed into 48 bytes (a snapshot may hold
 // millions of entries).
 type event struct {
 	TimeNS    int64
-	Addr      uint64
+	Addr      uint64 // an OOM's device free bytes (trace.Event.Aux): it has no address
 	SizeBytes uint64
-	Aux       uint64
 	Stream    trace.StreamID
 	frames    pickle.Value // the entry's frames list, or noFrames
 	text      int32        // index into Snapshot.texts; 0 for none
@@ -117,8 +116,12 @@ type event struct {
 
 // Event returns the trace event, without its stack and text.
 func (e *event) Event() trace.Event {
-	return trace.Event{Kind: e.Kind, Marker: e.Marker, Device: e.Device, Stream: e.Stream,
-		TimeNS: e.TimeNS, Addr: e.Addr, SizeBytes: e.SizeBytes, Aux: e.Aux}
+	ev := trace.Event{Kind: e.Kind, Marker: e.Marker, Device: e.Device, Stream: e.Stream,
+		TimeNS: e.TimeNS, Addr: e.Addr, SizeBytes: e.SizeBytes}
+	if e.Kind == trace.KindOOM {
+		ev.Addr, ev.Aux = 0, e.Addr
+	}
+	return ev
 }
 
 // Snapshot is a decoded, converted snapshot ready to be written.

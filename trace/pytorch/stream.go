@@ -138,8 +138,10 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 		case keyAction:
 			s.action(n, e, v)
 		case keyAddr:
-			x, _ := doc.Int(v)
-			e.Addr = uint64(x)
+			if e.Kind != trace.KindOOM { // an OOM's Addr is its device_free
+				x, _ := doc.Int(v)
+				e.Addr = uint64(x)
+			}
 		case keySize:
 			x, _ := doc.Int(v)
 			e.SizeBytes = uint64(x)
@@ -156,8 +158,15 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 				e.frames = v // a container: it stays valid
 			}
 		case keyDeviceFree:
-			x, _ := doc.Int(v)
-			e.Aux = uint64(x)
+			// Kept in Addr for an OOM, which has no address: the action
+			// must come first (PyTorch writes it first).
+			if e.set&(1<<(keyAction-1)) == 0 {
+				return errFallback
+			}
+			if e.Kind == trace.KindOOM {
+				x, _ := doc.Int(v)
+				e.Addr = uint64(x)
+			}
 		case keyUserMetadata:
 			if sid, ok := doc.StrID(v); ok {
 				e.text = int32(sid) + 1
@@ -187,6 +196,9 @@ func (s *streamer) action(n uint32, e *event, v pickle.Value) {
 		}
 		if k > 1 {
 			e.Kind = trace.Kind(k - 1)
+			if e.Kind == trace.KindOOM {
+				e.Addr = 0 // until device_free
+			}
 			return
 		}
 	}
@@ -260,12 +272,9 @@ func (c *converter) streamEntries() ([][]event, error) {
 				e.frames = noFrames
 			}
 			switch e.Kind {
-			case trace.KindOOM:
-				e.Addr = 0
 			case trace.KindSnapshot:
-				e.Addr, e.Aux = 0, 0
+				e.Addr = 0
 			case trace.KindMarker:
-				e.Aux = 0
 				e.Marker = trace.MarkerText
 				text := "annotate"
 				if meta > 0 {
@@ -274,8 +283,6 @@ func (c *converter) streamEntries() ([][]event, error) {
 					}
 				}
 				e.text = c.snap.text(text)
-			default:
-				e.Aux = 0
 			}
 			evs[w] = e
 			w++

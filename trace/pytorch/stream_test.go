@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -143,9 +144,26 @@ func TestStreamFallback(t *testing.T) {
 		"entry elsewhere": snapshotPickle([][]byte{alloc, free}, []byte{']', 'h', 4, 'a'}),
 		// A key set twice (Python keeps the last value).
 		"key twice": snapshotPickle([][]byte{entryPickle("action", "alloc", "addr", 4096, "action", "free_requested", "time_us", 1)}, nil),
+		// device_free before the action (an OOM keeps it in Addr).
+		"oom's free first": snapshotPickle([][]byte{entryPickle("device_free", 77, "action", "oom", "size", 512, "time_us", 1)}, nil),
 	}
 	for name, data := range cases {
 		sameAsWhole(t, name, data, Options{}, false)
+	}
+	// An OOM with its action first is streamed, its address dropped and
+	// device_free kept, in either order.
+	for _, e := range [][]byte{
+		entryPickle("action", "oom", "addr", 4096, "device_free", 77, "size", 512, "time_us", 1),
+		entryPickle("addr", 4096, "action", "oom", "device_free", 77, "size", 512, "time_us", 1),
+		entryPickle("action", "oom", "device_free", 77, "addr", 4096, "size", 512, "time_us", 1),
+	} {
+		s, _ := sameAsWhole(t, "oom", snapshotPickle([][]byte{e}, nil), Options{}, true)
+		if ev := s.events[0].Event(); len(s.events) != 1 || ev.Kind != trace.KindOOM || ev.Addr != 0 || ev.Aux != 77 {
+			t.Errorf("oom event %+v", ev)
+		}
+	}
+	if n := unsafe.Sizeof(event{}); n != 48 {
+		t.Errorf("an event takes %d bytes, want 48", n)
 	}
 	// A key added to an entry after its list took it is followed.
 	late := append(append([]byte{}, alloc...), 'h', 4)
