@@ -604,8 +604,12 @@ func (d *Decoder) atEntryKey(stack []Value, kinds []Kind) bool {
 	default:
 		return false
 	}
-	s, ok := d.doc.Str(stack[n-1])
-	return ok && s == d.entryKey
+	// (The Doc's tables are not up to date here: only an inline string,
+	// as every string but the 2^29th and later is, can be the key.)
+	if v := stack[n-1]; v&tagMask == inlineBit|strBit {
+		return d.doc.strs[v&^(inlineBit|strBit)] == d.entryKey
+	}
+	return false
 }
 
 // setEntry hands kv, set on the entry v, to the handler.

@@ -229,3 +229,37 @@ func TestImportFileReleasesInput(t *testing.T) {
 		t.Errorf("%d events", s.summary.Events)
 	}
 }
+
+// FuzzStreamed checks that whatever the streaming path accepts, the whole
+// decode accepts too and writes the same trace.
+func FuzzStreamed(f *testing.F) {
+	for _, name := range []string{"basic.p2.pickle", "basic.p5.pickle", "midrun.p4.pickle", "empty_cache.p4.pickle", "old.p2.pickle"} {
+		f.Add(mustReadF(f, name))
+	}
+	alloc := entryPickle("action", "alloc", "addr", 4096, "size", 512, "time_us", 1)
+	f.Add(snapshotPickle([][]byte{alloc, {'h', 4}}, nil))
+	f.Add(snapshotPickle([][]byte{alloc, entryPickle("action", "oom", "device_free", 7)}, []byte{']', 'h', 4, 'a'}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := loadPickle(data, Options{}, true, nil)
+		if err != nil {
+			return
+		}
+		whole, err := loadPickle(data, Options{}, false, nil)
+		if err != nil {
+			t.Fatalf("streamed, but the whole decode fails: %v", err)
+		}
+		a, sa := written(t, s)
+		b, sb := written(t, whole)
+		if !bytes.Equal(a, b) || sa != sb {
+			t.Fatalf("streamed and whole imports differ:\n%s\n%s", sa, sb)
+		}
+	})
+}
+
+func mustReadF(f *testing.F, name string) []byte {
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return data
+}
