@@ -555,10 +555,12 @@ type EntryHandler interface {
 	SetEntry(n uint32, kv []Value) error
 }
 
-// ErrNotStreamable is returned by DecodeDoc, when streaming, for a pickle
-// whose entries cannot be streamed (an entry's dict is used in a way the
-// handler cannot follow, or the pickle is bad: the caller should decode
-// it again without streaming, which gives the data or the precise error).
+// ErrNotStreamable is returned by DecodeDoc, when streaming, for an entry
+// set in a way the handler is not given (an odd number of items, a key that
+// is neither str nor int, more than 2^29-1 entries): the caller decodes
+// the pickle again without streaming, which gives the data or the precise
+// error. (An error of the handler's is returned as it is; other errors are
+// the decoder's usual ones.)
 var ErrNotStreamable = errors.New("pickle: the entries cannot be streamed")
 
 // StreamEntries makes DecodeDoc hand the dicts created as items of the

@@ -3,6 +3,8 @@
 // Decoder.DecodeDoc decodes into a Doc: flat, pointer-free tables of values,
 // containers and items addressed by Value, so that the millions of small
 // dicts of a snapshot cost neither allocations nor garbage collection.
+// Decoder.StreamEntries hands the trace entries of a memory snapshot to an
+// EntryHandler as they are decoded instead of storing them.
 // Decode (and Doc.ToAny) give the same data as a small Go representation:
 //
 //	None            nil
