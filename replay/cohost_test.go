@@ -268,10 +268,11 @@ func TestCohostMinCapacity(t *testing.T) {
 	}
 }
 
+// realTrace returns the path of a real workload trace in traces/.
 func realTrace(t testing.TB, name string) string {
-	p := filepath.Join("..", "allocator", "caching", "testdata", "real", name)
+	p := filepath.Join("..", "traces", name)
 	if _, err := os.Stat(p); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	return p
 }

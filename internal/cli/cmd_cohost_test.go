@@ -109,7 +109,7 @@ func TestCohostJSONBlame(t *testing.T) {
 
 func TestCohostHumanRealAndPlot(t *testing.T) {
 	dir := t.TempDir()
-	a, b := filepath.Join(realTraceDir, "baseline_s1.fst"), filepath.Join(realTraceDir, "train_s1.fst")
+	a, b := filepath.Join(workloadDir, "baseline_s1.fst"), filepath.Join(workloadDir, "train_s1.fst")
 	out, errs, code := runReplayCLI(t, "cohost", "--capacity", "8GiB", a, b, "--out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

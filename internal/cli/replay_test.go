@@ -12,7 +12,10 @@ import (
 	"github.com/fragsim/fragsim/replay"
 )
 
-var realTraceDir = filepath.Join("..", "..", "allocator", "caching", "testdata", "real")
+var (
+	realTraceDir = filepath.Join("..", "..", "allocator", "caching", "testdata", "real")
+	workloadDir  = filepath.Join("..", "..", "traces") // the workload traces
+)
 
 func runReplayCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
@@ -22,7 +25,7 @@ func runReplayCLI(t *testing.T, args ...string) (string, string, int) {
 }
 
 func TestReplayHumanOutputShowsFidelity(t *testing.T) {
-	out, errs, code := runReplayCLI(t, "replay", "--capacity", "h200", filepath.Join(realTraceDir, "baseline_s1.fst"))
+	out, errs, code := runReplayCLI(t, "replay", "--capacity", "h200", filepath.Join(workloadDir, "baseline_s1.fst"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -69,7 +72,7 @@ func TestReplayJSON(t *testing.T) {
 }
 
 func TestReplayOtherPolicyIsNotChecked(t *testing.T) {
-	out, errs, code := runReplayCLI(t, "replay", "--policy", "expandable", "--capacity", "h200", filepath.Join(realTraceDir, "baseline_s1.fst"))
+	out, errs, code := runReplayCLI(t, "replay", "--policy", "expandable", "--capacity", "h200", filepath.Join(workloadDir, "baseline_s1.fst"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
