@@ -90,25 +90,36 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: encoding header: %w", err)
 	}
-	enc, err := getEncoder()
+	o := writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// With Concurrency the workers compress every chunk: the writer's own
+	// encoder is never used, so it does not take a prepared one.
+	get := getEncoder
+	if o.workers > 1 {
+		get = getIdleEncoder
+	}
+	enc, err := get()
 	if err != nil {
 		return nil, err
 	}
 	wr := &Writer{
 		w:       w,
-		opts:    writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes},
+		opts:    o,
 		strings: map[string]StringID{},
 		stacks:  map[string]StackID{},
 		nStr:    1,
 		nStk:    1,
 		enc:     enc,
 	}
-	for _, o := range opts {
-		o(&wr.opts)
-	}
 	// The chunk's whole event buffer at once: grown by copying, it cost a
 	// small import a third of its time (copies into fresh pages).
-	wr.events = make([]Event, 0, wr.opts.chunkEvents)
+	if b := takeBuffers(wr.opts.chunkEvents); b != nil {
+		wr.events, wr.ee, wr.raw = b.events[:0], b.ee, b.raw
+	} else {
+		wr.events = make([]Event, 0, wr.opts.chunkEvents)
+	}
 	if wr.opts.workers > 1 {
 		wr.par = newParallel(w, wr.opts.workers)
 	}
@@ -284,10 +295,138 @@ func (w *Writer) Close() error {
 // encoders holds idle zstd encoders: making one costs far more than a small trace.
 var encoders sync.Pool
 
+// prepared holds what PrepareWriter readies for the next writers:
+// pending encoders are made or being made, and arrive on ch; when
+// bufsPending, a writer's buffers arrive on bufs.
+var prepared struct {
+	mu          sync.Mutex
+	pending     int
+	ch          chan *zstd.Encoder
+	bufsPending bool
+	bufs        chan *writerBuffers
+}
+
+// writerBuffers are a writer's event buffer and encoding buffers, with
+// their pages already touched.
+type writerBuffers struct {
+	events []Event
+	ee     eventEncoder
+	raw    []byte
+}
+
+// maxPrepared bounds the encoders prepared and not yet taken.
+const maxPrepared = 16
+
+// PrepareWriter readies, on other goroutines, the memory of the next
+// writer with the default chunk size: its event buffer and encoding
+// buffers, and n zstd encoders (one, or one per goroutine of Concurrency;
+// up to 16 not yet taken). That memory is fresh, faulted in page by page
+// as the first chunks are encoded and compressed (a 4 MiB event buffer,
+// 4 MiB of match tables per encoder); a program that knows it will write
+// a trace soon (an import, while it decodes its input) can have that done
+// on another core meanwhile. A writer that needs what is being prepared
+// waits for it. The traces written are the same bytes.
+func PrepareWriter(n int) {
+	prepared.mu.Lock()
+	defer prepared.mu.Unlock()
+	if prepared.ch == nil {
+		prepared.ch = make(chan *zstd.Encoder, maxPrepared)
+		prepared.bufs = make(chan *writerBuffers, 1)
+	}
+	if !prepared.bufsPending {
+		prepared.bufsPending = true
+		go func() { prepared.bufs <- newWriterBuffers(DefaultChunkEvents) }()
+	}
+	n = min(n, maxPrepared-prepared.pending)
+	for range n {
+		prepared.pending++
+		go func() {
+			e, err := newEncoder()
+			if err == nil {
+				warmEncoder(e)
+			}
+			prepared.ch <- e // nil if it failed: the taker makes its own
+		}()
+	}
+}
+
+// newWriterBuffers makes and touches the buffers of a writer of chunks of
+// n events: the event buffer, and room for about 3 bytes an event in each
+// column of the encoded chunk (more grows them as before).
+func newWriterBuffers(n int) *writerBuffers {
+	b := &writerBuffers{events: make([]Event, n)}
+	for i := 0; i < n; i += 4096 / 64 {
+		b.events[i].Kind = 1
+	}
+	col := func(size int) []byte {
+		p := make([]byte, size)
+		for i := 0; i < size; i += 4096 {
+			p[i] = 1
+		}
+		return p[:0]
+	}
+	b.ee = eventEncoder{timeCol: col(3 * n), addrCol: col(3 * n), sizeCol: col(3 * n), miscCol: col(2 * n), kinds: col(n)}
+	b.raw = col(12 * n)
+	return b
+}
+
+// takeBuffers returns the prepared buffers if they are pending and fit
+// chunks of n events, else nil.
+func takeBuffers(n int) *writerBuffers {
+	prepared.mu.Lock()
+	defer prepared.mu.Unlock()
+	if !prepared.bufsPending || n > DefaultChunkEvents {
+		return nil
+	}
+	prepared.bufsPending = false
+	return <-prepared.bufs
+}
+
+// warmBytes is how much data warmEncoder compresses: enough to touch
+// about every page of the encoder's match tables.
+const warmBytes = 256 << 10
+
+// warmEncoder compresses warmBytes of varied data with e, which touches
+// about every page of its match tables, and the start of its history.
+// Each chunk is its own zstd frame, and a frame's matches never reach
+// into a previous one, so this changes nothing that e writes later.
+func warmEncoder(e *zstd.Encoder) {
+	src := make([]byte, warmBytes)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i+8 <= len(src); i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		binary.LittleEndian.PutUint64(src[i:], x&0x0000ffff00ffffff) // compressible, seldom repeated
+	}
+	e.EncodeAll(src, make([]byte, 0, len(src)))
+}
+
+// getEncoder returns an encoder: a prepared one if any is pending, else
+// an idle or new one.
 func getEncoder() (*zstd.Encoder, error) {
+	prepared.mu.Lock()
+	if prepared.pending > 0 {
+		prepared.pending--
+		prepared.mu.Unlock()
+		if e := <-prepared.ch; e != nil {
+			return e, nil
+		}
+		return getIdleEncoder()
+	}
+	prepared.mu.Unlock()
+	return getIdleEncoder()
+}
+
+// getIdleEncoder returns an encoder from the pool, or a new one.
+func getIdleEncoder() (*zstd.Encoder, error) {
 	if e, ok := encoders.Get().(*zstd.Encoder); ok {
 		return e, nil
 	}
+	return newEncoder()
+}
+
+func newEncoder() (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
 		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
 }

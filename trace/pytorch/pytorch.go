@@ -539,6 +539,19 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
+	if st != nil && st.Size() > 0 {
+		// The trace's zstd encoders are readied on the other cores while
+		// the snapshot is decoded on this one (their tables are fresh
+		// memory: baseline_s1 faulted about 1,500 pages of them while
+		// writing). One per compressing goroutine when the writer will
+		// compress concurrently (below), guessed from the input's size:
+		// a real snapshot holds about 72 bytes of pickle per entry.
+		n := 1
+		if p := runtime.GOMAXPROCS(0); p > 1 && st.Size() >= 4*trace.DefaultChunkEvents*72 {
+			n = p
+		}
+		trace.PrepareWriter(n)
+	}
 	var s *Snapshot
 	var loadErr error
 	if data, unmap, ok := mapFile(f); ok {
