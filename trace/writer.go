@@ -428,8 +428,19 @@ func getIdleEncoder() (*zstd.Encoder, error) {
 
 func newEncoder() (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithWindowSize(encoderWindow))
 }
+
+// encoderWindow is the zstd encoders' window. A chunk is compressed as one
+// frame, whose matches never reach outside it, and the header of a frame
+// no larger than the window does not record the window: any window at
+// least as large as the chunk gives the same bytes. The encoder's history
+// buffer is twice the window; at the level's default window (8 MiB) its
+// 16 MiB counted in the heap, which let the decoder's garbage pile up
+// that much more before a collection while a prepared encoder waited.
+// Chunks are about DefaultChunkBytes; a larger one is still a valid
+// frame, with matches at most this far back.
+const encoderWindow = 2 << 20
 
 // Events returns the number of events written so far.
 func (w *Writer) Events() int64 { return w.nEvents + int64(len(w.events)) }

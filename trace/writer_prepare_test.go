@@ -2,7 +2,10 @@ package trace
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // TestPrepareWriterSameBytes checks that writers given prepared buffers
@@ -35,5 +38,38 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 	writeRandom(t, 12, 1000, ChunkEvents(2*DefaultChunkEvents))
 	if b := takeBuffers(DefaultChunkEvents); b == nil || cap(b.events) != DefaultChunkEvents {
 		t.Fatalf("prepared buffers taken by a writer of larger chunks")
+	}
+}
+
+// TestEncoderWindowSameBytes checks that the writer's encoder window gives
+// the bytes the level's default window gives, for chunks up to the window.
+func TestEncoderWindowSameBytes(t *testing.T) {
+	def, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := newEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _, _ := writeRandom(t, 13, 20000) // compressed chunks: little to match
+	evs := make([]Event, 0, 40000)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range cap(evs) {
+		evs = append(evs, Event{Kind: KindAlloc, TimeNS: int64(rng.IntN(1 << 20)), Addr: uint64(rng.IntN(64)) << 20, SizeBytes: 512 << rng.IntN(8)})
+	}
+	var ee eventEncoder
+	cols := ee.encode(nil, evs, Version)
+	var all []byte // chunk-like data, one window of it
+	for len(all) < encoderWindow {
+		all = append(append(all, cols...), raw[:min(len(raw), 64<<10)]...)
+	}
+	all = all[:encoderWindow]
+	for _, n := range []int{100, 5000, 200 << 10, 1 << 20, encoderWindow} {
+		src := all[:n]
+		if want, got := def.EncodeAll(src, nil), enc.EncodeAll(src, nil); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: %d compressed bytes differ from the default window's %d", n, len(got), len(want))
+		}
 	}
 }

@@ -544,11 +544,11 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// the snapshot is decoded on this one (their tables are fresh
 		// memory: baseline_s1 faulted about 1,500 pages of them while
 		// writing). One per compressing goroutine when the writer will
-		// compress concurrently (below), guessed from the input's size:
+		// compress concurrently (below; at most two), guessed from the input's size:
 		// a real snapshot holds about 72 bytes of pickle per entry.
 		n := 1
 		if p := runtime.GOMAXPROCS(0); p > 1 && st.Size() >= 4*trace.DefaultChunkEvents*72 {
-			n = p
+			n = min(p, 2) // more would hold memory during the decode for little
 		}
 		trace.PrepareWriter(n)
 	}
