@@ -46,6 +46,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fragsim/fragsim/trace"
@@ -71,7 +72,16 @@ type Options struct {
 	Progress func(phase string, done, total int64)
 	// MaxInputBytes bounds the decompressed pickle size (0: 64 GiB).
 	MaxInputBytes int64
+
+	// prepare, when set, is called once the decoder has gone through
+	// prepareShare of a streamed pickle (see ImportFile).
+	prepare func()
 }
+
+// prepareShare is how far through the pickle the decoder is when the
+// trace writer starts being prepared: not at once, so that the decoder's
+// own tables are faulted in first on the other core.
+const prepareShare = 1.0 / 3
 
 // Summary describes an import.
 type Summary struct {
@@ -335,7 +345,10 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snap
 	}
 	var st *streamer
 	if stream {
-		st = &streamer{doc: dec.Doc(), size: len(data)}
+		st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: math.MaxInt}
+		if opt.prepare != nil {
+			st.prepareAt, st.prepare = int(float64(len(data))*prepareShare), opt.prepare
+		}
 		dec.StreamEntries("device_traces", st)
 	}
 	doc, err := dec.DecodeDoc()
@@ -539,19 +552,24 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	if st != nil && st.Size() > 0 {
-		// The trace's zstd encoders are readied on the other cores while
-		// the snapshot is decoded on this one (their tables are fresh
-		// memory: baseline_s1 faulted about 1,500 pages of them while
-		// writing). One per compressing goroutine when the writer will
-		// compress concurrently (below; at most two), guessed from the input's size:
-		// a real snapshot holds about 72 bytes of pickle per entry.
-		n := 1
-		if p := runtime.GOMAXPROCS(0); p > 1 && st.Size() >= 4*trace.DefaultChunkEvents*72 {
-			n = min(p, 2) // more would hold memory during the decode for little
-		}
-		trace.PrepareWriter(n)
+	// The trace writer's buffers and zstd encoders are readied on the
+	// other core while the snapshot is decoded on this one (they are
+	// fresh memory: baseline_s1 faulted about 2,200 pages of them while
+	// writing), from a third of the way through the decode. One encoder
+	// per compressing goroutine when the writer will compress
+	// concurrently (below; at most two), guessed from the input's size: a
+	// real snapshot holds about 72 bytes of pickle per entry.
+	var prepareOnce sync.Once
+	prepare := func() {
+		prepareOnce.Do(func() {
+			n := 1
+			if p := runtime.GOMAXPROCS(0); p > 1 && st != nil && st.Size() >= 4*trace.DefaultChunkEvents*72 {
+				n = min(p, 2) // more would hold memory during the decode for little
+			}
+			trace.PrepareWriter(n)
+		})
 	}
+	opt.prepare = prepare
 	var s *Snapshot
 	var loadErr error
 	if data, unmap, ok := mapFile(f); ok {
@@ -563,6 +581,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	if s == nil {
 		return nil, loadErr
 	}
+	prepare() // if the decode did not
 	if st != nil {
 		s.summary.InputBytes = st.Size()
 		// No collection is forced here: the writer's memory was prepared

@@ -2,6 +2,7 @@ package pytorch
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"unsafe"
 
@@ -63,10 +64,17 @@ type streamer struct {
 	unknown map[uint32]string // entry -> its action when not one the import knows
 	size    int               // the input's size
 	first   int               // the first entry's offset
+
+	prepareAt int    // the offset from which to call prepare
+	prepare   func() // see Options.prepare
 }
 
 // NewEntry starts entry n's event; off is where its dict starts.
 func (s *streamer) NewEntry(n uint32, off int) {
+	if off >= s.prepareAt {
+		s.prepareAt = math.MaxInt
+		s.prepare()
+	}
 	if len(s.evs) == cap(s.evs) {
 		s.reserve(off)
 	}

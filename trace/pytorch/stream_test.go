@@ -263,3 +263,39 @@ func mustReadF(f *testing.F, name string) []byte {
 	}
 	return data
 }
+
+// TestPrepareCalledOnce checks that the streamed decode calls the writer's
+// preparation exactly once, when it has gone through prepareShare of the
+// pickle, and not for a pickle that ends before.
+func TestPrepareCalledOnce(t *testing.T) {
+	data := gunzip(t, "testdata/real/baseline_s1.pickle.gz")
+	calls, at := 0, -1
+	var st *streamer
+	opt := Options{}
+	opt.prepare = func() {
+		calls++
+		at = len(st.evs)
+	}
+	dec := pickle.NewDecoder(data)
+	st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: int(float64(len(data)) * prepareShare), prepare: opt.prepare}
+	dec.StreamEntries("device_traces", st)
+	if _, err := dec.DecodeDoc(); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || at <= 0 || at >= len(st.evs) {
+		t.Fatalf("prepare called %d times, at entry %d of %d; want once, inside the trace", calls, at, len(st.evs))
+	}
+	calls = 0
+	if _, err := loadPickle(data, opt, true, nil); err != nil || calls != 1 {
+		t.Fatalf("loadPickle: prepare called %d times (%v), want once", calls, err)
+	}
+	calls = 0
+	opt.prepare = func() { calls++ }
+	st = &streamer{doc: dec.Doc(), size: 10 * len(data), prepareAt: int(float64(10*len(data)) * prepareShare), prepare: opt.prepare}
+	dec = pickle.NewDecoder(data)
+	st.doc = dec.Doc()
+	dec.StreamEntries("device_traces", st)
+	if _, err := dec.DecodeDoc(); err != nil || calls != 0 {
+		t.Fatalf("prepare called %d times (%v) before its offset", calls, err)
+	}
+}
