@@ -25,7 +25,7 @@ func exitCode(code int, err error) error { return &exitError{code: code, err: er
 // NewApp returns the fragsim application writing to stdout and stderr.
 // Tests run the whole CLI in-process through it.
 func NewApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "fragsim",
 		Usage: "find, explain and remove GPU memory fragmentation",
 		Description: "fragsim records the allocations of a PyTorch run (or imports the memory snapshot\n" +
@@ -51,6 +51,13 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	// Flag parsing errors are usage errors: exit 2.
+	usage := func(_ *cli.Context, err error, _ bool) error { return exitCode(2, err) }
+	app.OnUsageError = usage
+	for _, c := range app.Commands {
+		c.OnUsageError = usage
+	}
+	return app
 }
 
 // Main runs the CLI and returns the process exit code.
@@ -62,11 +69,6 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 // program's own code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	app := NewApp(stdout, stderr)
-	usage := func(_ *cli.Context, err error, _ bool) error { return exitCode(2, err) }
-	app.OnUsageError = usage
-	for _, c := range app.Commands {
-		c.OnUsageError = usage
-	}
 	if err := app.Run(interspersed(app, args)); err != nil {
 		fmt.Fprintf(stderr, "fragsim: %v\n", err)
 		var ee *exitError
