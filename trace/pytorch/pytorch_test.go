@@ -45,18 +45,7 @@ func importBytes(t *testing.T, data []byte, name string, opt Options) (*Summary,
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, s.Header())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Emit(w, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := trace.NewReader(bytes.NewReader(buf.Bytes()))
+	r, err := trace.NewReader(bytes.NewReader(traceBytes(t, s)))
 	if err != nil {
 		t.Fatal(err)
 	}

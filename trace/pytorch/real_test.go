@@ -255,17 +255,7 @@ func TestImportFileMapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want bytes.Buffer
-	w, err := trace.NewWriter(&want, s.Header())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Emit(w, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	want := traceBytes(t, s)
 	var gz bytes.Buffer // stored, not compressed: large enough to be mapped
 	zw, _ := gzip.NewWriterLevel(&gz, gzip.NoCompression)
 	zw.Write(data)
@@ -288,8 +278,8 @@ func TestImportFileMapped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, want.Bytes()) {
-			t.Errorf("%s: trace differs from Load+Emit (%d vs %d bytes)", name, len(got), want.Len())
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: trace differs from Load+Emit (%d vs %d bytes)", name, len(got), len(want))
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/fragsim/fragsim/trace/pickle"
 )
 
-// written returns the trace s writes and its summary as JSON.
-func written(t *testing.T, s *Snapshot) ([]byte, string) {
+// traceBytes returns the trace s writes.
+func traceBytes(t *testing.T, s *Snapshot) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := trace.NewWriter(&buf, s.Header())
@@ -28,11 +28,18 @@ func written(t *testing.T, s *Snapshot) ([]byte, string) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return buf.Bytes()
+}
+
+// written returns the trace s writes and its summary as JSON.
+func written(t *testing.T, s *Snapshot) ([]byte, string) {
+	t.Helper()
+	data := traceBytes(t, s)
 	sum, err := json.Marshal(s.Summary())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes(), string(sum)
+	return data, string(sum)
 }
 
 // sameAsWhole checks that data imports to the same trace and summary
