@@ -22,25 +22,22 @@ type request struct {
 
 func requests(t *testing.T, path string) (*trace.Header, []request) {
 	t.Helper()
-	f, err := trace.Open(path)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	h, events, err := trace.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []request
-	for {
-		e, err := f.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range events {
 		if e.Kind == trace.KindAlloc || e.Kind == trace.KindFreeRequested {
 			out = append(out, request{e.Kind, e.SizeBytes, e.Stream})
 		}
 	}
-	return f.Header(), out
+	return h, out
 }
 
 // TestLiveTracesMatchTheirSnapshots checks each trace recorded live with
