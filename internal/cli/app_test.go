@@ -39,6 +39,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"synth"}, 2},                         // -o is required
 		{[]string{"replay", "--no-such-flag", "x"}, 2}, // unknown flag
 		{[]string{"synth", "-o", "x", "--events", "many"}, 2},
+		{[]string{"record", "--tag", "no-equals-sign", "--", "true"}, 2},
+		{[]string{"record", "--tag", "=value", "--", "true"}, 2},
 		{[]string{"info", "/nonexistent/trace.fst"}, 1},
 	} {
 		var out, errOut bytes.Buffer
