@@ -115,3 +115,25 @@ func BenchmarkEmitConcurrent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkImportFile runs ImportFile on $FRAGSIM_BENCH_SNAPSHOT, as
+// `fragsim import` does (the input mapped, the trace written to a file),
+// without the process start: the figure to hold against Python's
+// pickle.loads of the same bytes in a running interpreter.
+func BenchmarkImportFile(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := b.TempDir() + "/out.fst"
+	b.SetBytes(st.Size())
+	for b.Loop() {
+		if _, err := ImportFile(path, out, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Times the import in a running process against Python's pickle.loads in a
+# running interpreter: the decoding work alone on both sides, without either
+# process's start (fragsim's is 17-23 ms on the development VM, Python's
+# about 15 ms). Rounds alternate the two, so that other load on the machine
+# hits both alike; each round is K operations (default 5) of each, and the
+# figures are the best and the median of the rounds' averages.
+#
+#   pickle_s  pickle.loads of the bytes already in memory, K times in one
+#             interpreter (the result freed between loads)
+#   import_s  pytorch.ImportFile (what `fragsim import` runs: the input
+#             mapped, the trace written to a file), K times in one process
+#
+# usage: bench/import/inproc.sh SNAPSHOT.pickle ...
+#   ROUNDS (default 7), K (default 5), TESTBIN (a `go test -c` binary of
+#   ./trace/pytorch; built into a temporary directory when unset).
+set -euo pipefail
+rounds=${ROUNDS:-7} k=${K:-5}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fragsim-inproc.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+bin=${TESTBIN:-}
+if [ -z "$bin" ]; then
+	bin=$tmp/pytorch.test
+	(cd "$(dirname "$0")/../.." && CGO_ENABLED=0 go test -c -o "$bin" ./trace/pytorch/)
+fi
+printf '%-24s %8s %20s %20s %8s %8s\n' file MB "pickle_s best/med" "import_s best/med" best_x med_x
+for f in "$@"; do
+	f=$(realpath "$f")
+	for r in $(seq "$rounds"); do
+		python3 - "$f" "$k" >>"$tmp/py" <<'PY'
+import gc, pickle, sys, time
+data = open(sys.argv[1], "rb").read()
+ts = []
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter()
+    s = pickle.loads(data)
+    ts.append(time.perf_counter() - t)
+    del s
+    gc.collect()
+print("%.4f" % (sum(ts) / len(ts)))
+PY
+		FRAGSIM_BENCH_SNAPSHOT=$f "$bin" -test.run '^$' -test.bench 'BenchmarkImportFile$' -test.benchtime "${k}x" |
+			awk '/^BenchmarkImportFile/ { printf "%.4f\n", $3 / 1e9 }' >>"$tmp/go"
+	done
+	best() { sort -g "$1" | head -1; }
+	median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+	pb=$(best "$tmp/py") pm=$(median "$tmp/py") gb=$(best "$tmp/go") gm=$(median "$tmp/go")
+	printf '%-24s %8.1f %9.4f/%-10.4f %9.4f/%-10.4f %7.1fx %7.1fx\n' "$(basename "$f")" \
+		"$(awk -v s="$(stat -c %s "$f")" 'BEGIN { print s / 1048576 }')" "$pb" "$pm" "$gb" "$gm" \
+		"$(awk -v a="$pb" -v b="$gb" 'BEGIN { print a / b }')" "$(awk -v a="$pm" -v b="$gm" 'BEGIN { print a / b }')"
+	rm -f "$tmp/py" "$tmp/go"
+done
