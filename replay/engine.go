@@ -67,6 +67,9 @@ type engine struct {
 	res     Result
 	index   int64       // index of the event being processed
 	ev      trace.Event // the request being served, for mismatch reports
+	// While fast runs, the request being served is fastEvs[fastI], not ev.
+	fastEvs []trace.Event
+	fastI   int
 	exact   bool
 	sawDev  bool
 	injects bool // cfg asks for injected actions
@@ -164,6 +167,10 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 // batchLen is the number of events decoded at a time.
 const batchLen = 2048
 
+// serialLen is the number of events runSerial decodes at a time (16 KiB
+// of events).
+const serialLen = 256
+
 // batches holds idle batches (*batch), so that a run does not allocate
 // (and page in) fresh event buffers.
 var batches = sync.Pool{New: func() any { return &batch{evs: make([]trace.Event, batchLen)} }}
@@ -172,13 +179,13 @@ var batches = sync.Pool{New: func() any { return &batch{evs: make([]trace.Event,
 func (e *engine) runSerial(r *trace.Reader) error {
 	b := batches.Get().(*batch)
 	defer batches.Put(b)
-	buf := b.evs
+	// A short run at a time, so that the decoded events are still in the
+	// first-level cache when they are replayed.
+	buf := b.evs[:serialLen]
 	for {
 		n, err := r.ReadEvents(buf)
-		for i := 0; i < n; i++ {
-			if err := e.step(&buf[i]); err != nil {
-				return err
-			}
+		if err := e.replay(buf[:n]); err != nil {
+			return err
 		}
 		if err == io.EOF {
 			return nil
@@ -239,11 +246,8 @@ func (e *engine) runPipelined(r *trace.Reader) error {
 		}
 	}()
 	for b := range full {
-		evs := b.evs[:b.n]
-		for i := range evs {
-			if err := e.step(&evs[i]); err != nil {
-				return err
-			}
+		if err := e.replay(b.evs[:b.n]); err != nil {
+			return err
 		}
 		if err := b.err; err != nil {
 			free <- b
@@ -540,6 +544,210 @@ func (e *engine) step(ev *trace.Event) error {
 	return nil
 }
 
+// unserved records an alloc the policy could not serve (err).
+func (e *engine) unserved(ds *devState, ev *trace.Event, idx int64, err error) error {
+	if !errors.Is(err, ErrOOM) {
+		return fmt.Errorf("event %d: %w", idx, err)
+	}
+	e.oom(ds, *ev, idx)
+	ds.unserved[ev.Addr] = struct{}{}
+	return nil
+}
+
+// misplaced records an alloc served at another address than the recorded one.
+func (e *engine) misplaced(ds *devState, ev *trace.Event, idx int64, blk Block) {
+	if e.res.Fidelity.FirstMismatch == "" && e.exact {
+		e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: alloc of %d bytes on stream %#x: recorded at %#x, replayed at %#x (block of %d bytes)%s",
+			idx, ev.SizeBytes, uint64(ev.Stream), ev.Addr, blk.Addr, blk.SizeBytes, e.context(ds, ev.SizeBytes))
+	}
+}
+
+// replay replays a run of events: through fast while it can, else
+// through step, one event at a time.
+func (e *engine) replay(evs []trace.Event) error {
+	for len(evs) > 0 {
+		if e.fastOK() {
+			n, err := e.fast(evs)
+			if err != nil {
+				return err
+			}
+			evs = evs[n:]
+			if len(evs) == 0 {
+				break
+			}
+		}
+		if err := e.step(&evs[0]); err != nil {
+			return err
+		}
+		evs = evs[1:]
+	}
+	return nil
+}
+
+// fastOK reports whether fast may replay the next events: one device,
+// frees known to complete when the trace says, nothing injected and no
+// Observer.
+func (e *engine) fastOK() bool {
+	return len(e.devs) == 1 && e.immediate == -1 && !e.injects && e.cfg.Observer == nil
+}
+
+// fast replays the leading events of evs that are allocs and frees of the
+// one device, as step does, in one loop: the device's own counters are
+// the totals' (synced at the end), and only what such events change is
+// measured. It returns the number of events replayed; step replays the
+// next one (another kind, another device, a free of an unknown address).
+func (e *engine) fast(evs []trace.Event) (n int, err error) {
+	ds := e.devs[0]
+	pol := ds.policy
+	dev := ds.dev
+	id := ds.id
+	r := &e.res
+	e.fastEvs, e.fastI = evs, -1
+	defer func() {
+		ds.active, ds.allocated, ds.requested = e.active, e.allocated, e.requested
+		if e.fastI >= 0 {
+			e.ev = evs[e.fastI]
+		}
+		e.fastEvs = nil
+	}()
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Device != id {
+			return i, nil
+		}
+		idx := e.index
+		switch ev.Kind {
+		case trace.KindAlloc:
+			e.index++
+			e.requests++
+			e.fastI = i
+			if len(ds.fc) > 0 {
+				e.dispatch(ds)
+			}
+			blk, err := pol.Malloc(ev.SizeBytes, ev.Stream)
+			if len(dev.rec) > 0 {
+				e.endRequest(ds)
+			}
+			r.Allocs++
+			if err != nil {
+				ds.active, ds.allocated, ds.requested = e.active, e.allocated, e.requested
+				if err := e.unserved(ds, ev, idx, err); err != nil {
+					return i, err
+				}
+			} else {
+				if !ds.live.Insert(ev.Addr, live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}) {
+					return i, fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
+				}
+				if len(ds.unserved) > 0 {
+					delete(ds.unserved, ev.Addr)
+				}
+				e.active += blk.SizeBytes
+				e.allocated += blk.SizeBytes
+				e.requested += ev.SizeBytes
+				r.Fidelity.Allocs++
+				if blk.Addr == ev.Addr {
+					r.Fidelity.AllocsAtRecordedAddress++
+				} else {
+					e.misplaced(ds, ev, idx, blk)
+				}
+			}
+			var st uint64
+			if ds.strand != nil {
+				st = ds.strand.StrandedBytes()
+			} else {
+				st = pol.Stats().StrandedBytes
+			}
+			e.stranded = st
+			if st > r.Fragmentation.MaxStrandedBytes {
+				r.Fragmentation.MaxStrandedBytes = st
+			}
+		case trace.KindFreeRequested:
+			l, ok := ds.live.Get(ev.Addr)
+			if !ok || l.freed {
+				return i, nil // step reports it
+			}
+			e.index++
+			e.requests++
+			l.freed = true
+			e.allocated -= l.size
+			pol.FreeRequested(l.block())
+		case trace.KindFreeCompleted:
+			l, ok := ds.live.Take(ev.Addr)
+			if !ok {
+				return i, nil // step reports it
+			}
+			e.index++
+			e.requests++
+			if !l.freed {
+				e.allocated -= l.size
+				pol.FreeRequested(l.block())
+			}
+			e.active -= l.size
+			e.requested -= l.req
+			ds.fc = append(ds.fc, l.block())
+		default:
+			return i, nil
+		}
+		e.reserved = dev.reserved
+		r.Events++
+		e.measureFast(ev.TimeNS, idx)
+	}
+	return len(evs), nil
+}
+
+// measureFast is measure for fast: no Observer.
+func (e *engine) measureFast(t, idx int64) {
+	r := &e.res
+	if e.reserved > e.peakReserved {
+		e.peakReserved = e.reserved
+		r.PeakReservedBytes = e.reserved
+		r.Fragmentation.PeakIndex = idx
+		e.atPeak()
+	}
+	if e.active > r.PeakActiveBytes {
+		r.PeakActiveBytes = e.active
+	}
+	if e.allocated > r.PeakAllocatedBytes {
+		r.PeakAllocatedBytes = e.allocated
+	}
+	if e.requested > r.PeakRequestedBytes {
+		r.PeakRequestedBytes = e.requested
+	}
+	e.measureTime(t)
+	if e.cfg.Progress != nil && r.Events&(1<<20-1) == 0 {
+		e.cfg.Progress(r.Events)
+	}
+}
+
+// measureTime adds the state before an event at time t to the
+// time-weighted sums, and the state after it to the per-event ones.
+func (e *engine) measureTime(t int64) {
+	// The state before this event held from the previous event's time
+	// to this one's. A zero or negative time step adds nothing, so it is
+	// added without a branch; a stretch is closed only on a positive one.
+	dt := t - e.prevTime
+	if dt < 0 || !e.haveTime {
+		dt = 0
+	}
+	if e.prevRes != e.tRes && dt > 0 {
+		e.flushTime()
+		e.tRes = e.prevRes
+	}
+	e.tW += dt
+	e.tA += float64(int64(e.prevActive)) * float64(dt)
+	if t != 0 {
+		e.prevTime = t
+		e.haveTime = true
+	}
+	if e.reserved != e.cRes {
+		e.flushCount()
+		e.cRes = e.reserved
+	}
+	e.cN++
+	e.cA += float64(int64(e.active))
+	e.prevActive, e.prevRes = e.active, e.reserved
+}
+
 func (e *engine) finish() error {
 	if e.heldFree {
 		e.heldFree = false
@@ -636,11 +844,9 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.endRequest(ds)
 		e.res.Allocs++
 		if err != nil {
-			if !errors.Is(err, ErrOOM) {
-				return fmt.Errorf("event %d: %w", idx, err)
+			if err := e.unserved(ds, ev, idx, err); err != nil {
+				return err
 			}
-			e.oom(ds, *ev, idx)
-			ds.unserved[ev.Addr] = struct{}{}
 			break
 		}
 		l := live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}
@@ -654,9 +860,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.res.Fidelity.Allocs++
 		if blk.Addr == ev.Addr {
 			e.res.Fidelity.AllocsAtRecordedAddress++
-		} else if e.res.Fidelity.FirstMismatch == "" && e.exact {
-			e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: alloc of %d bytes on stream %#x: recorded at %#x, replayed at %#x (block of %d bytes)%s",
-				idx, ev.SizeBytes, uint64(ev.Stream), ev.Addr, blk.Addr, blk.SizeBytes, e.context(ds, ev.SizeBytes))
+		} else {
+			e.misplaced(ds, ev, idx, blk)
 		}
 		e.updateStats(ds)
 	case trace.KindFreeRequested:
@@ -808,28 +1013,7 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 	if e.requested > r.PeakRequestedBytes {
 		r.PeakRequestedBytes = e.requested
 	}
-	// time-weighted fragmentation: the state before this event held
-	// from the previous event's time to this one's.
-	if e.haveTime && ev.TimeNS > e.prevTime {
-		if e.prevRes != e.tRes {
-			e.flushTime()
-			e.tRes = e.prevRes
-		}
-		dt := ev.TimeNS - e.prevTime
-		e.tW += dt
-		e.tA += float64(int64(e.prevActive)) * float64(dt)
-	}
-	if ev.TimeNS != 0 {
-		e.prevTime = ev.TimeNS
-		e.haveTime = true
-	}
-	if e.reserved != e.cRes {
-		e.flushCount()
-		e.cRes = e.reserved
-	}
-	e.cN++
-	e.cA += float64(int64(e.active))
-	e.prevActive, e.prevRes = e.active, e.reserved
+	e.measureTime(ev.TimeNS)
 	if e.cfg.Observer != nil {
 		s := &e.sample
 		s.Index = idx

@@ -30,6 +30,9 @@ func (e *engine) deviceMismatch(d *device, kind trace.Kind, addr, size uint64) {
 		rep = fmt.Sprintf("replayed %s %#x+%d", kind, addr, size)
 	}
 	ev := e.ev
+	if e.fastEvs != nil {
+		ev = e.fastEvs[e.fastI]
+	}
 	ds, _ := e.device(d.id)
 	e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: %s of %d bytes on stream %#x: %s, %s; reserved %d%s",
 		e.index-1, ev.Kind, ev.SizeBytes, uint64(ev.Stream), rec, rep, d.reserved, e.context(ds, ev.SizeBytes))

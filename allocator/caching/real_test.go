@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"testing"
 
@@ -180,5 +181,50 @@ func BenchmarkReplayReal(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
 	if cpu := cpuSeconds() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(n)/cpu, "events/cpu-s")
+	}
+}
+
+// TestRealTracesObserved checks that a replay with an Observer, which
+// replays every event through the engine's general path, gives the same
+// Result as one without, which replays allocs and frees through its fast
+// path, on every real trace.
+func TestRealTracesObserved(t *testing.T) {
+	dir := filepath.Join("testdata", "real")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]realRun{}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		t.Fatal(err)
+	}
+	f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+		cfg, err := caching.FromHeader(h)
+		if err != nil {
+			return nil, err
+		}
+		return caching.New(dev, cfg)
+	}
+	for name, run := range runs {
+		t.Run(name, func(t *testing.T) {
+			path := run.path(dir, name)
+			cfg := replay.Config{CapacityBytes: run.TotalGlobalMem, Fraction: run.Fraction}
+			fast, err := replay.RunFile(path, f, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen int64
+			cfg.Observer = func(s *replay.Sample) { seen++ }
+			slow, err := replay.RunFile(path, f, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen != slow.Events || seen == 0 {
+				t.Errorf("observer saw %d of %d events", seen, slow.Events)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Errorf("results differ:\nwithout observer %+v\nwith observer    %+v", *fast, *slow)
+			}
+		})
 	}
 }
