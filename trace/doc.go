@@ -43,7 +43,11 @@
 //
 // The CRC is CRC-32C (Castagnoli) of the type, both lengths and the
 // payload. The payload is zstd-compressed to rawLen bytes, or stored as is
-// when the type's high bit (0x80) is set. Types, in the low 7 bits:
+// when the type's high bit (0x80) is set. Compressed, it is one or more
+// zstd frames, which decode to the concatenation of theirs: the writer
+// gives each column of an events payload its own frame (the column header
+// with K, then T, A, S and M; none for an empty column), so that each
+// column gets entropy tables of its own. Types, in the low 7 bits:
 //
 //	1 header  JSON of Header; exactly one, the first chunk
 //	2 table   string and stack definitions, before the events that use them
