@@ -36,3 +36,46 @@ func BenchmarkDecodeDoc(b *testing.B) {
 		}
 	}
 }
+
+// countHandler is an EntryHandler that reads each entry's ints, as an
+// importer would, and counts them.
+type countHandler struct {
+	doc *Doc
+	sum int64
+}
+
+func (h *countHandler) NewEntry(n uint32, off int) {}
+
+func (h *countHandler) SetEntry(n uint32, kv []Value) error {
+	for i := 1; i < len(kv); i += 2 {
+		x, _ := h.doc.Int(kv[i])
+		h.sum += x
+	}
+	return nil
+}
+
+// BenchmarkStreamEntries decodes $FRAGSIM_BENCH_SNAPSHOT with its trace
+// entries streamed, through fastEntry ("fast") or the general path only.
+func BenchmarkStreamEntries(b *testing.B) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"fast", "general"} {
+		b.Run(mode, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				d := NewDecoder(data)
+				d.noFast = mode == "general"
+				d.StreamEntries("device_traces", &countHandler{doc: d.Doc()})
+				if _, err := d.DecodeDoc(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

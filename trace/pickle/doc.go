@@ -495,12 +495,14 @@ type Decoder struct {
 	// Streaming (see StreamEntries).
 	entries   EntryHandler
 	entryKey  string
-	outer     Value  // the list stored under entryKey, or noValue
-	cur       Value  // the latest list created as an item of outer, or noValue
-	nEntries  uint32 // entries created
-	lastEntry Value  // the latest entry created
-	lastPos   int    // its stack position, or -1 once it may be elsewhere
-	lastLen   int    // the value table's length when it was created
+	outer     Value   // the list stored under entryKey, or noValue
+	cur       Value   // the latest list created as an item of outer, or noValue
+	nEntries  uint32  // entries created
+	lastEntry Value   // the latest entry created
+	lastPos   int     // its stack position, or -1 once it may be elsewhere
+	lastLen   int     // the value table's length when it was created
+	kv        []Value // fastEntry's pairs
+	noFast    bool    // decode every entry through the general path (tests)
 
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
@@ -688,6 +690,35 @@ func (d *Decoder) pushStr(b []byte) {
 		return
 	}
 	d.push(KindString, uint64(i))
+}
+
+// shortStr returns the string index of b, a SHORT_BINUNICODE argument.
+// A snapshot repeats a few short strings (keys, actions, "N/A") millions
+// of times: a small cache sits in front of the intern map.
+func (d *Decoder) shortStr(b []byte) uint32 {
+	doc := d.doc
+	h := len(b) * 31
+	if len(b) > 0 {
+		h += int(b[0]) + int(b[len(b)-1])*7
+	}
+	c := &d.strCache[h&(len(d.strCache)-1)]
+	if c.ok && c.s == string(b) {
+		return c.id
+	}
+	i, ok := doc.intern[string(b)]
+	if !ok {
+		i = uint32(len(doc.strs))
+		str := string(b)
+		doc.strs = append(doc.strs, str)
+		if len(doc.intern) < internMaxEntries {
+			doc.intern[str] = i
+			ok = true
+		}
+	}
+	if ok { // only interned strings: they have one index
+		c.s, c.id, c.ok = doc.strs[i], i, true
+	}
+	return i
 }
 
 func (d *Decoder) pushCont(k Kind) Value {
@@ -989,6 +1020,17 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
 					stack = append(stack, v)
 					pos++
+					// The usual entry, MEMOIZE MARK (key value)* SETITEMS
+					// with scalar values, goes to the handler in one go.
+					if pos+1 < len(data) && data[pos] == opMemoize && data[pos+1] == opMark && d.sparse == nil && !d.noFast {
+						end, ok, err := d.fastEntry(pos+2, v, &memo, &kinds, &xs)
+						if err != nil {
+							return nil, err
+						}
+						if ok {
+							pos = end
+						}
+					}
 					continue
 				case op == opEmptyDict:
 				case d.outer == noValue:
@@ -1062,30 +1104,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			if pos+1 < len(data) {
 				n := int(data[pos+1])
 				if pos+2+n <= len(data) {
-					b := data[pos+2 : pos+2+n]
-					// A snapshot repeats a few short strings (keys, actions,
-					// "N/A") millions of times: a small cache in front of
-					// the intern map.
-					h := n*31 + int(data[pos+1+n])*7 // the last byte (n > 0)
-					if n > 0 {
-						h += int(b[0])
-					}
-					c := &d.strCache[h&(len(d.strCache)-1)]
-					i, ok := c.id, c.ok && c.s == string(b)
-					if !ok {
-						if i, ok = doc.intern[string(b)]; !ok {
-							i = uint32(len(doc.strs))
-							str := string(b)
-							doc.strs = append(doc.strs, str)
-							if len(doc.intern) < internMaxEntries {
-								doc.intern[str] = i
-								ok = true
-							}
-						}
-						if ok { // only interned strings: they have one index
-							c.s, c.id, c.ok = doc.strs[i], i, true
-						}
-					}
+					i := d.shortStr(data[pos+2 : pos+2+n])
 					if v, ok := strValue(i); ok {
 						stack = append(stack, v)
 					} else {
@@ -1156,6 +1175,199 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		}
 		pos, stack, kinds, xs, memo = d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	}
+}
+
+// fastEntry decodes, from pos, the pairs of the streamed entry e just
+// created and memoized (the MEMOIZE and MARK after its EMPTY_DICT, which
+// pos follows), when they are what a snapshot's entries are made of: keys
+// that are strings, given as SHORT_BINUNICODE (then maybe MEMOIZE) or
+// taken from the memo; values that are ints (BININT1, BININT2, BININT,
+// LONG1 of up to 8 bytes), strings (the same two ways), None, True,
+// False, BINFLOAT or another memoized scalar; then SETITEMS. It hands the
+// pairs to the handler and returns the offset after SETITEMS, with the
+// memo and tables as the general path would have left them. On anything
+// else (another opcode, a FRAME between two pairs, input that ends, a
+// memo index out of range) it returns ok false having changed nothing the
+// general path would not do the same (strings it interned are interned
+// again to the same index), and the caller decodes from the MEMOIZE on.
+func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xsp *[]uint64) (end int, ok bool, err error) {
+	// Few values live in registers through the loop: the memo is read
+	// through a local copy, and the rare appends to it and to the value
+	// table go through the pointers.
+	data := d.data
+	m0, k0 := len(*memop), len(*kindsp)
+	*memop = append(*memop, e) // the dict's MEMOIZE
+	memo := *memop
+	kv := d.kv[:0]
+	for {
+		if pos >= len(data) {
+			goto bail
+		}
+		if data[pos] == opSetItems {
+			break
+		}
+		var key, val Value
+		// The key.
+		switch data[pos] {
+		case opBinGet:
+			if pos+1 >= len(data) || int(data[pos+1]) >= len(memo) {
+				goto bail
+			}
+			key = memo[data[pos+1]]
+			pos += 2
+		case opLongBinGet:
+			if pos+4 >= len(data) {
+				goto bail
+			}
+			idx := binary.LittleEndian.Uint32(data[pos+1:])
+			if uint64(idx) >= uint64(len(memo)) {
+				goto bail
+			}
+			key = memo[idx]
+			pos += 5
+		case opShortBinUni:
+			if pos+1 >= len(data) || pos+2+int(data[pos+1]) > len(data) {
+				goto bail
+			}
+			n := int(data[pos+1])
+			sv, ok := strValue(d.shortStr(data[pos+2 : pos+2+n]))
+			if !ok {
+				goto bail
+			}
+			key = sv
+			pos += 2 + n
+			if pos < len(data) && data[pos] == opMemoize {
+				*memop = append(*memop, key)
+				memo = *memop
+				pos++
+			}
+		default:
+			goto bail
+		}
+		if key&tagMask != inlineBit|strBit { // also a memo hole
+			goto bail
+		}
+		// The value.
+		if pos >= len(data) {
+			goto bail
+		}
+		switch data[pos] {
+		case opBinInt1:
+			if pos+1 >= len(data) {
+				goto bail
+			}
+			val = inlineBit | Value(data[pos+1])
+			pos += 2
+		case opBinInt2:
+			if pos+2 >= len(data) {
+				goto bail
+			}
+			val = inlineBit | Value(binary.LittleEndian.Uint16(data[pos+1:]))
+			pos += 3
+		case opBinInt:
+			if pos+4 >= len(data) {
+				goto bail
+			}
+			if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
+				val = inlineBit | Value(x)
+			} else {
+				val = tableValue(kindsp, xsp, KindInt, uint64(int64(x)))
+			}
+			pos += 5
+		case opLong1:
+			n := 0
+			if pos+1 < len(data) {
+				n = int(data[pos+1])
+			}
+			if n < 1 || n > 8 || pos+10 > len(data) {
+				goto bail
+			}
+			sh := uint(64 - 8*n)
+			if x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh); x < maxInline {
+				val = inlineBit | Value(x)
+			} else {
+				val = tableValue(kindsp, xsp, KindInt, x)
+			}
+			pos += 2 + n
+		case opShortBinUni:
+			if pos+1 >= len(data) || pos+2+int(data[pos+1]) > len(data) {
+				goto bail
+			}
+			n := int(data[pos+1])
+			sv, ok := strValue(d.shortStr(data[pos+2 : pos+2+n]))
+			if !ok {
+				goto bail
+			}
+			val = sv
+			pos += 2 + n
+			if pos < len(data) && data[pos] == opMemoize {
+				*memop = append(*memop, val)
+				memo = *memop
+				pos++
+			}
+		case opBinGet, opLongBinGet:
+			var idx uint64
+			if data[pos] == opBinGet {
+				if pos+1 >= len(data) {
+					goto bail
+				}
+				idx = uint64(data[pos+1])
+				pos += 2
+			} else {
+				if pos+4 >= len(data) {
+					goto bail
+				}
+				idx = uint64(binary.LittleEndian.Uint32(data[pos+1:]))
+				pos += 5
+			}
+			if idx >= uint64(len(memo)) {
+				goto bail
+			}
+			// A memoized string or small int; a container, an entry or a
+			// hole goes the general way.
+			val = memo[idx]
+			if val&inlineBit == 0 || val&tagMask == tagMask {
+				goto bail
+			}
+		case opNone:
+			val = tableValue(kindsp, xsp, KindNone, 0)
+			pos++
+		case opNewTrue, opNewFalse:
+			val = tableValue(kindsp, xsp, KindBool, uint64(opNewFalse-data[pos]))
+			pos++
+		case opBinFloat:
+			if pos+8 >= len(data) {
+				goto bail
+			}
+			val = tableValue(kindsp, xsp, KindFloat, binary.BigEndian.Uint64(data[pos+1:]))
+			pos += 9
+		default:
+			goto bail
+		}
+		kv = append(kv, key, val)
+	}
+	d.kv = kv
+	d.doc.kinds, d.doc.xs = *kindsp, *xsp
+	if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
+		return 0, false, err
+	}
+	// The values made for the entry are dropped, as after the general
+	// path's SETITEMS.
+	if keep := max(d.keep, d.lastLen); keep < len(*kindsp) {
+		*kindsp, *xsp = (*kindsp)[:keep], (*xsp)[:keep]
+	}
+	return pos + 1, true, nil
+bail:
+	*memop, *kindsp, *xsp = (*memop)[:m0], (*kindsp)[:k0], (*xsp)[:k0]
+	return 0, false, nil
+}
+
+// tableValue appends a scalar to the value table and returns its Value.
+func tableValue(kindsp *[]Kind, xsp *[]uint64, k Kind, x uint64) Value {
+	v := Value(len(*kindsp))
+	*kindsp = append(*kindsp, k)
+	*xsp = append(*xsp, x)
+	return v
 }
 
 // step decodes the opcode op at off (d.pos is past it): the general path.

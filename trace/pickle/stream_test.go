@@ -1,9 +1,15 @@
 package pickle
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +32,7 @@ func (p pk) long(x uint64) pk {
 type recorder struct {
 	doc     *Doc
 	entries []string
+	kinds   bool // each value's kind too
 }
 
 func (r *recorder) NewEntry(n uint32, off int) {
@@ -47,6 +54,12 @@ func (r *recorder) SetEntry(n uint32, kv []Value) error {
 		default:
 			x, _ := r.doc.Int(kv[i+1])
 			v = fmt.Sprint(x)
+			if f, ok := r.doc.Float(kv[i+1]); ok && r.doc.Kind(kv[i+1]) == KindFloat {
+				v = fmt.Sprint(f)
+			}
+		}
+		if r.kinds {
+			v += ":" + r.doc.Kind(kv[i+1]).String()
 		}
 		r.entries[n] += k + "=" + v + " "
 	}
@@ -180,6 +193,152 @@ func TestLong1(t *testing.T) {
 	for i, w := range want {
 		if got, ok := doc.Int(items[i]); !ok || got != w || doc.Kind(items[i]) != KindInt {
 			t.Errorf("item %d: %d %v %s, want %d", i, got, ok, doc.Kind(items[i]), w)
+		}
+	}
+}
+
+// decodeStreamed decodes data with its device_traces entries streamed to a
+// recorder, through fastEntry or not.
+func decodeStreamed(data []byte, noFast bool) (*recorder, *Doc, error) {
+	d := NewDecoder(data)
+	d.noFast = noFast
+	r := &recorder{doc: d.Doc(), kinds: true}
+	d.StreamEntries("device_traces", r)
+	doc, err := d.DecodeDoc()
+	return r, doc, err
+}
+
+// fastEntriesSeeds are snapshots whose entries take fastEntry's path, and
+// ones it must leave to the general path partway through an entry.
+func fastEntriesSeeds() []pk {
+	head := func() pk {
+		p := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+		p = p.str("segments").op(opMemoize, opEmptyList, opMemoize)                                         // memo 0..2
+		return p.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // 3..5
+	}
+	tail := func(p pk) pk { return p.op(opAppends, opAppend, opSetItems, opStop) }
+	// Every value kind fastEntry takes, keys new and memoized.
+	p := head().op(opEmptyDict, opMemoize, opMark).str("action").op(opMemoize).str("alloc").op(opMemoize) // 6 entry, 7, 8
+	p = p.str("addr").op(opMemoize).long(1 << 40)                                                         // 9
+	p = p.str("size").op(opMemoize, opBinInt, 0, 2, 0, 0)                                                 // 10
+	p = p.str("stream").op(opMemoize, opBinInt1, 0)                                                       // 11
+	p = p.str("time_us").op(opMemoize, opLong1, 3, 1, 2, 3)                                               // 12
+	p = p.str("neg").op(opMemoize, opBinInt, 0xff, 0xff, 0xff, 0xff)                                      // 13
+	p = p.str("none").op(opMemoize, opNone)                                                               // 14
+	p = p.str("t").op(opMemoize, opNewTrue).str("f").op(opMemoize, opNewFalse)                            // 15, 16
+	p = p.str("x").op(opMemoize, opBinFloat, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0)                                // 17
+	p = p.str("w").op(opMemoize, opBinInt2, 0xff, 0xff, opSetItems)                                       // 18
+	p = p.op(opEmptyDict, opMemoize, opMark, opBinGet, 7).str("free_requested").op(opMemoize)             // 19 entry, 20
+	p = p.op(opBinGet, 9, opLongBinGet, 20, 0, 0, 0, opLongBinGet, 10, 0, 0, 0, opBinGet, 8, opSetItems)
+	full := tail(p)
+	// A FRAME between two pairs, a list value, a memoized big int, a
+	// memoized entry as a value: the general path takes over.
+	q := head().op(opEmptyDict, opMemoize, opMark).str("action").op(opMemoize).str("alloc").op(opMemoize) // 6, 7, 8
+	q = q.op(opFrame, 9, 0, 0, 0, 0, 0, 0, 0).str("addr").op(opMemoize).long(1 << 41).op(opMemoize)       // 9, 10
+	q = q.str("frames").op(opMemoize, opEmptyList, opMemoize, opSetItems)                                 // 11, 12
+	q = q.op(opEmptyDict, opMemoize, opMark, opBinGet, 7, opBinGet, 8, opBinGet, 9, opBinGet, 10)         // 13
+	q = q.op(opBinGet, 11, opBinGet, 12, opBinGet, 7, opBinGet, 13, opSetItems)
+	mixed := tail(q)
+	return []pk{full, mixed, streamSnapshot()}
+}
+
+// TestFastEntries checks that entries decoded by fastEntry reach the
+// handler exactly as through the general path, leave the same Doc, and
+// that input fastEntry gives up on partway decodes the same too.
+func TestFastEntries(t *testing.T) {
+	for i, data := range fastEntriesSeeds() {
+		slow, sdoc, serr := decodeStreamed(data, true)
+		fast, fdoc, ferr := decodeStreamed(data, false)
+		if serr != nil || ferr != nil {
+			t.Fatalf("seed %d: errors %v, %v", i, serr, ferr)
+		}
+		if !reflect.DeepEqual(slow.entries, fast.entries) {
+			t.Errorf("seed %d: entries\n%q\n%q", i, fast.entries, slow.entries)
+		}
+		if sdoc.NumValues() != fdoc.NumValues() || sdoc.NumStrings() != fdoc.NumStrings() {
+			t.Errorf("seed %d: %d values and %d strings, general path %d and %d", i, fdoc.NumValues(), fdoc.NumStrings(), sdoc.NumValues(), sdoc.NumStrings())
+		}
+	}
+	fast, _, _ := decodeStreamed(fastEntriesSeeds()[0], false)
+	want := []string{
+		"action=alloc:str addr=1099511627776:int size=512:int stream=0:int time_us=197121:int neg=-1:int none=0:None t=1:bool f=0:bool x=1:float w=65535:int ",
+		"action=free_requested:str addr=free_requested:str size=alloc:str ",
+	}
+	if !reflect.DeepEqual(fast.entries, want) {
+		t.Errorf("entries\n%q\nwant\n%q", fast.entries, want)
+	}
+	// Cut anywhere: the same error at the same offset.
+	for i, data := range fastEntriesSeeds() {
+		for n := range len(data) {
+			_, _, serr := decodeStreamed(data[:n], true)
+			_, _, ferr := decodeStreamed(data[:n], false)
+			if fmt.Sprint(serr) != fmt.Sprint(ferr) {
+				t.Fatalf("seed %d cut at %d: %v, general path %v", i, n, ferr, serr)
+			}
+		}
+	}
+}
+
+// FuzzFastEntries checks that fastEntry never changes what a streamed
+// decode gives: the same entries, values and error.
+func FuzzFastEntries(f *testing.F) {
+	for _, p := range fastEntriesSeeds() {
+		f.Add([]byte(p))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		slow, sdoc, serr := decodeStreamed(data, true)
+		fast, fdoc, ferr := decodeStreamed(data, false)
+		if fmt.Sprint(serr) != fmt.Sprint(ferr) {
+			t.Fatalf("error %v, general path %v", ferr, serr)
+		}
+		if serr != nil {
+			return
+		}
+		if !reflect.DeepEqual(slow.entries, fast.entries) {
+			t.Fatalf("entries\n%q\ngeneral path\n%q", fast.entries, slow.entries)
+		}
+		if sdoc.NumValues() != fdoc.NumValues() || sdoc.NumStrings() != fdoc.NumStrings() {
+			t.Fatalf("%d values and %d strings, general path %d and %d", fdoc.NumValues(), fdoc.NumStrings(), sdoc.NumValues(), sdoc.NumStrings())
+		}
+	})
+}
+
+// TestFastEntriesReal checks fastEntry against the general path on the real
+// H200 snapshots kept for the importer's tests, and on every *.pickle in
+// $FRAGSIM_SNAPSHOT_DIR when set: the same entries, values and tables.
+func TestFastEntriesReal(t *testing.T) {
+	files, _ := filepath.Glob("../pytorch/testdata/real/*.pickle.gz")
+	if len(files) == 0 {
+		t.Fatal("no real snapshots in ../pytorch/testdata/real")
+	}
+	if dir := os.Getenv("FRAGSIM_SNAPSHOT_DIR"); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.pickle"))
+		files = append(files, more...)
+	}
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, ".gz") {
+			zr, err := gzip.NewReader(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slow, sdoc, serr := decodeStreamed(data, true)
+		fast, fdoc, ferr := decodeStreamed(data, false)
+		if serr != nil || ferr != nil {
+			t.Fatalf("%s: errors %v, %v", name, ferr, serr)
+		}
+		if len(fast.entries) == 0 || !reflect.DeepEqual(slow.entries, fast.entries) {
+			t.Errorf("%s: %d entries differ from the general path's %d", name, len(fast.entries), len(slow.entries))
+		}
+		if sdoc.NumValues() != fdoc.NumValues() || sdoc.NumStrings() != fdoc.NumStrings() {
+			t.Errorf("%s: %d values and %d strings, general path %d and %d", name, fdoc.NumValues(), fdoc.NumStrings(), sdoc.NumValues(), sdoc.NumStrings())
 		}
 	}
 }
