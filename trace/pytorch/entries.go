@@ -2,8 +2,6 @@ package pytorch
 
 import (
 	"fmt"
-	"strconv"
-	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -25,21 +23,22 @@ func (c *converter) keys() entryKeys {
 	return entryKeys{id("action"), id("addr"), id("size"), id("stream"), id("time_us"), id("frames"), id("device_free"), id("user_metadata")}
 }
 
-// entries converts device_traces into one event sequence per device,
-// reading the decoded pickle's tables directly: a snapshot may hold
-// millions of entries.
-func (c *converter) entries() ([][]event, error) {
+// entries reads device_traces from the decoded pickle's tables directly
+// (a snapshot may hold millions of entries) into the raw events of the
+// streamed decode (see streamer.SetEntry), device after device, keeping
+// Python's semantics: a key set twice keeps its last value.
+func (c *converter) entries() error {
 	doc := c.doc
 	var devs [][]pickle.Value
 	if c.salvaged != nil {
 		devs = c.salvaged
 	} else {
 		if k := doc.Kind(c.traces); k != pickle.KindList && k != pickle.KindTuple {
-			return nil, fmt.Errorf("device_traces is a %s, not a list", k)
+			return fmt.Errorf("device_traces is a %s, not a list", k)
 		}
 		for dev, l := range doc.Slice(c.traces) {
 			if k := doc.Kind(l); k != pickle.KindList && k != pickle.KindTuple {
-				return nil, fmt.Errorf("device_traces[%d] is a %s, not a list", dev, k)
+				return fmt.Errorf("device_traces[%d] is a %s, not a list", dev, k)
 			}
 			devs = append(devs, doc.Slice(l))
 		}
@@ -56,31 +55,18 @@ func (c *converter) entries() ([][]event, error) {
 			kinds[i] = k
 		}
 	}
-	sum := &c.snap.summary
-	perDev := make([][]event, len(devs))
-	done := 0
+	raw := &evlog{dir: c.opt.SpillDir}
+	c.snap.raw = raw
+	raw.grow(min(total, spillEvents+1), total)
+	seqs := make([]devSeq, len(devs))
 	for dev, l := range devs {
-		evs := make([]event, 0, len(l))
-		if len(l) >= 1<<16 {
-			pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(evs))), uintptr(cap(evs))*unsafe.Sizeof(event{})))
-		}
-		counts := map[string]int{}
-		var byKind [trace.NumKinds]int
-		var lastTime int64
-		var err error
+		seqs[dev] = devSeq{dev: trace.DeviceID(dev), from: raw.Len(), to: raw.Len() + len(l)}
 		for k, it := range l {
 			if doc.Kind(it) != pickle.KindDict {
-				err = fmt.Errorf("device_traces[%d][%d] is a %s, not a dict", dev, k, doc.Kind(it))
-				break
+				return fmt.Errorf("device_traces[%d][%d] is a %s, not a dict", dev, k, doc.Kind(it))
 			}
 			e := event{frames: noFrames}
-			e.Device = trace.DeviceID(dev)
-			var actionID uint32 = ^uint32(0)
-			var action pickle.Value
-			hasAction := false
 			var addr, devFree uint64
-			var meta pickle.Value
-			hasMeta := false
 			ps := doc.PairSlice(it)
 			for i := 0; i+1 < len(ps); i += 2 {
 				kv, v := ps[i], ps[i+1]
@@ -90,8 +76,13 @@ func (c *converter) entries() ([][]event, error) {
 				}
 				switch id {
 				case keys.action:
-					action, hasAction = v, true
-					actionID, _ = doc.StrID(v)
+					e.set |= setAction
+					e.Kind = trace.KindInvalid
+					if aid, ok := doc.StrID(v); ok {
+						if kind, known := kinds[aid]; known {
+							e.Kind = kind
+						}
+					}
 				case keys.addr:
 					n, _ := doc.Int(v)
 					addr = uint64(n)
@@ -103,7 +94,8 @@ func (c *converter) entries() ([][]event, error) {
 					e.Stream = trace.StreamID(n)
 				case keys.timeUS:
 					if n, ok := doc.Int(v); ok {
-						lastTime = n * 1000
+						e.TimeNS = n * 1000
+						e.set |= setTimeOK
 					}
 				case keys.frames:
 					if doc.Len(v) > 0 && doc.Kind(v) == pickle.KindList {
@@ -113,61 +105,34 @@ func (c *converter) entries() ([][]event, error) {
 					n, _ := doc.Int(v)
 					devFree = uint64(n)
 				case keys.userMetadata:
-					meta, hasMeta = v, true
-				}
-			}
-			e.TimeNS = lastTime
-			kind, known := kinds[actionID]
-			if !hasAction {
-				known = false
-			}
-			if !known {
-				name := "(none)"
-				if hasAction {
-					name, _ = doc.Str(action)
-				}
-				counts[name]++
-				if sum.UnknownActs == nil {
-					sum.UnknownActs = map[string]int{}
-				}
-				sum.UnknownActs[name]++
-				continue
-			}
-			byKind[kind]++
-			e.Kind = kind
-			switch kind {
-			case trace.KindOOM:
-				e.Addr = devFree // an OOM's Aux
-			case trace.KindSnapshot:
-			case trace.KindMarker:
-				e.Addr = addr
-				e.Marker = trace.MarkerText
-				text := "annotate"
-				if hasMeta {
-					if md, _ := doc.Str(meta); md != "" {
-						text += " " + md
+					e.text = 0
+					if sid, ok := doc.StrID(v); ok {
+						e.text = int32(sid) + 1
 					}
 				}
-				e.text = c.snap.text(text)
-			default:
-				e.Addr = addr
 			}
-			evs = append(evs, e)
-			done++
-			if c.opt.Progress != nil && done&(1<<18-1) == 0 {
-				c.opt.Progress("convert", int64(done), int64(total))
+			e.Addr = addr
+			if e.Kind == trace.KindOOM {
+				e.Addr = devFree // an OOM's Aux
+			}
+			if e.set&setAction != 0 && e.Kind == trace.KindInvalid {
+				// The last action value names the unknown action.
+				for i := len(ps) - 2; i >= 0; i -= 2 {
+					if id, ok := doc.StrID(ps[i]); ok && id == keys.action {
+						if c.snap.unknown == nil {
+							c.snap.unknown = map[uint32]string{}
+						}
+						c.snap.unknown[uint32(raw.Len())], _ = doc.Str(ps[i+1])
+						break
+					}
+				}
+			}
+			raw.push(e)
+			if c.opt.Progress != nil && raw.Len()&(1<<18-1) == 0 {
+				c.opt.Progress("convert", int64(raw.Len()), int64(total))
 			}
 		}
-		if err != nil {
-			return nil, err
-		}
-		for name, k := range actionKinds {
-			if n := byKind[k]; n > 0 {
-				counts[name] += n
-			}
-		}
-		sum.Actions[strconv.Itoa(dev)] = counts
-		perDev[dev] = evs
 	}
-	return perDev, nil
+	c.snap.seqs = seqs
+	return raw.finish()
 }

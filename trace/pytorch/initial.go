@@ -36,25 +36,21 @@ func newDevState() *devState {
 	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}, active: map[uint64]rblk{}}
 }
 
-// initialState rebuilds each device's allocator state at its first trace
-// entry by undoing the trace from the final segments.
-func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialState, error) {
+// finalStates returns each device's allocator state at the end of the
+// trace, from the final segments.
+func finalStates(segs []any) (map[int]*devState, error) {
 	states := map[int]*devState{}
-	get := func(dev int) *devState {
-		s := states[dev]
-		if s == nil {
-			s = newDevState()
-			states[dev] = s
-		}
-		return s
-	}
 	for i, v := range segs {
 		sd, ok := v.(*pickle.Dict)
 		if !ok {
 			return nil, fmt.Errorf("segments[%d] is a %s, not a dict", i, pickle.TypeName(v))
 		}
 		dev, _ := getInt(sd, "device")
-		st := get(int(dev))
+		st := states[int(dev)]
+		if st == nil {
+			st = newDevState()
+			states[int(dev)] = st
+		}
 		seg := &rseg{
 			addr:   getUint(sd, "address"),
 			size:   getUint(sd, "total_size"),
@@ -89,9 +85,12 @@ func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialSt
 			st.active[getUint(bd, "address")] = b
 		}
 	}
-	for dev := range perDev {
-		get(dev)
-	}
+	return states, nil
+}
+
+// initialState lays out each device's state, undone to its first trace
+// entry (see converter.scan), as the trace's initial state.
+func (c *converter) initialState(states map[int]*devState) *trace.InitialState {
 	devs := make([]int, 0, len(states))
 	for d := range states {
 		devs = append(devs, d)
@@ -100,9 +99,6 @@ func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialSt
 	out := &trace.InitialState{}
 	for _, dev := range devs {
 		st := states[dev]
-		if dev < len(perDev) {
-			st.undo(perDev[dev])
-		}
 		segsOut := c.blocks(dev, st)
 		out.Segments = append(out.Segments, segsOut...)
 		if st.bad > 0 {
@@ -110,9 +106,9 @@ func (c *converter) initialState(segs []any, perDev [][]event) (*trace.InitialSt
 		}
 	}
 	if len(out.Segments) == 0 {
-		return nil, nil
+		return nil
 	}
-	return out, nil
+	return out
 }
 
 func poolOf(size uint64) string {
@@ -122,8 +118,9 @@ func poolOf(size uint64) string {
 	return "large"
 }
 
-// undo walks the device's entries backwards, turning the final state into
-// the state before the first entry.
+// undo walks a block of the device's raw entries backwards (the blocks
+// last first), turning the final state into the state before the first
+// entry. Entries without a known action have KindInvalid: no case.
 func (st *devState) undo(evs []event) {
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := &evs[i]
@@ -314,79 +311,99 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 	return out
 }
 
-// inferEmptyCache inserts a KindEmptyCache event after each release burst
-// taken for a user empty_cache() (see the package doc).
-func (c *converter) inferEmptyCache(dev int, evs []event, init *trace.InitialState) []event {
-	var reserved uint64
+// ecInfer finds, in a device's events in order, the release bursts taken
+// for a user empty_cache() (see the package doc), and appends a
+// KindEmptyCache event for each to the snapshot's ecs, its Addr the
+// number of the device's events before which it goes.
+type ecInfer struct {
+	c        *converter
+	st       *stats // when set, takes the inferred events
+	dev      trace.DeviceID
+	reserved uint64
+	capBytes uint64
+
+	inBurst        bool
+	before         uint64 // reserved bytes before the burst
+	onlyLargeWhole bool
+	lastNS         int64 // the burst's last time
+	n              int   // the device's events so far
+
+	ambiguous, retries, inferred int
+}
+
+func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ecInfer {
+	x := &ecInfer{c: c, dev: dev, capBytes: c.opt.MemoryCapBytes}
 	if init != nil {
 		for _, s := range init.Segments {
-			if int(s.Device) == dev {
-				reserved += s.SizeBytes
+			if s.Device == dev {
+				x.reserved += s.SizeBytes
 			}
 		}
 	}
-	capBytes := c.opt.MemoryCapBytes
-	var out []event
-	ambiguous, retries, inferred := 0, 0, 0
-	copied := 0
-	for i := 0; i < len(evs); i++ {
-		e := &evs[i]
-		switch e.Kind {
+	return x
+}
+
+// add takes the device's next event.
+func (x *ecInfer) add(e *event) {
+	switch e.Kind {
+	case trace.KindSegmentFree, trace.KindSegmentUnmap:
+		if !x.inBurst {
+			x.inBurst, x.before, x.onlyLargeWhole = true, x.reserved, true
+		}
+		if e.Kind == trace.KindSegmentUnmap || e.SizeBytes == smallBuffer {
+			x.onlyLargeWhole = false
+		}
+		x.reserved -= min(x.reserved, e.SizeBytes)
+		x.lastNS = e.TimeNS
+	default:
+		if x.inBurst {
+			x.end(e)
+		}
+		if e.Kind == trace.KindSegmentAlloc || e.Kind == trace.KindSegmentMap {
+			x.reserved += e.SizeBytes
+		}
+	}
+	x.n++
+}
+
+// end decides on the burst that next (nil: none) follows.
+func (x *ecInfer) end(next *event) {
+	x.inBurst = false
+	c := x.c
+	isEC := true
+	if next != nil {
+		switch next.Kind {
+		case trace.KindOOM:
+			isEC = false
 		case trace.KindSegmentAlloc, trace.KindSegmentMap:
-			reserved += e.SizeBytes
-			continue
-		case trace.KindSegmentFree, trace.KindSegmentUnmap:
-		default:
-			continue
-		}
-		before := reserved
-		onlyLargeWhole := true
-		j := i
-		for ; j < len(evs) && (evs[j].Kind == trace.KindSegmentFree || evs[j].Kind == trace.KindSegmentUnmap); j++ {
-			if evs[j].Kind == trace.KindSegmentUnmap || evs[j].SizeBytes == smallBuffer {
-				onlyLargeWhole = false
-			}
-			reserved -= min(reserved, evs[j].SizeBytes)
-		}
-		isEC := true
-		if j < len(evs) {
-			next := &evs[j]
-			switch next.Kind {
-			case trace.KindOOM:
-				isEC = false
-			case trace.KindSegmentAlloc, trace.KindSegmentMap:
-				switch {
-				case capBytes > 0 && before+next.SizeBytes > capBytes:
-					isEC = false // the malloc's own retry after a failed attempt
-					retries++
-				case c.set.gcThreshold > 0 && onlyLargeWhole &&
-					(capBytes == 0 || float64(before) > c.set.gcThreshold*float64(capBytes)):
-					isEC = false // may be garbage collection
-					ambiguous++
-				}
+			switch {
+			case x.capBytes > 0 && x.before+next.SizeBytes > x.capBytes:
+				isEC = false // the malloc's own retry after a failed attempt
+				x.retries++
+			case c.set.gcThreshold > 0 && x.onlyLargeWhole &&
+				(x.capBytes == 0 || float64(x.before) > c.set.gcThreshold*float64(x.capBytes)):
+				isEC = false // may be garbage collection
+				x.ambiguous++
 			}
 		}
-		if isEC {
-			if out == nil {
-				out = make([]event, 0, len(evs)+16)
-			}
-			out = append(out, evs[copied:j]...)
-			ec := event{frames: noFrames}
-			ec.Kind = trace.KindEmptyCache
-			ec.Device = trace.DeviceID(dev)
-			ec.TimeNS = evs[j-1].TimeNS
-			out = append(out, ec)
-			copied = j
-			inferred++
+	}
+	if isEC {
+		e := event{Kind: trace.KindEmptyCache, Device: x.dev, TimeNS: x.lastNS, Addr: uint64(x.n), frames: noFrames}
+		c.snap.ecs.push(e)
+		if x.st != nil {
+			x.st.add(&e)
 		}
-		i = j - 1
+		x.inferred++
 	}
-	c.snap.summary.EmptyCaches += inferred
-	if ambiguous > 0 {
-		c.note("device %d: %d release bursts before a new segment may be garbage collection or empty_cache(): no empty_cache inferred for them", dev, ambiguous)
+}
+
+// finish ends the device's events.
+func (x *ecInfer) finish() {
+	if x.inBurst {
+		x.end(nil)
 	}
-	if out == nil {
-		return evs
+	x.c.snap.summary.EmptyCaches += x.inferred
+	if x.ambiguous > 0 {
+		x.c.note("device %d: %d release bursts before a new segment may be garbage collection or empty_cache(): no empty_cache inferred for them", x.dev, x.ambiguous)
 	}
-	return append(out, evs[copied:]...)
 }

@@ -73,6 +73,12 @@ type Options struct {
 	// MaxInputBytes bounds the decompressed pickle size (0: 64 GiB).
 	MaxInputBytes int64
 
+	// SpillDir is where a snapshot of more than a million or so trace
+	// entries keeps its events while it is converted and written, in a
+	// temporary file removed at once (where the system allows) or at the
+	// end; "": os.TempDir(), or the output's directory for ImportFile.
+	SpillDir string
+
 	// prepare, when set, is called once the decoder has gone through
 	// prepareShare of a streamed pickle (see ImportFile).
 	prepare func()
@@ -136,11 +142,29 @@ func (e *event) Event() trace.Event {
 
 // Snapshot is a decoded, converted snapshot ready to be written.
 type Snapshot struct {
-	header  trace.Header
-	events  []event
+	header trace.Header
+	// raw holds the trace entries' events as decoded (see
+	// streamer.SetEntry), device after device: they are converted (see
+	// entry) each time they are read. A large snapshot's are in a
+	// temporary file.
+	raw     *evlog
+	unknown map[uint32]string // raw index -> the action of an entry whose action is unknown
+	seqs    []devSeq          // the event sequences, merged by time when written
+	ecs     evlog             // the inferred empty_cache() events, device after device
 	texts   []string
+	annot   map[int32]int32 // user_metadata string index + 1 -> its annotate text in texts
 	doc     *pickle.Doc
 	summary Summary
+}
+
+// devSeq is a device's event sequence: its trace entries, with the
+// empty_cache() events inferred among them and the annotations merged in by
+// time.
+type devSeq struct {
+	dev          trace.DeviceID
+	from, to     int     // its entries in raw
+	ecFrom, ecTo int     // its inferred empty_cache() events in ecs
+	markers      []event // its annotations, in time order
 }
 
 const noFrames = ^pickle.Value(0)
@@ -158,6 +182,65 @@ func (s *Snapshot) Header() *trace.Header { return &s.header }
 
 // Summary returns the import summary (Events etc. are final after Load).
 func (s *Snapshot) Summary() *Summary { return &s.summary }
+
+// Close releases the temporary file holding a large snapshot's events (it
+// is unnamed where the system allows, so nothing is left behind even
+// without Close). The snapshot cannot be written after.
+func (s *Snapshot) Close() error {
+	if s.raw != nil {
+		s.raw.close()
+	}
+	s.ecs.close()
+	return nil
+}
+
+// entry converts e, the raw event of one of dev's trace entries, into the
+// event written; t is the time of the device's entry before (an entry
+// without time_us has it) and becomes e's. It reports false for an entry
+// without a known action (skipped).
+func (s *Snapshot) entry(e event, dev trace.DeviceID, t *int64) (event, bool) {
+	if e.set&setTimeOK != 0 {
+		*t = e.TimeNS
+	}
+	if e.set&setAction == 0 || e.Kind == trace.KindInvalid {
+		return e, false
+	}
+	e.TimeNS = *t
+	e.Device = dev
+	meta := e.text
+	e.text, e.set = 0, 0
+	if e.frames != noFrames && s.doc.Len(e.frames) == 0 {
+		e.frames = noFrames
+	}
+	switch e.Kind {
+	case trace.KindSnapshot:
+		e.Addr = 0
+	case trace.KindMarker:
+		e.Marker = trace.MarkerText
+		e.text = s.annotText(meta)
+	}
+	return e, true
+}
+
+// annotText returns the text of an annotate entry whose user_metadata is
+// the string of index meta-1 (0: none).
+func (s *Snapshot) annotText(meta int32) int32 {
+	if i, ok := s.annot[meta]; ok {
+		return i
+	}
+	text := "annotate"
+	if meta > 0 {
+		if md := s.doc.StrAt(uint32(meta - 1)); md != "" {
+			text += " " + md
+		}
+	}
+	if s.annot == nil {
+		s.annot = map[int32]int32{}
+	}
+	i := s.text(text)
+	s.annot[meta] = i
+	return i
+}
 
 // Error is an import error; it names the input and, for decoding errors,
 // the byte offset of the decompressed pickle.
@@ -331,13 +414,15 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 // loadPickleRelease is LoadPickle, calling release (when not nil) with
 // offsets of data that it no longer reads.
 func loadPickleRelease(data []byte, opt Options, release func(int)) (*Snapshot, error) {
-	if s, err := loadPickle(data, opt, true, release); err == nil {
-		return s, nil
+	s, err := loadPickle(data, opt, true, release)
+	var se *SpillError
+	if err == nil || errors.As(err, &se) {
+		return s, err
 	}
 	return loadPickle(data, opt, false, release)
 }
 
-func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
+func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Snapshot, err error) {
 	dec := pickle.NewDecoder(data)
 	dec.Consumed = release
 	if opt.Progress != nil {
@@ -346,6 +431,12 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snap
 	var st *streamer
 	if stream {
 		st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: math.MaxInt}
+		st.log.dir = opt.SpillDir
+		defer func() {
+			if st.log.err != nil || err != nil {
+				st.log.close()
+			}
+		}()
 		if opt.prepare != nil {
 			st.prepareAt, st.prepare = int(float64(len(data))*prepareShare), opt.prepare
 		}
@@ -353,6 +444,9 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snap
 	}
 	doc, err := dec.DecodeDoc()
 	if err != nil && stream {
+		if st.log.err != nil {
+			return nil, st.log.err // not an error of the pickle's
+		}
 		return nil, err
 	}
 	if err != nil {
@@ -390,8 +484,10 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snap
 		return nil, convErr
 	}
 	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: traces, stream: st}
+	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {
+		c.snap.Close()
 		return nil, err
 	}
 	return c.snap, nil
@@ -442,10 +538,12 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 		return nil
 	}
 	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: noFrames, salvaged: devs}
+	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(size)
 	c.note("the snapshot is cut short (%v): only the %d trace entries before the cut are kept, and the allocator state at the first entry is unknown", cause, n)
 	top := &pickle.Dict{}
 	if err := c.convert(top); err != nil {
+		c.snap.Close()
 		return nil
 	}
 	return c.snap
@@ -479,9 +577,9 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 		kName, okName = doc.LookupStr("name")
 		kLine, okLine = doc.LookupStr("line")
 	}
-	total := int64(len(s.events))
-	for i := range s.events {
-		e := &s.events[i]
+	total := int64(s.summary.Events)
+	i := 0
+	return s.each(func(e *event) error {
 		ev := e.Event()
 		if e.frames != noFrames {
 			frames = frames[:0]
@@ -521,6 +619,126 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 		if progress != nil && i&(1<<18-1) == 0 {
 			progress("write", int64(i), total)
 		}
+		i++
+		return nil
+	})
+}
+
+// seqReader reads a device's event sequence (see devSeq).
+type seqReader struct {
+	s      *Snapshot
+	seq    *devSeq
+	raw    *cursor
+	ecs    *cursor
+	ec     *event // the next inferred empty_cache(), nil when none
+	t      int64  // the time of the latest entry
+	n      int    // entries read
+	head   event  // the next entry or empty_cache()
+	ok     bool   // head is set
+	filled bool   // head and ok are up to date
+	mi     int    // the next marker
+}
+
+func (s *Snapshot) newSeqReader(seq *devSeq) *seqReader {
+	r := &seqReader{s: s, seq: seq, raw: newCursor(s.raw, seq.from, seq.to), ecs: newCursor(&s.ecs, seq.ecFrom, seq.ecTo)}
+	r.ec = r.ecs.next()
+	return r
+}
+
+// entry returns the device's next entry or inferred empty_cache().
+func (r *seqReader) entry() (event, bool) {
+	if r.ec != nil && int(r.ec.Addr) == r.n {
+		e := *r.ec
+		e.Addr = 0
+		r.ec = r.ecs.next()
+		return e, true
+	}
+	for {
+		p := r.raw.next()
+		if p == nil {
+			return event{}, false
+		}
+		if e, ok := r.s.entry(*p, r.seq.dev, &r.t); ok {
+			r.n++
+			return e, true
+		}
+	}
+}
+
+// peek returns the device's next event without taking it; false at the end.
+func (r *seqReader) peek() (*event, bool) {
+	if !r.filled {
+		r.head, r.ok = r.entry()
+		r.filled = true
+	}
+	// An annotation goes before the entries of a later time only.
+	if ms := r.seq.markers; r.mi < len(ms) && (!r.ok || ms[r.mi].TimeNS < r.head.TimeNS) {
+		return &ms[r.mi], true
+	}
+	return &r.head, r.ok
+}
+
+// take drops the event peek returned.
+func (r *seqReader) take() {
+	if ms := r.seq.markers; r.mi < len(ms) && (!r.ok || ms[r.mi].TimeNS < r.head.TimeNS) {
+		r.mi++
+		return
+	}
+	r.filled = false
+}
+
+// err returns the error that ended the reading, if any.
+func (r *seqReader) err() error {
+	if r.raw.err != nil {
+		return r.raw.err
+	}
+	return r.ecs.err
+}
+
+// each calls fn with the events written, in order: the devices' sequences
+// merged by time, each keeping its order, ties going to the lower device.
+func (s *Snapshot) each(fn func(e *event) error) error {
+	rs := make([]*seqReader, 0, len(s.seqs))
+	for i := range s.seqs {
+		q := &s.seqs[i]
+		if q.to > q.from || q.ecTo > q.ecFrom || len(q.markers) > 0 {
+			rs = append(rs, s.newSeqReader(q))
+		}
+	}
+	if len(rs) == 1 {
+		r := rs[0]
+		for {
+			e, ok := r.peek()
+			if !ok {
+				break
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+			r.take()
+		}
+		return r.err()
+	}
+	for {
+		var best *seqReader
+		var be *event
+		for _, r := range rs {
+			if e, ok := r.peek(); ok && (best == nil || e.TimeNS < be.TimeNS) {
+				best, be = r, e
+			}
+		}
+		if best == nil {
+			break
+		}
+		if err := fn(be); err != nil {
+			return err
+		}
+		best.take()
+	}
+	for _, r := range rs {
+		if err := r.err(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -533,6 +751,7 @@ func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, e
 	if s == nil {
 		return nil, err
 	}
+	defer s.Close()
 	if err := s.Emit(sink, opt.Progress); err != nil {
 		return &s.summary, &Error{name, err}
 	}
@@ -570,6 +789,9 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		})
 	}
 	opt.prepare = prepare
+	if opt.SpillDir == "" {
+		opt.SpillDir = filepath.Dir(out)
+	}
 	var s *Snapshot
 	var loadErr error
 	if data, unmap, ok := mapFile(f); ok {
@@ -581,6 +803,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	if s == nil {
 		return nil, loadErr
 	}
+	defer s.Close()
 	prepare() // if the decode did not
 	if st != nil {
 		s.summary.InputBytes = st.Size()
@@ -595,7 +818,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	// Chunks are compressed on every core when there are enough of them
 	// to share out (a few chunks gain less than the extra encoders cost).
 	var opts []trace.WriterOption
-	if n := runtime.GOMAXPROCS(0); n > 1 && len(s.events) >= 4*trace.DefaultChunkEvents {
+	if n := runtime.GOMAXPROCS(0); n > 1 && s.summary.Events >= 4*trace.DefaultChunkEvents {
 		opts = append(opts, trace.Concurrency(n))
 	}
 	w, err := trace.Create(tmp, s.Header(), opts...)
@@ -839,15 +1062,38 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if c.traces == noFrames && c.salvaged == nil {
 		return errors.New("not a memory snapshot: no device_traces key")
 	}
-	var perDev [][]event
 	var err error
 	if c.stream != nil {
-		perDev, err = c.streamEntries()
+		err = c.streamEntries()
 	} else {
-		perDev, err = c.entries()
+		err = c.entries()
 	}
 	if err != nil {
 		return err
+	}
+	nTrace := len(c.snap.seqs)
+
+	var states map[int]*devState
+	if c.salvaged == nil {
+		var segs []any
+		if v, ok := top.Get("segments"); ok {
+			segs = asItems(v)
+		}
+		if states, err = finalStates(segs); err != nil {
+			return err
+		}
+		for dev := range nTrace {
+			if states[dev] == nil {
+				states[dev] = newDevState()
+			}
+		}
+	}
+	// Backwards: the counts per action, and each device's state undone to
+	// its first entry.
+	for i := range c.snap.seqs {
+		if err := c.scan(&c.snap.seqs[i], states[i]); err != nil {
+			return err
+		}
 	}
 	if len(sum.UnknownActs) > 0 {
 		keys := make([]string, 0, len(sum.UnknownActs))
@@ -857,16 +1103,9 @@ func (c *converter) convert(top *pickle.Dict) error {
 		sort.Strings(keys)
 		c.note("trace entries with unknown actions were skipped: %s", strings.Join(keys, ", "))
 	}
-
-	var segs []any
-	if v, ok := top.Get("segments"); ok {
-		segs = asItems(v)
-	}
 	var init *trace.InitialState
 	if c.salvaged == nil {
-		if init, err = c.initialState(segs, perDev); err != nil {
-			return err
-		}
+		init = c.initialState(states)
 	}
 	if init != nil && len(init.Segments) > 0 {
 		h.Initial = init
@@ -878,10 +1117,15 @@ func (c *converter) convert(top *pickle.Dict) error {
 		}
 	}
 
-	if !c.opt.NoInferEmptyCache {
-		for dev := range perDev {
-			perDev[dev] = c.inferEmptyCache(dev, perDev[dev], init)
+	// Forwards: the empty_cache() inference and the summary's figures.
+	var st stats
+	for i := range c.snap.seqs {
+		if err := c.forward(&c.snap.seqs[i], init, &st); err != nil {
+			return err
 		}
+	}
+	if err := c.snap.ecs.finish(); err != nil {
+		return err
 	}
 
 	// Annotations become markers on their device's sequence.
@@ -910,22 +1154,101 @@ func (c *converter) convert(top *pickle.Dict) error {
 			e.frames = noFrames
 			markers[int(dev)] = append(markers[int(dev)], e)
 			sum.Markers++
+			st.add(&e)
 		}
 	}
-	for dev, ms := range markers {
+	devs := make([]int, 0, len(markers))
+	for dev := range markers {
+		devs = append(devs, dev)
+	}
+	slices.Sort(devs)
+	for _, dev := range devs {
+		ms := markers[dev]
 		sort.SliceStable(ms, func(i, j int) bool { return ms[i].TimeNS < ms[j].TimeNS })
-		if dev >= 0 && dev < len(perDev) {
-			perDev[dev] = mergeMarkers(perDev[dev], ms)
+		if dev >= 0 && dev < nTrace {
+			c.snap.seqs[dev].markers = ms
 		} else {
-			perDev = append(perDev, ms)
+			c.snap.seqs = append(c.snap.seqs, devSeq{dev: trace.DeviceID(dev), markers: ms})
 		}
 	}
 
-	c.snap.events = mergeDevices(perDev)
-	c.summarize()
+	c.summarize(&st)
 	h.Approximate = c.approx
 	sum.Approximate = c.approx
 	sum.Header = h
+	return nil
+}
+
+// scan reads a device's raw entries backwards: it counts them by action
+// and, when st is not nil, undoes them on st.
+func (c *converter) scan(seq *devSeq, st *devState) error {
+	sum := &c.snap.summary
+	counts := map[string]int{}
+	var byKind [trace.NumKinds]int
+	err := c.snap.raw.blocks(seq.from, seq.to, true, func(lo int, b []event) error {
+		for i := range b {
+			e := &b[i]
+			if e.set&setAction == 0 || e.Kind == trace.KindInvalid {
+				name := "(none)"
+				if e.set&setAction != 0 {
+					name = c.snap.unknown[uint32(lo+i)]
+				}
+				counts[name]++
+				if sum.UnknownActs == nil {
+					sum.UnknownActs = map[string]int{}
+				}
+				sum.UnknownActs[name]++
+				continue
+			}
+			byKind[e.Kind]++
+		}
+		if st != nil {
+			st.undo(b)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for name, k := range actionKinds {
+		if n := byKind[k]; n > 0 {
+			counts[name] += n
+		}
+	}
+	sum.Actions[strconv.Itoa(int(seq.dev))] = counts
+	return nil
+}
+
+// forward reads a device's entries in order, converted: it infers the
+// empty_cache() calls (unless told not to) and adds the events to st.
+func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) error {
+	var ec *ecInfer
+	if !c.opt.NoInferEmptyCache {
+		ec = c.newECInfer(seq.dev, init)
+		ec.st = st
+	}
+	seq.ecFrom = c.snap.ecs.Len()
+	var t int64
+	err := c.snap.raw.blocks(seq.from, seq.to, false, func(_ int, b []event) error {
+		for i := range b {
+			e, ok := c.snap.entry(b[i], seq.dev, &t)
+			if !ok {
+				continue
+			}
+			st.add(&e)
+			if ec != nil {
+				ec.add(&e)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if ec != nil {
+		ec.finish()
+	}
+	seq.ecTo = c.snap.ecs.Len()
 	return nil
 }
 
@@ -972,91 +1295,51 @@ func (c *converter) settings(d *pickle.Dict) {
 	}
 }
 
-func mergeMarkers(evs, ms []event) []event {
-	out := make([]event, 0, len(evs)+len(ms))
-	i, j := 0, 0
-	for i < len(evs) || j < len(ms) {
-		if j >= len(ms) || (i < len(evs) && evs[i].TimeNS <= ms[j].TimeNS) {
-			out = append(out, evs[i])
-			i++
-		} else {
-			out = append(out, ms[j])
-			j++
-		}
-	}
-	return out
+// stats gathers the summary's figures over the events written, in any
+// order.
+type stats struct {
+	n, stacks   int
+	kinds       [trace.NumKinds]int
+	devs        map[trace.DeviceID]bool
+	streams     map[trace.StreamID]bool
+	first, last int64
+	lastDev     trace.DeviceID
+	lastStream  trace.StreamID
+	haveStream  bool
 }
 
-// mergeDevices merges the per-device sequences by time, keeping each
-// sequence's order; ties go to the lower device.
-func mergeDevices(perDev [][]event) []event {
-	n := 0
-	nonEmpty := 0
-	for _, s := range perDev {
-		n += len(s)
-		if len(s) > 0 {
-			nonEmpty++
-		}
+func (st *stats) add(e *event) {
+	if st.n == 0 {
+		st.devs = map[trace.DeviceID]bool{e.Device: true}
+		st.streams = map[trace.StreamID]bool{}
+		st.lastDev, st.first = e.Device, e.TimeNS
 	}
-	if nonEmpty <= 1 {
-		for _, s := range perDev {
-			if len(s) > 0 {
-				return s
-			}
-		}
-		return nil
+	st.n++
+	if int(e.Kind) < len(st.kinds) {
+		st.kinds[e.Kind]++
 	}
-	out := make([]event, 0, n)
-	pos := make([]int, len(perDev))
-	for len(out) < n {
-		best := -1
-		for d, s := range perDev {
-			if pos[d] >= len(s) {
-				continue
-			}
-			if best < 0 || s[pos[d]].TimeNS < perDev[best][pos[best]].TimeNS {
-				best = d
-			}
-		}
-		out = append(out, perDev[best][pos[best]])
-		pos[best]++
+	if e.Device != st.lastDev {
+		st.devs[e.Device] = true
+		st.lastDev = e.Device
 	}
-	return out
+	if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM &&
+		(!st.haveStream || e.Stream != st.lastStream) {
+		st.streams[e.Stream] = true
+		st.lastStream, st.haveStream = e.Stream, true
+	}
+	if e.frames != noFrames {
+		st.stacks++
+	}
+	st.first = min(st.first, e.TimeNS)
+	st.last = max(st.last, e.TimeNS)
 }
 
-func (c *converter) summarize() {
+func (c *converter) summarize(st *stats) {
 	sum := &c.snap.summary
-	sum.Events = len(c.snap.events)
-	devs := map[trace.DeviceID]bool{}
-	streams := map[trace.StreamID]bool{}
-	var kinds [trace.NumKinds]int
-	lastDev, lastStream := trace.DeviceID(-1), trace.StreamID(0)
-	haveStream := false
-	for i := range c.snap.events {
-		e := &c.snap.events[i]
-		if int(e.Kind) < len(kinds) {
-			kinds[e.Kind]++
-		}
-		if e.Device != lastDev {
-			devs[e.Device] = true
-			lastDev = e.Device
-		}
-		if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM &&
-			(!haveStream || e.Stream != lastStream) {
-			streams[e.Stream] = true
-			lastStream, haveStream = e.Stream, true
-		}
-		if e.frames != noFrames {
-			sum.Stacks++
-		}
-		if i == 0 || e.TimeNS < sum.FirstNS {
-			sum.FirstNS = e.TimeNS
-		}
-		if e.TimeNS > sum.LastNS {
-			sum.LastNS = e.TimeNS
-		}
-	}
-	for k, n := range kinds {
+	sum.Events = st.n
+	sum.Stacks = st.stacks
+	sum.FirstNS, sum.LastNS = st.first, st.last
+	for k, n := range st.kinds {
 		if n > 0 {
 			sum.Kinds[trace.Kind(k).String()] = n
 		}
@@ -1064,11 +1347,11 @@ func (c *converter) summarize() {
 	if h := &c.snap.header; h.Created.IsZero() && sum.FirstNS > 0 {
 		h.Created = time.Unix(0, sum.FirstNS).UTC() // the snapshot's first entry
 	}
-	for d := range devs {
+	for d := range st.devs {
 		sum.Devices = append(sum.Devices, d)
 	}
 	slices.Sort(sum.Devices)
-	for s := range streams {
+	for s := range st.streams {
 		sum.Streams = append(sum.Streams, s)
 	}
 	slices.Sort(sum.Streams)

@@ -3,8 +3,6 @@ package pytorch
 import (
 	"errors"
 	"math"
-	"strconv"
-	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -27,7 +25,8 @@ const (
 	keyUserMetadata
 	keyOther // computed: not an entry key
 
-	setTimeOK = 1 << 15 // time_us held a number
+	setAction = 1 << (keyAction - 1) // the entry has an action
+	setTimeOK = 1 << 15               // time_us held a number
 )
 
 func entryKey(s string) uint8 {
@@ -56,9 +55,12 @@ func entryKey(s string) uint8 {
 // pickle decoder meets them (pickle.EntryHandler): an entry costs its
 // event, not a tree of decoded values. Its events are in the order the
 // entries were created; the device lists say which events each device has.
+// A large snapshot's events go to a temporary file as they come (see
+// evlog): an entry can then be changed only while it is among the latest
+// (an older one sends the snapshot to the general path).
 type streamer struct {
 	doc     *pickle.Doc
-	evs     []event
+	log     evlog
 	keyOf   []uint8           // string index -> entry key, 0 when not yet known
 	kindOf  []uint8           // string index -> action kind + 1 (1: unknown), 0 when not yet known
 	unknown map[uint32]string // entry -> its action when not one the import knows
@@ -75,35 +77,30 @@ func (s *streamer) NewEntry(n uint32, off int) {
 		s.prepareAt = math.MaxInt
 		s.prepare()
 	}
-	if len(s.evs) == cap(s.evs) {
+	l := &s.log
+	if len(l.mem) == cap(l.mem) {
 		s.reserve(off)
 	}
-	s.evs = append(s.evs, event{frames: noFrames})
+	l.mem = append(l.mem, event{frames: noFrames})
 }
 
 // reserve grows the events for the entries the rest of the input holds at
 // the rate seen so far (plus a tenth), so that they are neither copied
 // again and again as they grow nor much larger than needed (a million
-// entries are 56 MB of events).
+// entries are 48 MB of events); beyond spillEvents, they spill to a file.
 func (s *streamer) reserve(off int) {
-	n := len(s.evs)
+	n := s.log.Len()
 	if n == 0 {
 		s.first = off
-		s.evs = make([]event, 0, 4096)
+		s.log.grow(4096, 0)
 		return
 	}
-	want, est := n+n/4, 0
+	want, est := 0, 0
 	if off > s.first {
 		est = int(float64(s.size-off) * float64(n) / float64(off-s.first))
-		want = max(want, n+est+est/10+1024)
+		want = n + est + est/10 + 1024
 	}
-	evs := make([]event, n, want)
-	if est >= 1<<15 {
-		// Faulted in ahead, up to the estimate (the margin only if used).
-		pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(evs[n:]))), uintptr(est)*unsafe.Sizeof(event{})))
-	}
-	copy(evs, s.evs)
-	s.evs = evs
+	s.log.grow(want, est)
 }
 
 // grow extends the string-index caches to the strings decoded so far.
@@ -118,7 +115,10 @@ func (s *streamer) grow(id uint32) {
 // last-value semantics for every field).
 func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 	doc := s.doc
-	e := &s.evs[n]
+	e := s.log.at(int(n))
+	if e == nil {
+		return errFallback // changed after it left the window
+	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		id, ok := doc.StrID(kv[i])
 		if !ok {
@@ -168,7 +168,7 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 		case keyDeviceFree:
 			// Kept in Addr for an OOM, which has no address: the action
 			// must come first (PyTorch writes it first).
-			if e.set&(1<<(keyAction-1)) == 0 {
+			if e.set&setAction == 0 {
 				return errFallback
 			}
 			if e.Kind == trace.KindOOM {
@@ -221,90 +221,41 @@ func (s *streamer) action(n uint32, e *event, v pickle.Value) {
 // a list of lists of streamed entries, each list the entries created next,
 // in order (as every snapshot PyTorch writes is). Anything else returns
 // errFallback.
-func (c *converter) streamEntries() ([][]event, error) {
+func (c *converter) streamEntries() error {
 	doc, st := c.doc, c.stream
 	if doc.Kind(c.traces) != pickle.KindList {
-		return nil, errFallback
+		return errFallback
 	}
 	lists := doc.Slice(c.traces)
-	sum := &c.snap.summary
-	perDev := make([][]event, len(lists))
+	seqs := make([]devSeq, len(lists))
 	next := 0
 	for dev, l := range lists {
 		if doc.Kind(l) != pickle.KindList {
-			return nil, errFallback
+			return errFallback
 		}
 		items := doc.Slice(l)
 		first := next
 		if len(items) > 0 {
 			n, ok := doc.Entry(items[0])
 			if !ok || int(n) < next {
-				return nil, errFallback
+				return errFallback
 			}
 			first = int(n)
 		}
 		for k, it := range items {
 			if n, ok := doc.Entry(it); !ok || int(n) != first+k {
-				return nil, errFallback
+				return errFallback
 			}
 		}
 		next = first + len(items)
-		evs := st.evs[first:next:next]
-		counts := map[string]int{}
-		var byKind [trace.NumKinds]int
-		var lastTime int64
-		w := 0
-		for k := range evs {
-			e := evs[k]
-			if e.set&setTimeOK != 0 {
-				lastTime = e.TimeNS
-			}
-			e.TimeNS = lastTime
-			e.Device = trace.DeviceID(dev)
-			if e.set&(1<<(keyAction-1)) == 0 || e.Kind == trace.KindInvalid {
-				name := "(none)"
-				if e.set&(1<<(keyAction-1)) != 0 {
-					name = st.unknown[uint32(first+k)]
-				}
-				counts[name]++
-				if sum.UnknownActs == nil {
-					sum.UnknownActs = map[string]int{}
-				}
-				sum.UnknownActs[name]++
-				continue
-			}
-			byKind[e.Kind]++
-			meta := e.text
-			e.text, e.set = 0, 0
-			if e.frames != noFrames && doc.Len(e.frames) == 0 {
-				e.frames = noFrames
-			}
-			switch e.Kind {
-			case trace.KindSnapshot:
-				e.Addr = 0
-			case trace.KindMarker:
-				e.Marker = trace.MarkerText
-				text := "annotate"
-				if meta > 0 {
-					if md := doc.StrAt(uint32(meta - 1)); md != "" {
-						text += " " + md
-					}
-				}
-				e.text = c.snap.text(text)
-			}
-			evs[w] = e
-			w++
-		}
-		for name, k := range actionKinds {
-			if n := byKind[k]; n > 0 {
-				counts[name] += n
-			}
-		}
-		sum.Actions[strconv.Itoa(dev)] = counts
-		perDev[dev] = evs[:w:w]
+		seqs[dev] = devSeq{dev: trace.DeviceID(dev), from: first, to: next}
 	}
+	if err := st.log.finish(); err != nil {
+		return err
+	}
+	c.snap.raw, c.snap.unknown, c.snap.seqs = &st.log, st.unknown, seqs
 	if c.opt.Progress != nil {
 		c.opt.Progress("convert", int64(next), int64(next))
 	}
-	return perDev, nil
+	return nil
 }

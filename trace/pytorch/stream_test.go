@@ -31,6 +31,19 @@ func traceBytes(t *testing.T, s *Snapshot) []byte {
 	return buf.Bytes()
 }
 
+// events returns the events s writes, before their stacks and texts.
+func events(t *testing.T, s *Snapshot) []event {
+	t.Helper()
+	var evs []event
+	if err := s.each(func(e *event) error {
+		evs = append(evs, *e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
 // written returns the trace s writes and its summary as JSON.
 func written(t *testing.T, s *Snapshot) ([]byte, string) {
 	t.Helper()
@@ -165,7 +178,8 @@ func TestStreamFallback(t *testing.T) {
 		entryPickle("action", "oom", "device_free", 77, "addr", 4096, "size", 512, "time_us", 1),
 	} {
 		s, _ := sameAsWhole(t, "oom", snapshotPickle([][]byte{e}, nil), Options{}, true)
-		if ev := s.events[0].Event(); len(s.events) != 1 || ev.Kind != trace.KindOOM || ev.Addr != 0 || ev.Aux != 77 {
+		evs := events(t, s)
+		if ev := evs[0].Event(); len(evs) != 1 || ev.Kind != trace.KindOOM || ev.Addr != 0 || ev.Aux != 77 {
 			t.Errorf("oom event %+v", ev)
 		}
 	}
@@ -177,8 +191,8 @@ func TestStreamFallback(t *testing.T) {
 	late = appendStr(late, "stream")
 	late = append(late, 'K', 7, 's', '0')
 	s, _ := sameAsWhole(t, "changed later", snapshotPickle([][]byte{late, free}, nil), Options{}, true)
-	if len(s.events) != 2 || s.events[0].Stream != 7 {
-		t.Errorf("events %+v, want the first on stream 7", s.events)
+	if evs := events(t, s); len(evs) != 2 || evs[0].Stream != 7 {
+		t.Errorf("events %+v, want the first on stream 7", evs)
 	}
 }
 
@@ -281,7 +295,7 @@ func TestPrepareCalledOnce(t *testing.T) {
 	opt := Options{}
 	opt.prepare = func() {
 		calls++
-		at = len(st.evs)
+		at = st.log.Len()
 	}
 	dec := pickle.NewDecoder(data)
 	st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: int(float64(len(data)) * prepareShare), prepare: opt.prepare}
@@ -289,8 +303,8 @@ func TestPrepareCalledOnce(t *testing.T) {
 	if _, err := dec.DecodeDoc(); err != nil {
 		t.Fatal(err)
 	}
-	if calls != 1 || at <= 0 || at >= len(st.evs) {
-		t.Fatalf("prepare called %d times, at entry %d of %d; want once, inside the trace", calls, at, len(st.evs))
+	if calls != 1 || at <= 0 || at >= st.log.Len() {
+		t.Fatalf("prepare called %d times, at entry %d of %d; want once, inside the trace", calls, at, st.log.Len())
 	}
 	calls = 0
 	if _, err := loadPickle(data, opt, true, nil); err != nil || calls != 1 {
