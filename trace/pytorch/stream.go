@@ -26,7 +26,7 @@ const (
 	keyOther // computed: not an entry key
 
 	setAction = 1 << (keyAction - 1) // the entry has an action
-	setTimeOK = 1 << 15               // time_us held a number
+	setTimeOK = 1 << 15              // time_us held a number
 )
 
 func entryKey(s string) uint8 {
