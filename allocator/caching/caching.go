@@ -251,7 +251,7 @@ func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (i
 		return none, nil, pos{}, false
 	}
 	fs := &sp.free
-	p := fs.lowerBound(s, 0)
+	p := fs.bestFit(s)
 	if !fs.valid(p) {
 		return none, nil, pos{}, false
 	}

@@ -23,12 +23,7 @@ func clonePool(p *blockPool) blockPool {
 	c := blockPool{gcCalls: p.gcCalls, streams: make([]*streamPool, len(p.streams))}
 	for i, sp := range p.streams {
 		n := &streamPool{stream: sp.stream}
-		n.free.n = sp.free.n
-		n.free.lasts = append([]entry(nil), sp.free.lasts...)
-		n.free.chunks = make([][]entry, len(sp.free.chunks))
-		for j, ch := range sp.free.chunks {
-			n.free.chunks[j] = append(make([]entry, 0, maxChunk+1), ch...)
-		}
+		n.free = sp.free.clone()
 		n.unmapped.addrs = append([]uint64(nil), sp.unmapped.addrs...)
 		n.unmapped.ids = append([]int32(nil), sp.unmapped.ids...)
 		c.streams[i] = n

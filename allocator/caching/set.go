@@ -1,6 +1,9 @@
 package caching
 
-import "sort"
+import (
+	"math/bits"
+	"sort"
+)
 
 // entry is one free block in a freeSet, ordered by (size, addr).
 type entry struct {
@@ -12,49 +15,86 @@ func (e entry) less(size, addr uint64) bool {
 	return e.size < size || (e.size == size && e.addr < addr)
 }
 
-// maxChunk is the largest chunk a freeSet keeps before splitting it.
-const maxChunk = 64
-
 // freeSet is a sorted set of free blocks of one (pool, stream), ordered by
-// (size, addr): a list of sorted chunks, so that inserts and deletes move
-// at most maxChunk entries, with each chunk's last entry kept apart for
-// the search.
+// (size, addr). Its entries are kept in size-class bins, each sorted by
+// (size, addr), with a bitmap of the bins that hold entries: every entry
+// of a bin is below every entry of the bins after it, so that a search
+// looks into one bin (a few entries, most often none or one) and then,
+// through the bitmap, at the first entry of the next nonempty bin.
 type freeSet struct {
-	chunks [][]entry
-	lasts  []entry // lasts[c] is the last entry of chunks[c]
-	n      int
-	spare  [][]entry // emptied chunks, reused before allocating
+	bins  [][]entry // bins[b]: the entries of bin b, in order
+	words []uint64  // bit b%64 of words[b/64]: bins[b] is not empty
+	top   uint64    // bit w: words[w] is not zero
+	n     int
 }
 
-func (s *freeSet) newChunk() []entry {
-	if n := len(s.spare); n > 0 {
-		c := s.spare[n-1]
-		s.spare = s.spare[:n-1]
-		return c[:0]
-	}
-	return make([]entry, 0, maxChunk+1)
+// binOf returns the bin of a block size: 64 bins per power of two of
+// size/512 + 64, so one bin per 512 bytes below 32 KiB (sizes below 512
+// share bin 0), computed without a branch. It never decreases as the
+// size grows.
+func binOf(size uint64) int {
+	y := size>>9 + 64
+	k := bits.Len64(y) - 1 // 6 or more
+	return (k-6)<<6 + int((y>>(k-6))&63)
 }
 
-// pos is a position in a freeSet.
+// endBin is the bin of the position past the last entry.
+const endBin = 1 << 30
+
+// pos is a position in a freeSet: entry i of bin c.
 type pos struct{ c, i int }
 
-// lowerBound returns the position of the first entry >= (size, addr).
-func (s *freeSet) lowerBound(size, addr uint64) pos {
-	ls := s.lasts
-	lo, hi := 0, len(ls)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if ls[m].less(size, addr) {
-			lo = m + 1
-		} else {
-			hi = m
+// nextBin returns the first nonempty bin after b, or endBin.
+func (s *freeSet) nextBin(b int) int {
+	b++
+	w := b >> 6
+	if w >= len(s.words) {
+		return endBin
+	}
+	if m := s.words[w] >> uint(b&63); m != 0 {
+		return b + bits.TrailingZeros64(m)
+	}
+	t := s.top >> uint(w+1)
+	if t == 0 {
+		return endBin
+	}
+	w += 1 + bits.TrailingZeros64(t)
+	return w<<6 + bits.TrailingZeros64(s.words[w])
+}
+
+// prevBin returns the last nonempty bin before b, or -1.
+func (s *freeSet) prevBin(b int) int {
+	if b <= 0 {
+		return -1
+	}
+	b--
+	w := b >> 6
+	if w < len(s.words) {
+		if m := s.words[w] << uint(63-b&63); m != 0 {
+			return b - bits.LeadingZeros64(m)
 		}
+	} else {
+		w = len(s.words)
 	}
-	if lo == len(ls) {
-		return pos{lo, 0}
+	t := s.top & (1<<uint(w) - 1)
+	if t == 0 {
+		return -1
 	}
-	ch := s.chunks[lo]
-	i, j := 0, len(ch)-1 // the last entry is >= the key
+	w = 63 - bits.LeadingZeros64(t)
+	return w<<6 + 63 - bits.LeadingZeros64(s.words[w])
+}
+
+// search returns the index of the first entry >= (size, addr) in bin ch.
+func search(ch []entry, size, addr uint64) int {
+	if len(ch) <= 8 {
+		for i := range ch {
+			if !ch[i].less(size, addr) {
+				return i
+			}
+		}
+		return len(ch)
+	}
+	i, j := 0, len(ch)
 	for i < j {
 		m := int(uint(i+j) >> 1)
 		if ch[m].less(size, addr) {
@@ -63,17 +103,48 @@ func (s *freeSet) lowerBound(size, addr uint64) pos {
 			j = m
 		}
 	}
-	return pos{lo, i}
+	return i
 }
 
-func (s *freeSet) valid(p pos) bool { return p.c < len(s.chunks) }
+// lowerBound returns the position of the first entry >= (size, addr).
+func (s *freeSet) lowerBound(size, addr uint64) pos {
+	b := binOf(size)
+	if b < len(s.bins) {
+		ch := s.bins[b]
+		if i := search(ch, size, addr); i < len(ch) {
+			return pos{b, i}
+		}
+	}
+	return pos{s.nextBin(b), 0}
+}
 
-func (s *freeSet) at(p pos) entry { return s.chunks[p.c][p.i] }
+// bestFit returns the position of the first entry of at least size bytes:
+// lowerBound(size, 0).
+func (s *freeSet) bestFit(size uint64) pos {
+	b := binOf(size)
+	if b < len(s.bins) {
+		ch := s.bins[b]
+		if len(ch) <= 8 {
+			for i := range ch {
+				if ch[i].size >= size {
+					return pos{b, i}
+				}
+			}
+		} else if i := search(ch, size, 0); i < len(ch) {
+			return pos{b, i}
+		}
+	}
+	return pos{s.nextBin(b), 0}
+}
+
+func (s *freeSet) valid(p pos) bool { return p.c < endBin }
+
+func (s *freeSet) at(p pos) entry { return s.bins[p.c][p.i] }
 
 func (s *freeSet) next(p pos) pos {
 	p.i++
-	if p.i == len(s.chunks[p.c]) {
-		return pos{p.c + 1, 0}
+	if p.i == len(s.bins[p.c]) {
+		return pos{s.nextBin(p.c), 0}
 	}
 	return p
 }
@@ -83,133 +154,117 @@ func (s *freeSet) prev(p pos) (pos, bool) {
 	if p.i > 0 {
 		return pos{p.c, p.i - 1}, true
 	}
-	if p.c == 0 {
+	c := s.prevBin(p.c)
+	if c < 0 {
 		return p, false
 	}
-	return pos{p.c - 1, len(s.chunks[p.c-1]) - 1}, true
+	return pos{c, len(s.bins[c]) - 1}, true
 }
 
 func (s *freeSet) last() (entry, bool) {
-	if len(s.lasts) == 0 {
+	c := s.prevBin(endBin)
+	if c < 0 {
 		return entry{}, false
 	}
-	return s.lasts[len(s.lasts)-1], true
+	ch := s.bins[c]
+	return ch[len(ch)-1], true
 }
 
-func (s *freeSet) insert(e entry) {
+// grow makes room for bin b.
+func (s *freeSet) grow(b int) {
+	n := max(b+1, 2*len(s.bins), 64)
+	s.bins = append(s.bins, make([][]entry, n-len(s.bins))...)
+	if w := (len(s.bins) + 63) >> 6; w > len(s.words) {
+		s.words = append(s.words, make([]uint64, w-len(s.words))...)
+	}
+}
+
+// insertIn inserts e in bin b, which is binOf(e.size).
+func (s *freeSet) insertIn(b int, e entry) {
+	if b >= len(s.bins) {
+		s.grow(b)
+	}
 	s.n++
-	if len(s.chunks) == 0 {
-		s.chunks = append(s.chunks, append(s.newChunk(), e))
-		s.lasts = append(s.lasts, e)
+	ch := s.bins[b]
+	if len(ch) == 0 {
+		s.bins[b] = append(ch, e)
+		s.words[b>>6] |= 1 << uint(b&63)
+		s.top |= 1 << uint(b>>6)
 		return
 	}
-	p := s.lowerBound(e.size, e.addr)
-	if p.c == len(s.chunks) {
-		p.c--
-		p.i = len(s.chunks[p.c])
-	}
-	ch := s.chunks[p.c]
+	i := search(ch, e.size, e.addr)
 	ch = append(ch, entry{})
-	copy(ch[p.i+1:], ch[p.i:])
-	ch[p.i] = e
-	if len(ch) > maxChunk {
-		half := len(ch) / 2
-		nc := append(s.newChunk(), ch[half:]...)
-		ch = ch[:half]
-		s.chunks = append(s.chunks, nil)
-		copy(s.chunks[p.c+2:], s.chunks[p.c+1:])
-		s.chunks[p.c+1] = nc
-		s.lasts = append(s.lasts, entry{})
-		copy(s.lasts[p.c+2:], s.lasts[p.c+1:])
-		s.lasts[p.c+1] = nc[len(nc)-1]
-	}
-	s.chunks[p.c] = ch
-	s.lasts[p.c] = ch[len(ch)-1]
+	copy(ch[i+1:], ch[i:])
+	ch[i] = e
+	s.bins[b] = ch
 }
+
+func (s *freeSet) insert(e entry) { s.insertIn(binOf(e.size), e) }
 
 // remove deletes the entry (size, addr); it reports whether it was there.
 func (s *freeSet) remove(size, addr uint64) bool {
-	p := s.lowerBound(size, addr)
-	if !s.valid(p) {
+	b := binOf(size)
+	if b >= len(s.bins) {
 		return false
 	}
-	e := s.at(p)
-	if e.size != size || e.addr != addr {
+	ch := s.bins[b]
+	i := search(ch, size, addr)
+	if i == len(ch) || ch[i].size != size || ch[i].addr != addr {
 		return false
 	}
-	s.removeAt(p)
+	s.removeAt(pos{b, i})
 	return true
 }
 
 func (s *freeSet) removeAt(p pos) {
 	s.n--
-	ch := s.chunks[p.c]
-	copy(ch[p.i:], ch[p.i+1:])
-	ch = ch[:len(ch)-1]
-	if len(ch) == 0 {
-		s.spare = append(s.spare, ch)
-		copy(s.chunks[p.c:], s.chunks[p.c+1:])
-		s.chunks[len(s.chunks)-1] = nil
-		s.chunks = s.chunks[:len(s.chunks)-1]
-		copy(s.lasts[p.c:], s.lasts[p.c+1:])
-		s.lasts = s.lasts[:len(s.lasts)-1]
-		return
+	ch := s.bins[p.c]
+	// Bins are short: a loop moves their few entries faster than copy.
+	for j := p.i + 1; j < len(ch); j++ {
+		ch[j-1] = ch[j]
 	}
-	s.chunks[p.c] = ch
-	s.lasts[p.c] = ch[len(ch)-1]
+	ch = ch[:len(ch)-1]
+	s.bins[p.c] = ch
+	if len(ch) == 0 {
+		w := p.c >> 6
+		m := s.words[w] &^ (1 << uint(p.c&63))
+		s.words[w] = m
+		var t uint64
+		if m == 0 {
+			t = 1 << uint(w)
+		}
+		s.top &^= t
+	}
 }
 
 // replaceAt replaces the entry at p with e, keeping the order; e must not
-// be in the set already. When e's place is in p's chunk, only the entries
+// be in the set already. When e stays in p's bin, only the entries
 // between the two places move.
 func (s *freeSet) replaceAt(p pos, e entry) {
-	ch := s.chunks[p.c]
+	if b := binOf(e.size); b != p.c {
+		s.removeAt(p)
+		s.insertIn(b, e)
+		return
+	}
+	ch := s.bins[p.c]
 	old := ch[p.i]
 	if e.less(old.size, old.addr) {
-		// e goes at or before p.i: find the first entry >= e in ch[:p.i]
-		if p.c > 0 && !s.lasts[p.c-1].less(e.size, e.addr) {
-			s.removeAt(p)
-			s.insert(e)
-			return
-		}
-		i, j := 0, p.i
-		for i < j {
-			m := int(uint(i+j) >> 1)
-			if ch[m].less(e.size, e.addr) {
-				i = m + 1
-			} else {
-				j = m
-			}
-		}
+		// e goes at or before p.i
+		i := search(ch[:p.i], e.size, e.addr)
 		copy(ch[i+1:p.i+1], ch[i:p.i])
 		ch[i] = e
 	} else {
-		// e goes after p.i: find the first entry > e in ch[p.i+1:]
-		if p.c+1 < len(s.chunks) && !e.less(s.chunks[p.c+1][0].size, s.chunks[p.c+1][0].addr) {
-			s.removeAt(p)
-			s.insert(e)
-			return
-		}
-		i, j := p.i+1, len(ch)
-		for i < j {
-			m := int(uint(i+j) >> 1)
-			if ch[m].less(e.size, e.addr) {
-				i = m + 1
-			} else {
-				j = m
-			}
-		}
-		// entries p.i+1 .. i-1 move down one place; e goes at i-1
+		// e goes after p.i: entries p.i+1 .. i-1 move down one place
+		i := p.i + 1 + search(ch[p.i+1:], e.size, e.addr)
 		copy(ch[p.i:i-1], ch[p.i+1:i])
 		ch[i-1] = e
 	}
-	s.lasts[p.c] = ch[len(ch)-1]
 }
 
 // each calls fn for every entry in order.
 func (s *freeSet) each(fn func(e entry)) {
-	for _, ch := range s.chunks {
-		for _, e := range ch {
+	for c := s.nextBin(-1); c < endBin; c = s.nextBin(c) {
+		for _, e := range s.bins[c] {
 			fn(e)
 		}
 	}
@@ -217,10 +272,19 @@ func (s *freeSet) each(fn func(e entry)) {
 
 // entries appends all entries in order to dst.
 func (s *freeSet) entries(dst []entry) []entry {
-	for _, ch := range s.chunks {
-		dst = append(dst, ch...)
+	for c := s.nextBin(-1); c < endBin; c = s.nextBin(c) {
+		dst = append(dst, s.bins[c]...)
 	}
 	return dst
+}
+
+// clone returns a copy of s that shares no memory with it.
+func (s *freeSet) clone() freeSet {
+	c := freeSet{bins: make([][]entry, len(s.bins)), words: append([]uint64(nil), s.words...), top: s.top, n: s.n}
+	for b := s.nextBin(-1); b < endBin; b = s.nextBin(b) {
+		c.bins[b] = append([]entry(nil), s.bins[b]...)
+	}
+	return c
 }
 
 // addrSet is a sorted set of block ids keyed by address (unmapped blocks of

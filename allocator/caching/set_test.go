@@ -6,8 +6,10 @@ import (
 	"testing"
 )
 
-// TestFreeSetMatchesSortedSlice checks the chunked set against a plain
-// sorted slice over random inserts, removes, replacements and searches.
+// TestFreeSetMatchesSortedSlice checks the binned set against a plain
+// sorted slice over random inserts, removes, replacements, searches and
+// walks, with sizes from 512 bytes to 16 GiB (many in one bin, bins far
+// apart).
 func TestFreeSetMatchesSortedSlice(t *testing.T) {
 	var s freeSet
 	var ref []entry
@@ -16,7 +18,7 @@ func TestFreeSetMatchesSortedSlice(t *testing.T) {
 		return sort.Search(len(ref), func(i int) bool { return !ref[i].less(size, addr) })
 	}
 	for step := 0; step < 50000; step++ {
-		size := uint64(rng.IntN(40)+1) * 512
+		size := uint64(rng.IntN(40)+1) * 512 << uint(rng.IntN(4)*rng.IntN(6))
 		addr := uint64(rng.IntN(400)) * 4096
 		i := find(size, addr)
 		present := i < len(ref) && ref[i].size == size && ref[i].addr == addr
@@ -45,6 +47,31 @@ func TestFreeSetMatchesSortedSlice(t *testing.T) {
 		if s.valid(p) != (j < len(ref)) || (j < len(ref) && s.at(p) != ref[j]) {
 			t.Fatalf("step %d: lowerBound(%d) differs", step, size)
 		}
+		if q := s.bestFit(size); q != p {
+			t.Fatalf("step %d: bestFit(%d) = %v, lowerBound %v", step, size, q, p)
+		}
+		// a few steps forward and back from p
+		q, k := p, j
+		for n := 0; n < 3 && s.valid(q); n++ {
+			q, k = s.next(q), k+1
+			if s.valid(q) != (k < len(ref)) || (k < len(ref) && s.at(q) != ref[k]) {
+				t.Fatalf("step %d: next differs at %d", step, k)
+			}
+		}
+		q, k = p, j
+		for n := 0; n < 3; n++ {
+			pq, ok := s.prev(q)
+			if ok != (k > 0) {
+				t.Fatalf("step %d: prev at %d: ok = %v", step, k, ok)
+			}
+			if !ok {
+				break
+			}
+			q, k = pq, k-1
+			if s.at(q) != ref[k] {
+				t.Fatalf("step %d: prev differs at %d", step, k)
+			}
+		}
 		if s.n != len(ref) {
 			t.Fatalf("step %d: n = %d, want %d", step, s.n, len(ref))
 		}
@@ -57,5 +84,19 @@ func TestFreeSetMatchesSortedSlice(t *testing.T) {
 	}
 	if e, ok := s.last(); len(ref) > 0 && (!ok || e != ref[len(ref)-1]) {
 		t.Fatal("last differs")
+	}
+	c := s.clone()
+	if c.insert(entry{size: 1 << 40, addr: 1}); s.n != len(ref) || c.n != len(ref)+1 {
+		t.Fatal("clone shares its set")
+	}
+	var each []entry
+	c.each(func(e entry) { each = append(each, e) })
+	if len(each) != len(ref)+1 || each[len(ref)] != (entry{size: 1 << 40, addr: 1}) {
+		t.Fatal("each differs")
+	}
+	for i := range ref {
+		if each[i] != ref[i] {
+			t.Fatalf("each: entry %d: %v, want %v", i, each[i], ref[i])
+		}
 	}
 }
