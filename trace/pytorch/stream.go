@@ -115,6 +115,9 @@ func (s *streamer) grow(id uint32) {
 // last-value semantics for every field).
 func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 	doc := s.doc
+	if s.log.err != nil {
+		return s.log.err // the events could not be spilled
+	}
 	e := s.log.at(int(n))
 	if e == nil {
 		return errFallback // changed after it left the window
