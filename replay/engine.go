@@ -661,6 +661,16 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			if st > r.Fragmentation.MaxStrandedBytes {
 				r.Fragmentation.MaxStrandedBytes = st
 			}
+			// Active, allocated and requested bytes grow only here.
+			if e.active > r.PeakActiveBytes {
+				r.PeakActiveBytes = e.active
+			}
+			if e.allocated > r.PeakAllocatedBytes {
+				r.PeakAllocatedBytes = e.allocated
+			}
+			if e.requested > r.PeakRequestedBytes {
+				r.PeakRequestedBytes = e.requested
+			}
 		case trace.KindFreeRequested:
 			l, ok := ds.live.Get(ev.Addr)
 			if !ok || l.freed {
@@ -690,33 +700,15 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 		}
 		e.reserved = dev.reserved
 		r.Events++
-		e.measureFast(ev.TimeNS, idx)
+		if e.reserved > e.peakReserved {
+			e.newPeak(idx)
+		}
+		e.measureTime(ev.TimeNS)
+		if e.cfg.Progress != nil && r.Events&(1<<20-1) == 0 {
+			e.cfg.Progress(r.Events)
+		}
 	}
 	return len(evs), nil
-}
-
-// measureFast is measure for fast: no Observer.
-func (e *engine) measureFast(t, idx int64) {
-	r := &e.res
-	if e.reserved > e.peakReserved {
-		e.peakReserved = e.reserved
-		r.PeakReservedBytes = e.reserved
-		r.Fragmentation.PeakIndex = idx
-		e.atPeak()
-	}
-	if e.active > r.PeakActiveBytes {
-		r.PeakActiveBytes = e.active
-	}
-	if e.allocated > r.PeakAllocatedBytes {
-		r.PeakAllocatedBytes = e.allocated
-	}
-	if e.requested > r.PeakRequestedBytes {
-		r.PeakRequestedBytes = e.requested
-	}
-	e.measureTime(t)
-	if e.cfg.Progress != nil && r.Events&(1<<20-1) == 0 {
-		e.cfg.Progress(r.Events)
-	}
 }
 
 // measureTime adds the state before an event at time t to the
@@ -739,13 +731,18 @@ func (e *engine) measureTime(t int64) {
 		e.prevTime = t
 		e.haveTime = true
 	}
+	e.prevActive, e.prevRes = e.active, e.reserved
+	// The per-event sums are the fallback of a trace whose time never
+	// advances: once it has, they will not be used.
+	if e.tW > 0 || e.twTime > 0 {
+		return
+	}
 	if e.reserved != e.cRes {
 		e.flushCount()
 		e.cRes = e.reserved
 	}
 	e.cN++
 	e.cA += float64(int64(e.active))
-	e.prevActive, e.prevRes = e.active, e.reserved
 }
 
 func (e *engine) finish() error {
@@ -999,10 +996,7 @@ func (e *engine) oom(ds *devState, ev trace.Event, idx int64) {
 func (e *engine) measure(ev *trace.Event, idx int64) {
 	r := &e.res
 	if e.reserved > e.peakReserved {
-		e.peakReserved = e.reserved
-		r.PeakReservedBytes = e.reserved
-		r.Fragmentation.PeakIndex = idx
-		e.atPeak()
+		e.newPeak(idx)
 	}
 	if e.active > r.PeakActiveBytes {
 		r.PeakActiveBytes = e.active
@@ -1031,6 +1025,14 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 	if e.cfg.Progress != nil && e.res.Events&(1<<20-1) == 0 {
 		e.cfg.Progress(e.res.Events)
 	}
+}
+
+// newPeak records a new peak of reserved bytes, reached at event idx.
+func (e *engine) newPeak(idx int64) {
+	e.peakReserved = e.reserved
+	e.res.PeakReservedBytes = e.reserved
+	e.res.Fragmentation.PeakIndex = idx
+	e.atPeak()
 }
 
 // stretchPct returns Σ pct(active_i, reserved) over a stretch of constant
