@@ -474,20 +474,22 @@ func (a *Allocator) freeBlock(id int32) {
 	// The merged block takes the free-set entry of a mapped neighbour it
 	// absorbs (next first), in place; a neighbour absorbed otherwise is
 	// erased first, so that the entry's position stays valid.
+	nextFree, prevFree := a.mergeable(id, next), a.mergeable(id, prev)
 	take := none
-	if a.mergeable(id, next) && a.blocks[next].mapped {
-		take = next
-	} else if a.mergeable(id, prev) && a.blocks[prev].mapped {
-		take = prev
+	if b.mapped {
+		if nextFree {
+			take, nextFree = next, false
+		} else if prevFree {
+			take, prevFree = prev, false
+		}
 	}
-	for _, src := range [2]int32{next, prev} {
-		if src == take {
-			continue
-		}
-		if sub := a.tryMerge(id, src); sub > 0 {
-			netCount--
-			netBytes -= int64(sub)
-		}
+	if nextFree {
+		netCount--
+		netBytes -= int64(a.merge(id, next))
+	}
+	if prevFree {
+		netCount--
+		netBytes -= int64(a.merge(id, prev))
 	}
 	if take != none {
 		tb := &a.blocks[take]
@@ -522,6 +524,12 @@ func (a *Allocator) tryMerge(dst, src int32) uint64 {
 	if !a.mergeable(dst, src) {
 		return 0
 	}
+	return a.merge(dst, src)
+}
+
+// merge is try_merge_blocks once mergeable(dst, src) holds: dst absorbs
+// src, which leaves its set. It returns the bytes absorbed.
+func (a *Allocator) merge(dst, src int32) uint64 {
 	if a.blocks[src].mapped {
 		a.eraseFree(src)
 	} else {
