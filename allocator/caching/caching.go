@@ -135,10 +135,15 @@ func (a *Allocator) isSplit(id int32) bool {
 
 // streamPool returns the (pool, stream) free lists, creating them when create is set.
 func (a *Allocator) streamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
-	bp := &a.pools[pool]
-	if l := bp.last; l != nil && l.stream == stream {
+	if l := a.pools[pool].last; l != nil && l.stream == stream {
 		return l
 	}
+	return a.findStreamPool(pool, stream, create)
+}
+
+// findStreamPool is streamPool for another stream than the last one found.
+func (a *Allocator) findStreamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
+	bp := &a.pools[pool]
 	ss := bp.streams
 	for _, sp := range ss {
 		if sp.stream == stream {
@@ -197,8 +202,10 @@ func (a *Allocator) gcEnabled() bool {
 
 // Malloc serves a request as PyTorch's malloc does (§4 of the spec).
 func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, error) {
-	k := a.chooseReading(size, stream)
-	return a.malloc(size, stream, k)
+	if len(a.completions) == 0 {
+		return a.malloc(size, stream, 0)
+	}
+	return a.malloc(size, stream, a.chooseReading(size, stream))
 }
 
 func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Block, error) {
@@ -209,9 +216,10 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 	if s <= SmallSize {
 		pool = smallPool
 	}
-	allocSize := a.cfg.AllocationSize(s)
+	var allocSize uint64
 	id, fs, p, ok := a.getFreeBlock(pool, stream, s)
 	if !ok {
+		allocSize = a.cfg.AllocationSize(s)
 		if a.gcEnabled() {
 			a.garbageCollect()
 		}

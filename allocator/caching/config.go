@@ -360,13 +360,7 @@ func parseSettingsDivisions(v string, d *[NumDivisionBuckets]uint64) error {
 // Divisions returns the roundup_power2_divisions that apply to size n.
 func (c *Config) Divisions(n uint64) uint64 {
 	logSize := 63 - bits.LeadingZeros64(n)
-	idx := 0
-	if logSize > 20 {
-		idx = logSize - 20
-	}
-	if idx > NumDivisionBuckets-1 {
-		idx = NumDivisionBuckets - 1
-	}
+	idx := min(max(logSize-20, 0), NumDivisionBuckets-1)
 	return c.RoundupPower2Divisions[idx]
 }
 
