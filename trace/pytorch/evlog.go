@@ -142,13 +142,15 @@ func eventBytesOf(evs []event) []byte {
 
 // at returns event i when it is still in memory, else nil.
 func (l *evlog) at(i int) *event {
-	if i >= l.base {
-		if i-l.base < len(l.mem) {
-			return &l.mem[i-l.base]
-		}
-		return nil
+	if j := i - l.base; uint(j) < uint(len(l.mem)) {
+		return &l.mem[j]
 	}
-	if j := i - (l.base - len(l.prev)); j >= 0 && !l.done {
+	return l.atPrev(i)
+}
+
+// atPrev is at for an event of the previous block.
+func (l *evlog) atPrev(i int) *event {
+	if j := i - (l.base - len(l.prev)); j >= 0 && i < l.base && !l.done {
 		return &l.prev[j]
 	}
 	return nil

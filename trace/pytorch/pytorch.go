@@ -165,6 +165,7 @@ type devSeq struct {
 	from, to     int     // its entries in raw
 	ecFrom, ecTo int     // its inferred empty_cache() events in ecs
 	markers      []event // its annotations, in time order
+	conv         bool    // its entries in raw are converted already (see entry)
 }
 
 const noFrames = ^pickle.Value(0)
@@ -194,21 +195,28 @@ func (s *Snapshot) Close() error {
 	return nil
 }
 
-// entry converts e, the raw event of one of dev's trace entries, into the
-// event written; t is the time of the device's entry before (an entry
-// without time_us has it) and becomes e's. It reports false for an entry
-// without a known action (skipped).
-func (s *Snapshot) entry(e event, dev trace.DeviceID, t *int64) (event, bool) {
+// entry converts e, a copy of the raw event of one of dev's trace entries,
+// into the event written; t is the time of the device's entry before (an
+// entry without time_us has it) and becomes e's. It reports false for an
+// entry without a known action (skipped).
+func (s *Snapshot) entry(e *event, dev trace.DeviceID, t *int64) bool {
 	if e.set&setTimeOK != 0 {
 		*t = e.TimeNS
 	}
 	if e.set&setAction == 0 || e.Kind == trace.KindInvalid {
-		return e, false
+		return false
 	}
-	e.TimeNS = *t
-	e.Device = dev
-	meta := e.text
-	e.text, e.set = 0, 0
+	e.TimeNS, e.Device = *t, dev
+	if e.frames != noFrames || e.Kind == trace.KindSnapshot || e.Kind == trace.KindMarker {
+		s.entryRest(e)
+	} else {
+		e.text, e.set = 0, 0
+	}
+	return true
+}
+
+// entryRest is entry for an entry with frames, a snapshot or an annotate.
+func (s *Snapshot) entryRest(e *event) {
 	if e.frames != noFrames && s.doc.Len(e.frames) == 0 {
 		e.frames = noFrames
 	}
@@ -217,9 +225,11 @@ func (s *Snapshot) entry(e event, dev trace.DeviceID, t *int64) (event, bool) {
 		e.Addr = 0
 	case trace.KindMarker:
 		e.Marker = trace.MarkerText
-		e.text = s.annotText(meta)
+		e.text = s.annotText(e.text)
+		e.set = 0
+		return
 	}
-	return e, true
+	e.text, e.set = 0, 0
 }
 
 // annotText returns the text of an annotate entry whose user_metadata is
@@ -551,77 +561,98 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 
 // Emit writes the snapshot's events to sink, in order.
 func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
-	doc := s.doc
-	var frames []trace.Frame
-	var strIDs []uint32 // doc string index -> sink StringID + 1
-	if doc != nil {
-		strIDs = make([]uint32, doc.NumStrings())
+	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events)}
+	if doc := s.doc; doc != nil {
+		w.strIDs = make([]uint32, doc.NumStrings())
+		w.kFile, w.okFile = doc.LookupStr("filename")
+		w.kName, w.okName = doc.LookupStr("name")
+		w.kLine, w.okLine = doc.LookupStr("line")
 	}
-	str := func(v pickle.Value) trace.StringID {
-		id, ok := doc.StrID(v)
-		if !ok {
-			return trace.NoString
-		}
-		if sid := strIDs[id]; sid != 0 {
-			return trace.StringID(sid - 1)
-		}
-		t, _ := doc.Str(v)
-		sid := sink.String(t)
-		strIDs[id] = uint32(sid) + 1
-		return sid
+	return s.each(w)
+}
+
+// eventWriter writes events to a sink with their stacks and texts (or,
+// with collect set, keeps them: for tests).
+type eventWriter struct {
+	s        *Snapshot
+	sink     trace.Sink
+	progress func(string, int64, int64)
+	total    int64
+	i        int
+	frames   []trace.Frame
+	strIDs   []uint32 // doc string index -> sink StringID + 1
+
+	kFile, kName, kLine    uint32
+	okFile, okName, okLine bool
+
+	collect bool
+	out     []event
+}
+
+// str returns the sink's ID of the doc's string v.
+func (w *eventWriter) str(v pickle.Value) trace.StringID {
+	doc := w.s.doc
+	id, ok := doc.StrID(v)
+	if !ok {
+		return trace.NoString
 	}
-	var kFile, kName, kLine uint32
-	var okFile, okName, okLine bool
-	if doc != nil {
-		kFile, okFile = doc.LookupStr("filename")
-		kName, okName = doc.LookupStr("name")
-		kLine, okLine = doc.LookupStr("line")
+	if sid := w.strIDs[id]; sid != 0 {
+		return trace.StringID(sid - 1)
 	}
-	total := int64(s.summary.Events)
-	i := 0
-	return s.each(func(e *event) error {
-		ev := e.Event()
-		if e.frames != noFrames {
-			frames = frames[:0]
-			for _, f := range doc.Slice(e.frames) {
-				if doc.Kind(f) != pickle.KindDict {
-					continue
-				}
-				var fr trace.Frame
-				ps := doc.PairSlice(f)
-				for j := 0; j+1 < len(ps); j += 2 {
-					k, v := ps[j], ps[j+1]
-					id, ok := doc.StrID(k)
-					switch {
-					case !ok:
-					case okFile && id == kFile:
-						fr.File = str(v)
-					case okName && id == kName:
-						fr.Func = str(v)
-					case okLine && id == kLine:
-						if n, ok := doc.Int(v); ok && n >= 0 && n <= math.MaxUint32 {
-							fr.Line = uint32(n)
-						}
+	t, _ := doc.Str(v)
+	sid := w.sink.String(t)
+	w.strIDs[id] = uint32(sid) + 1
+	return sid
+}
+
+// put writes e, the next event.
+func (w *eventWriter) put(e *event) error {
+	if w.collect {
+		w.out = append(w.out, *e)
+		return nil
+	}
+	ev := e.Event()
+	if e.frames != noFrames {
+		doc := w.s.doc
+		w.frames = w.frames[:0]
+		for _, f := range doc.Slice(e.frames) {
+			if doc.Kind(f) != pickle.KindDict {
+				continue
+			}
+			var fr trace.Frame
+			ps := doc.PairSlice(f)
+			for j := 0; j+1 < len(ps); j += 2 {
+				k, v := ps[j], ps[j+1]
+				id, ok := doc.StrID(k)
+				switch {
+				case !ok:
+				case w.okFile && id == w.kFile:
+					fr.File = w.str(v)
+				case w.okName && id == w.kName:
+					fr.Func = w.str(v)
+				case w.okLine && id == w.kLine:
+					if n, ok := doc.Int(v); ok && n >= 0 && n <= math.MaxUint32 {
+						fr.Line = uint32(n)
 					}
 				}
-				frames = append(frames, fr)
 			}
-			if len(frames) > 0 {
-				ev.Stack = sink.Stack(frames)
-			}
+			w.frames = append(w.frames, fr)
 		}
-		if e.text != 0 {
-			ev.Text = sink.String(s.texts[e.text])
+		if len(w.frames) > 0 {
+			ev.Stack = w.sink.Stack(w.frames)
 		}
-		if err := sink.WriteEvent(ev); err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
-		}
-		if progress != nil && i&(1<<18-1) == 0 {
-			progress("write", int64(i), total)
-		}
-		i++
-		return nil
-	})
+	}
+	if e.text != 0 {
+		ev.Text = w.sink.String(w.s.texts[e.text])
+	}
+	if err := w.sink.WriteEvent(ev); err != nil {
+		return fmt.Errorf("event %d: %w", w.i, err)
+	}
+	if w.progress != nil && w.i&(1<<18-1) == 0 {
+		w.progress("write", int64(w.i), w.total)
+	}
+	w.i++
+	return nil
 }
 
 // seqReader reads a device's event sequence (see devSeq).
@@ -658,7 +689,7 @@ func (r *seqReader) entry() (event, bool) {
 		if p == nil {
 			return event{}, false
 		}
-		if e, ok := r.s.entry(*p, r.seq.dev, &r.t); ok {
+		if e := *p; r.seq.conv || r.s.entry(&e, r.seq.dev, &r.t) {
 			r.n++
 			return e, true
 		}
@@ -695,9 +726,88 @@ func (r *seqReader) err() error {
 	return r.ecs.err
 }
 
-// each calls fn with the events written, in order: the devices' sequences
-// merged by time, each keeping its order, ties going to the lower device.
-func (s *Snapshot) each(fn func(e *event) error) error {
+// eachOf writes the events of one device's sequence, in order: what
+// seqReader gives, without its per-event calls.
+func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
+	ecs := newCursor(&s.ecs, q.ecFrom, q.ecTo)
+	ec := ecs.next()
+	ms := q.markers
+	if q.conv && ec == nil && len(ms) == 0 {
+		// Converted in memory, nothing to merge in: the usual case.
+		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
+			for i := range b {
+				if err := w.put(&b[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return ecs.err
+	}
+	// put writes x after the annotations of an earlier time.
+	put := func(x *event) error {
+		for len(ms) > 0 && ms[0].TimeNS < x.TimeNS {
+			if err := w.put(&ms[0]); err != nil {
+				return err
+			}
+			ms = ms[1:]
+		}
+		return w.put(x)
+	}
+	// flushECs writes the empty_cache() events that go before entry k.
+	var x event
+	flushECs := func(k int) error {
+		for ec != nil && int(ec.Addr) == k {
+			x = *ec
+			x.Addr = 0
+			if err := put(&x); err != nil {
+				return err
+			}
+			ec = ecs.next()
+		}
+		return nil
+	}
+	var t int64
+	var e event
+	k := 0
+	err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
+		for i := range b {
+			e = b[i]
+			if !q.conv && !s.entry(&e, q.dev, &t) {
+				continue
+			}
+			if ec != nil {
+				if err := flushECs(k); err != nil {
+					return err
+				}
+			}
+			k++
+			if err := put(&e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := flushECs(k); err != nil {
+		return err
+	}
+	for i := range ms {
+		if err := w.put(&ms[i]); err != nil {
+			return err
+		}
+	}
+	return ecs.err
+}
+
+// each writes the events, in order: the devices' sequences merged by
+// time, each keeping its order, ties going to the lower device.
+func (s *Snapshot) each(w *eventWriter) error {
 	rs := make([]*seqReader, 0, len(s.seqs))
 	for i := range s.seqs {
 		q := &s.seqs[i]
@@ -706,18 +816,7 @@ func (s *Snapshot) each(fn func(e *event) error) error {
 		}
 	}
 	if len(rs) == 1 {
-		r := rs[0]
-		for {
-			e, ok := r.peek()
-			if !ok {
-				break
-			}
-			if err := fn(e); err != nil {
-				return err
-			}
-			r.take()
-		}
-		return r.err()
+		return s.eachOf(rs[0].seq, w)
 	}
 	for {
 		var best *seqReader
@@ -730,7 +829,7 @@ func (s *Snapshot) each(fn func(e *event) error) error {
 		if best == nil {
 			break
 		}
-		if err := fn(be); err != nil {
+		if err := w.put(be); err != nil {
 			return err
 		}
 		best.take()
@@ -1088,21 +1187,20 @@ func (c *converter) convert(top *pickle.Dict) error {
 			}
 		}
 	}
-	// Backwards: the counts per action, and each device's state undone to
-	// its first entry.
-	for i := range c.snap.seqs {
-		if err := c.scan(&c.snap.seqs[i], states[i]); err != nil {
-			return err
+	// Backwards: each device's state undone to its first entry.
+	if states != nil {
+		for i := range c.snap.seqs {
+			q := &c.snap.seqs[i]
+			err := c.snap.raw.blocks(q.from, q.to, true, func(_ int, b []event) error {
+				states[i].undo(b)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
 		}
 	}
-	if len(sum.UnknownActs) > 0 {
-		keys := make([]string, 0, len(sum.UnknownActs))
-		for k := range sum.UnknownActs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		c.note("trace entries with unknown actions were skipped: %s", strings.Join(keys, ", "))
-	}
+	unknownAt := len(c.approx) // the note on unknown actions goes here
 	var init *trace.InitialState
 	if c.salvaged == nil {
 		init = c.initialState(states)
@@ -1117,7 +1215,8 @@ func (c *converter) convert(top *pickle.Dict) error {
 		}
 	}
 
-	// Forwards: the empty_cache() inference and the summary's figures.
+	// Forwards: the counts per action, the empty_cache() inference and the
+	// summary's figures.
 	var st stats
 	for i := range c.snap.seqs {
 		if err := c.forward(&c.snap.seqs[i], init, &st); err != nil {
@@ -1126,6 +1225,15 @@ func (c *converter) convert(top *pickle.Dict) error {
 	}
 	if err := c.snap.ecs.finish(); err != nil {
 		return err
+	}
+	if len(sum.UnknownActs) > 0 {
+		keys := make([]string, 0, len(sum.UnknownActs))
+		for k := range sum.UnknownActs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		note := fmt.Sprintf("trace entries with unknown actions were skipped: %s", strings.Join(keys, ", "))
+		c.approx = slices.Insert(c.approx, unknownAt, note)
 	}
 
 	// Annotations become markers on their device's sequence.
@@ -1179,16 +1287,30 @@ func (c *converter) convert(top *pickle.Dict) error {
 	return nil
 }
 
-// scan reads a device's raw entries backwards: it counts them by action
-// and, when st is not nil, undoes them on st.
-func (c *converter) scan(seq *devSeq, st *devState) error {
+// forward reads a device's entries in order, converted: it counts them
+// by action, infers the empty_cache() calls (unless told not to) and adds
+// the events to st. Entries in memory are converted in place (the ones
+// skipped dropped), so that writing them reads them as they are.
+func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) error {
 	sum := &c.snap.summary
+	var ec *ecInfer
+	if !c.opt.NoInferEmptyCache {
+		ec = c.newECInfer(seq.dev, init)
+		ec.st = st
+	}
 	counts := map[string]int{}
-	var byKind [trace.NumKinds]int
-	err := c.snap.raw.blocks(seq.from, seq.to, true, func(lo int, b []event) error {
+	kinds := st.kinds // the device's kinds are those added from here
+	seq.ecFrom = c.snap.ecs.Len()
+	raw := c.snap.raw
+	inPlace := !raw.spilled()
+	w := seq.from
+	var t int64
+	err := raw.blocks(seq.from, seq.to, false, func(lo int, b []event) error {
 		for i := range b {
+			// Converted where it is: b is the log itself in memory, a
+			// copy when spilled.
 			e := &b[i]
-			if e.set&setAction == 0 || e.Kind == trace.KindInvalid {
+			if !c.snap.entry(e, seq.dev, &t) {
 				name := "(none)"
 				if e.set&setAction != 0 {
 					name = c.snap.unknown[uint32(lo+i)]
@@ -1200,55 +1322,39 @@ func (c *converter) scan(seq *devSeq, st *devState) error {
 				sum.UnknownActs[name]++
 				continue
 			}
-			byKind[e.Kind]++
-		}
-		if st != nil {
-			st.undo(b)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for name, k := range actionKinds {
-		if n := byKind[k]; n > 0 {
-			counts[name] += n
-		}
-	}
-	sum.Actions[strconv.Itoa(int(seq.dev))] = counts
-	return nil
-}
-
-// forward reads a device's entries in order, converted: it infers the
-// empty_cache() calls (unless told not to) and adds the events to st.
-func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) error {
-	var ec *ecInfer
-	if !c.opt.NoInferEmptyCache {
-		ec = c.newECInfer(seq.dev, init)
-		ec.st = st
-	}
-	seq.ecFrom = c.snap.ecs.Len()
-	var t int64
-	err := c.snap.raw.blocks(seq.from, seq.to, false, func(_ int, b []event) error {
-		for i := range b {
-			e, ok := c.snap.entry(b[i], seq.dev, &t)
-			if !ok {
-				continue
-			}
-			st.add(&e)
+			st.add(e)
 			if ec != nil {
-				ec.add(&e)
+				if ec.inBurst || e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap {
+					ec.add(e)
+				} else {
+					ec.n++ // (what add does for the others)
+				}
+			}
+			if inPlace {
+				if w != lo+i {
+					b[w-lo] = *e
+				}
+				w++
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if inPlace {
+		seq.to, seq.conv = w, true
 	}
 	if ec != nil {
 		ec.finish()
 	}
 	seq.ecTo = c.snap.ecs.Len()
+	for name, k := range actionKinds { // (empty_cache is not an action)
+		if n := st.kinds[k] - kinds[k]; n > 0 {
+			counts[name] += n
+		}
+	}
+	sum.Actions[strconv.Itoa(int(seq.dev))] = counts
 	return nil
 }
 

@@ -34,14 +34,11 @@ func traceBytes(t *testing.T, s *Snapshot) []byte {
 // events returns the events s writes, before their stacks and texts.
 func events(t *testing.T, s *Snapshot) []event {
 	t.Helper()
-	var evs []event
-	if err := s.each(func(e *event) error {
-		evs = append(evs, *e)
-		return nil
-	}); err != nil {
+	w := &eventWriter{s: s, collect: true}
+	if err := s.each(w); err != nil {
 		t.Fatal(err)
 	}
-	return evs
+	return w.out
 }
 
 // written returns the trace s writes and its summary as JSON.
