@@ -135,46 +135,78 @@ type eventEncoder struct {
 	timeCol, addrCol, sizeCol, miscCol, kinds []byte
 }
 
-// encode appends the payload of an events chunk holding evs to dst.
+// wireFields returns the fields e encodes in a chunk of format version
+// sp after prev (the chunk's previous event, or a zero Event), and the
+// extra mask among them.
+func wireFields(sp *[32]field, e, prev *Event) (f, extra field) {
+	f = sp[e.Kind]
+	need := fieldsOf(e)
+	if f&fieldRepeat != 0 {
+		need &^= fieldAddr | fieldSize
+		if e.Addr != prev.Addr || e.SizeBytes != prev.SizeBytes {
+			need |= fieldAddr | fieldSize
+		}
+	}
+	extra = need &^ f
+	return f | extra, extra
+}
+
+// encode appends the payload of an events chunk holding evs, in format
+// version version, to dst.
 //
-// Layout (all integers uvarints):
+// Layout (all integers uvarints; timeMode from version 2 on):
 //
-//	n timeUnit addrUnit sizeUnit len(time) len(addr) len(size) len(misc)
+//	n timeUnit addrUnit sizeUnit [timeMode] len(time) len(addr) len(size) len(misc)
 //	kinds[n] time addr size misc
 //
-// Delta state (time, address, device, stream) starts at zero in every chunk.
+// Delta state (time, addresses, device, stream) starts at zero in every chunk.
 func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	sp := &spec[version]
+	v2 := version >= 2
 	var tg, ag, sg uint64
-	var pt, pa uint64
+	var pt uint64
+	var regs [numAddrRegs]uint64 // version 1 uses regs[0] alone
+	timeMode := uint64(timeUnsigned)
+	prev := &Event{}
 	for i := range evs {
 		e := &evs[i]
+		d := int64(uint64(e.TimeNS) - pt)
 		if tg != 1 {
-			tg = gcd(tg, absDelta(int64(uint64(e.TimeNS)-pt)))
+			tg = gcd(tg, absDelta(d))
+		}
+		if d < 0 {
+			timeMode = timeZigzag
 		}
 		pt = uint64(e.TimeNS)
-		f := sp[e.Kind] | fieldsOf(e)
+		f, _ := wireFields(sp, e, prev)
+		prev = e
 		if f&fieldAddr != 0 {
-			if ag != 1 {
-				ag = gcd(ag, absDelta(int64(e.Addr-pa)))
+			r := 0
+			if v2 {
+				r = sizeClass(e.SizeBytes)
 			}
-			pa = e.Addr
+			if ag != 1 {
+				ag = gcd(ag, absDelta(int64(e.Addr-regs[r])))
+			}
+			regs[r] = e.Addr
 		}
 		if f&fieldSize != 0 && sg != 1 {
 			sg = gcd(sg, e.SizeBytes)
 		}
 	}
 	tu, au, su := unitOf(tg), unitOf(ag), unitOf(sg)
+	if !v2 {
+		timeMode = timeZigzag
+	}
 
 	kinds, tc, ac, sc, mc := c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0]
-	pt, pa = 0, 0
+	pt, regs, prev = 0, [numAddrRegs]uint64{}, &Event{}
 	var dev DeviceID
 	var stream StreamID
 	for i := range evs {
 		e := &evs[i]
-		f := sp[e.Kind]
-		extra := fieldsOf(e) &^ f
-		f |= extra
+		f, extra := wireFields(sp, e, prev)
+		prev = e
 		tb := byte(e.Kind)
 		if e.Device != dev || e.Stream != stream {
 			tb |= flagDS
@@ -191,11 +223,20 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			mc = binary.AppendUvarint(mc, uint64(e.Stack))
 		}
 		kinds = append(kinds, tb)
-		tc = binary.AppendUvarint(tc, zigzag(int64(uint64(e.TimeNS)-pt)/int64(tu)))
+		d := int64(uint64(e.TimeNS)-pt) / int64(tu)
+		if timeMode == timeZigzag {
+			tc = binary.AppendUvarint(tc, zigzag(d))
+		} else {
+			tc = binary.AppendUvarint(tc, uint64(d))
+		}
 		pt = uint64(e.TimeNS)
 		if f&fieldAddr != 0 {
-			ac = binary.AppendUvarint(ac, zigzag(int64(e.Addr-pa)/int64(au)))
-			pa = e.Addr
+			r := 0
+			if v2 {
+				r = sizeClass(e.SizeBytes)
+			}
+			ac = binary.AppendUvarint(ac, zigzag(int64(e.Addr-regs[r])/int64(au)))
+			regs[r] = e.Addr
 		}
 		if f&fieldSize != 0 {
 			sc = binary.AppendUvarint(sc, e.SizeBytes/su)
@@ -212,9 +253,15 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	}
 	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol = kinds, tc, ac, sc, mc
 
-	for _, v := range [...]uint64{uint64(len(evs)), tu, au, su,
-		uint64(len(tc)), uint64(len(ac)), uint64(len(sc)), uint64(len(mc))} {
-		dst = binary.AppendUvarint(dst, v)
+	dst = binary.AppendUvarint(dst, uint64(len(evs)))
+	dst = binary.AppendUvarint(dst, tu)
+	dst = binary.AppendUvarint(dst, au)
+	dst = binary.AppendUvarint(dst, su)
+	if v2 {
+		dst = binary.AppendUvarint(dst, timeMode)
+	}
+	for _, l := range [...]int{len(tc), len(ac), len(sc), len(mc)} {
+		dst = binary.AppendUvarint(dst, uint64(l))
 	}
 	dst = append(dst, kinds...)
 	dst = append(dst, tc...)
@@ -223,15 +270,30 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	return append(dst, mc...)
 }
 
-// eventBound bounds the bytes e adds to an events chunk after prev (the
-// chunk's previous event, or a zero Event), for the writer's flush threshold.
-func eventBound(e, prev *Event) int {
+// eventBound bounds the bytes e adds to an events chunk of format version
+// version after prev (the chunk's previous event, or a zero Event), for
+// the writer's flush threshold; regs are the chunk's address registers so
+// far (zero at its start), which it updates.
+func eventBound(e, prev *Event, regs *[numAddrRegs]uint64, version int) int {
+	// A uvarint time delta is no longer than its zigzag, nor a delta in
+	// a unit longer than the delta.
 	n := 1 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
-	n += uvarintLen(zigzag(int64(e.Addr-prev.Addr))) + uvarintLen(e.SizeBytes)
+	f, extra := wireFields(&spec[version], e, prev)
+	if f&fieldAddr != 0 {
+		r := 0
+		if version >= 2 {
+			r = sizeClass(e.SizeBytes)
+		}
+		n += uvarintLen(zigzag(int64(e.Addr - regs[r])))
+		regs[r] = e.Addr
+	}
+	if f&fieldSize != 0 {
+		n += uvarintLen(e.SizeBytes)
+	}
 	if e.Device != prev.Device || e.Stream != prev.Stream {
 		n += 2 * binary.MaxVarintLen64
 	}
-	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack) != 0 {
+	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack)|uint64(extra) != 0 {
 		n += 4*binary.MaxVarintLen64 + 1
 	}
 	return n
@@ -258,6 +320,10 @@ type eventDecoder struct {
 	stream                StreamID
 	sp                    *[32]field
 	nk                    Kind
+	v2                    bool      // format version 2: size classes, repeats
+	zigzagTime            bool      // the time column holds zigzag'd deltas
+	regs                  [4]uint64 // version 2's address registers (numAddrRegs used)
+	prevAddr, prevSize    uint64    // version 2: the previous event's
 	nStrings, nStacks     uint64
 	errVal                uint64             // the value at fault, for error messages
 	fs                    [decodeBlock]field // scratch: the fields of each event of a block
@@ -267,24 +333,33 @@ type eventDecoder struct {
 // the decoder ready to decode its events. nStrings and nStacks bound the
 // string and stack IDs the events may use.
 func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *decodeError {
-	var hdr [8]uint64
+	var hdr [9]uint64
+	nh := colHeaderLen(version)
 	i := 0
-	for j := range hdr {
+	for j := range nh {
 		hdr[j], i = uvarint(p, i)
 		if i < 0 {
 			return &decodeError{-1, "events chunk: bad varint in column header"}
 		}
 	}
 	n, tu, au, su := hdr[0], hdr[1], hdr[2], hdr[3]
+	timeMode := uint64(timeZigzag)
+	lens := hdr[4:8]
+	if version >= 2 {
+		timeMode, lens = hdr[4], hdr[5:9]
+	}
 	if n > maxChunkEvents {
 		return &decodeError{-1, "events chunk: " + itoa(n) + " events, more than the limit " + itoa(maxChunkEvents)}
 	}
 	if tu == 0 || au == 0 || su == 0 || tu > math.MaxInt64 || au > math.MaxInt64 {
 		return &decodeError{-1, "events chunk: bad delta unit"}
 	}
+	if timeMode != timeUnsigned && timeMode != timeZigzag {
+		return &decodeError{-1, "events chunk: unknown time mode " + itoa(timeMode)}
+	}
 	rest := uint64(len(p) - i)
 	var total uint64
-	for _, l := range hdr[4:] {
+	for _, l := range lens {
 		if l > rest {
 			return &decodeError{-1, "events chunk: column lengths exceed the chunk"}
 		}
@@ -294,15 +369,16 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 		return &decodeError{-1, "events chunk: column lengths " + itoa(total+n) + " do not match the payload's " + itoa(rest) + " bytes"}
 	}
 	*d = eventDecoder{tu: tu, au: au, su: su, sp: &spec[version], nk: numKindsIn[version],
+		v2: version >= 2, zigzagTime: timeMode == timeZigzag,
 		nStrings: uint64(nStrings), nStacks: uint64(nStacks)}
 	d.kinds = p[i : i+int(n)]
 	i += int(n)
-	d.tc = p[i : i+int(hdr[4])]
-	i += int(hdr[4])
-	d.ac = p[i : i+int(hdr[5])]
-	i += int(hdr[5])
-	d.sc = p[i : i+int(hdr[6])]
-	i += int(hdr[6])
+	d.tc = p[i : i+int(lens[0])]
+	i += int(lens[0])
+	d.ac = p[i : i+int(lens[1])]
+	i += int(lens[1])
+	d.sc = p[i : i+int(lens[2])]
+	i += int(lens[2])
 	d.mc = p[i:]
 	return nil
 }
@@ -382,7 +458,8 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	// few live values, they stay in registers). A loop stops at its
 	// column's first bad value, and the next loops go no further: the
 	// error reported is the one a decoder going event by event, field by
-	// field (prefix, time, address, size, suffix), meets first.
+	// field (prefix, time, address, size, suffix; version 2 decodes
+	// sizes before addresses), meets first.
 	lim := len(kinds)
 	var ec decodeFault
 	fs := d.fs[:len(kinds)]
@@ -420,7 +497,9 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 		}
 	}
 	// time
-	{
+	if !d.zigzagTime {
+		lim = d.timeUnsigned(dst, lim, &ec)
+	} else {
 		tc, ti, t, tu := d.tc, d.ti, d.t, int64(d.tu)
 		for n := 0; n < lim; n++ {
 			var v uint64
@@ -437,8 +516,10 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 		}
 		d.ti, d.t = ti, t
 	}
-	// address
-	{
+	if d.v2 {
+		lim = d.sizesAddrsV2(dst, fs, lim, &ec)
+	} else {
+		// address
 		ac, ai, a, au := d.ac, d.ai, d.a, int64(d.au)
 		for n := 0; n < lim; n++ {
 			if fs[n]&fieldAddr == 0 {
@@ -458,9 +539,7 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 			dst[n].Addr = a
 		}
 		d.ai, d.a = ai, a
-	}
-	// size
-	{
+		// size
 		sc, si, su := d.sc, d.si, d.su
 		for n := 0; n < lim; n++ {
 			if fs[n]&fieldSize == 0 {
@@ -504,7 +583,83 @@ const (
 	rankAddr
 	rankSize
 	rankSuffix
+
+	// Version 2 decodes an event's size before its address.
+	rankSizeV2 = rankAddr
+	rankAddrV2 = rankSize
 )
+
+// timeUnsigned is nextBlock's time loop for a time column of uvarint
+// deltas (version 2's timeUnsigned mode); it returns the new limit.
+func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
+	tc, ti, t, tu := d.tc, d.ti, d.t, d.tu
+	for n := 0; n < lim; n++ {
+		var v uint64
+		if ti < len(tc) && tc[ti] < 0x80 {
+			v = uint64(tc[ti])
+			ti++
+		} else if v, ti = uvarint(tc, ti); ti < 0 {
+			ec.set(n, rankTime, errTime)
+			lim = n
+			break
+		}
+		t += v * tu
+		dst[n].TimeNS = int64(t)
+	}
+	d.ti, d.t = ti, t
+	return lim
+}
+
+// sizesAddrsV2 is nextBlock's size and address loops for version 2: an
+// address is a delta from its size class's register, and an event of a
+// fieldRepeat kind that encodes no size or address has the previous
+// event's. It returns the new limit.
+func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decodeFault) int {
+	sc, si, su, ps := d.sc, d.si, d.su, d.prevSize
+	for n, f := range fs[:lim] {
+		if f&fieldSize == 0 {
+			ps &= -uint64(f & fieldRepeat >> 5) // kept by a repeat, else zero
+			dst[n].SizeBytes = ps
+			continue
+		}
+		var v uint64
+		if si < len(sc) && sc[si] < 0x80 {
+			v = uint64(sc[si])
+			si++
+		} else if v, si = uvarint(sc, si); si < 0 {
+			ec.set(n, rankSizeV2, errSize)
+			lim = n
+			break
+		}
+		ps = v * su
+		dst[n].SizeBytes = ps
+	}
+	d.si, d.prevSize = si, ps
+	ac, ai, au, pa := d.ac, d.ai, int64(d.au), d.prevAddr
+	regs := d.regs
+	for n, f := range fs[:lim] {
+		if f&fieldAddr == 0 {
+			pa &= -uint64(f & fieldRepeat >> 5)
+			dst[n].Addr = pa
+			continue
+		}
+		var v uint64
+		if ai < len(ac) && ac[ai] < 0x80 {
+			v = uint64(ac[ai])
+			ai++
+		} else if v, ai = uvarint(ac, ai); ai < 0 {
+			ec.set(n, rankAddrV2, errAddr)
+			lim = n
+			break
+		}
+		r := sizeClass(dst[n].SizeBytes) & (len(regs) - 1)
+		pa = regs[r] + uint64(unzigzag(v)*au)
+		regs[r] = pa
+		dst[n].Addr = pa
+	}
+	d.ai, d.prevAddr, d.regs = ai, pa, regs
+	return lim
+}
 
 // decodeFault is the first bad field met, in event and field order.
 type decodeFault struct {

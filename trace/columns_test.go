@@ -60,7 +60,7 @@ func TestColumnFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Header and kinds, time, address, size.
-	comp := compressColumns(nil, enc, raw)
+	comp := compressColumns(nil, enc, raw, Version)
 	if got := zstdFrames(t, comp); got != 4 {
 		t.Errorf("%d frames, want 4", got)
 	}
@@ -74,12 +74,12 @@ func TestColumnFrames(t *testing.T) {
 	// With a marker, the misc column has its own frame.
 	evs = append(evs, Event{Kind: KindMarker, TimeNS: evs[len(evs)-1].TimeNS, Marker: MarkerStep, Text: 1})
 	raw = ee.encode(nil, evs, Version)
-	if got := zstdFrames(t, compressColumns(nil, enc, raw)); got != 5 {
+	if got := zstdFrames(t, compressColumns(nil, enc, raw, Version)); got != 5 {
 		t.Errorf("with a marker: %d frames, want 5", got)
 	}
 	// Not an events payload (a bad varint, lengths beyond it): one frame.
 	for _, bad := range [][]byte{bytes.Repeat([]byte{0xff}, 100), binary.AppendUvarint([]byte{1, 1, 1, 1, 0, 0, 0}, 1<<20)} {
-		c := compressColumns(nil, enc, bad)
+		c := compressColumns(nil, enc, bad, Version)
 		if got := zstdFrames(t, c); got != 1 {
 			t.Errorf("%x: %d frames, want 1", bad[:8], got)
 		}

@@ -33,7 +33,7 @@
 //
 //	file   := magic version chunk*
 //	magic  := "FRAGSIM\x00"                      8 bytes
-//	version:= uvarint                            format version, 1
+//	version:= uvarint                            format version, 1 or 2
 //
 //	chunk:
 //	+------+---------+------------+--------+---------------------------+
@@ -66,11 +66,13 @@
 // An events payload holds n events column by column, so that zstd finds the
 // repetition in each column:
 //
-//	+---+----------+----------+----------+--------+--------+--------+--------+
-//	| n | timeUnit | addrUnit | sizeUnit | len(T) | len(A) | len(S) | len(M) |   uvarints
-//	+---+----------+----------+----------+--------+--------+--------+--------+
-//	| K: n type bytes | T: time | A: addresses | S: sizes | M: misc          |
-//	+-----------------+---------+--------------+----------+------------------+
+//	+---+----------+----------+----------+----------+--------+--------+--------+--------+
+//	| n | timeUnit | addrUnit | sizeUnit | timeMode | len(T) | len(A) | len(S) | len(M) |   uvarints
+//	+---+----------+----------+----------+----------+--------+--------+--------+--------+
+//	| K: n type bytes | T: time | A: addresses | S: sizes | M: misc                     |
+//	+-----------------+---------+--------------+----------+-----------------------------+
+//
+// (timeMode from version 2 on; version 1 has no such field.)
 //
 // A type byte holds the Kind in its low 5 bits and three flags:
 //
@@ -78,18 +80,32 @@
 //	0x40  a stack ID follows in M
 //	0x80  fields beyond the kind's spec follow: their mask is in M
 //
-// Every event has a time in T: zigzag(TimeNS - previous TimeNS) / timeUnit.
-// Which other fields an event carries is its kind's spec (the spec table in
-// spec.go: alloc, frees and device events carry Addr and SizeBytes; oom
-// SizeBytes and Aux; set_fraction Aux; marker Marker and Text; snapshot
-// SizeBytes), plus the fields of the extra mask (addr 1, size 2, aux 4,
-// text 8, marker 16), which a writer sets for non-zero fields outside the
-// spec. Addr goes to A as zigzag(Addr - previous Addr) / addrUnit; SizeBytes
-// to S as SizeBytes / sizeUnit; Aux, Text and Marker to M, in that order,
-// after the device, stream, mask and stack. The units are the greatest
-// common divisors the writer found in the chunk (PyTorch's times are whole
-// microseconds, its blocks 512-byte aligned). Previous values, device and
-// stream start at zero in every chunk, so each chunk decodes alone.
+// Every event has a time in T: zigzag(TimeNS - previous TimeNS) / timeUnit
+// (version 2, timeMode 1, used when a delta of the chunk is negative), or
+// (TimeNS - previous TimeNS) / timeUnit (version 2, timeMode 0). Which other
+// fields an event carries is its kind's spec (the spec table in spec.go:
+// alloc, frees and device events carry Addr and SizeBytes; oom SizeBytes
+// and Aux; set_fraction Aux; marker Marker and Text; snapshot SizeBytes),
+// plus the fields of the extra mask (addr 1, size 2, aux 4, text 8, marker
+// 16), which a writer sets for non-zero fields outside the spec. SizeBytes
+// goes to S as SizeBytes / sizeUnit; Aux, Text and Marker to M, in that
+// order, after the device, stream, mask and stack. Addr goes to A as
+// zigzag(Addr - previous Addr) / addrUnit, where in version 1 the previous
+// Addr is that of the last event that encoded one, and in version 2 that of
+// the last event of its size class that encoded one: sizes up to 1 MiB,
+// up to 10 MiB, larger (PyTorch's small blocks, large blocks served from
+// 20 MiB segments, larger ones), whose allocations and frees interleave.
+// The units are the greatest common divisors the writer found in the chunk
+// (PyTorch's times are whole microseconds, its blocks 512-byte aligned).
+// Previous values, device and stream start at zero in every chunk, so each
+// chunk decodes alone.
+//
+// Version 2 also changes free_completed's spec: it encodes no address or
+// size, and has those of the event before it in the chunk (zero for the
+// first): a free completes, nearly always, the block whose free was just
+// requested. When they differ, the writer sets addr and size in the extra
+// mask and encodes both. A version 2 decoder decodes an event's size
+// before its address (its size class picks the previous address).
 //
 // The end payload is uvarint(events) uvarint(chunks before it)
 // uvarint(strings) uvarint(stacks), the string and stack counts including
@@ -111,9 +127,10 @@
 //	set_fraction t=1764504000000022000 dev=0 stream=0x0 fraction=0.5
 //	marker t=1764504000000024000 dev=0 stream=0x0 marker=step text=1
 //
-// An event line has its kind, t, dev and stream, then its spec's fields and
-// any other non-zero ones. A string or stack is defined (func:file:line per
-// frame) just before its first use. Lines starting with # are comments.
+// An event line has its kind, t, dev and stream, then the fields its kind
+// carries (version 1's spec, whatever the file's version) and any other
+// non-zero ones. A string or stack is defined (func:file:line per frame)
+// just before its first use. Lines starting with # are comments.
 // Converting a trace to text and back gives the same events, strings and
 // stacks; syntax errors name their line.
 //
@@ -121,7 +138,9 @@
 //
 // The format version selects the spec table. Later versions only append:
 // new event kinds, new fields (announced by the type byte's flags or the
-// extra mask), new chunk types; Kind values are never renumbered. A reader
+// extra mask), new chunk types, new encodings of the columns (version 2's
+// size classes, time modes and repeated frees); Kind values are never
+// renumbered. A reader
 // of version N reads every file of version N or lower, and rejects a newer
 // file with an error matching ErrVersion. The header is JSON: fields may be
 // added, and readers ignore keys they do not know.

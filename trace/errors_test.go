@@ -34,7 +34,7 @@ func eventsPayload(evs []Event) ([]byte, int) {
 	var enc eventEncoder
 	p := enc.encode(nil, evs, Version)
 	i := 0
-	for range 8 {
+	for range colHeaderLen(Version) {
 		_, i = uvarint(p, i)
 	}
 	return p, i
@@ -122,7 +122,7 @@ func TestVersionAndMagic(t *testing.T) {
 	newer := bytes.Clone(data)
 	newer[len(Magic)] = Version + 1
 	_, err := NewReader(bytes.NewReader(newer))
-	if !errors.Is(err, ErrVersion) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "format version 2, this reader reads versions 1 to 1") {
+	if !errors.Is(err, ErrVersion) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("format version %d, this reader reads versions 1 to %d", Version+1, Version)) {
 		t.Errorf("newer version: %v", err)
 	}
 	for _, in := range []string{"", "PK\x03\x04 a zip file", "FRAG"} {

@@ -16,18 +16,34 @@ import (
 // corpusDir holds FuzzReader's committed seed corpus.
 var corpusDir = filepath.Join("testdata", "fuzz", "FuzzReader")
 
-// corpusSeeds returns the seed files by name: whole traces and cut ones.
+// corpusSeeds returns the seed files by name: whole traces and cut ones,
+// in the current format version and, named v1-*, in version 1.
 func corpusSeeds(t *testing.T) map[string][]byte {
-	golden := goldenTrace(t)
-	small, _, _ := writeRandom(t, 11, 40, ChunkEvents(16))
+	seeds := map[string][]byte{}
+	for _, v := range []int{Version, 1} {
+		prefix := ""
+		if v != Version {
+			prefix = fmt.Sprintf("v%d-", v)
+		}
+		for name, data := range versionSeeds(t, v) {
+			seeds[prefix+name] = data
+		}
+	}
+	return seeds
+}
+
+// versionSeeds returns the seed files of format version v.
+func versionSeeds(t *testing.T, v int) map[string][]byte {
+	golden := goldenTrace(t, formatVersion(v))
+	small, _, _ := writeRandom(t, 11, 40, ChunkEvents(16), formatVersion(v))
 	var empty bytes.Buffer
-	w, err := NewWriter(&empty, nil)
+	w, err := NewWriter(&empty, nil, formatVersion(v))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
 	var tf bytes.Buffer
-	w, _ = NewWriter(&tf, &Header{Producer: ProducerSynthetic}, ChunkEvents(64))
+	w, _ = NewWriter(&tf, &Header{Producer: ProducerSynthetic}, ChunkEvents(64), formatVersion(v))
 	transformerStream(rand.New(rand.NewPCG(3, 3)), w, 150)
 	w.Close()
 	seeds := map[string][]byte{
@@ -73,12 +89,13 @@ func TestFuzzCorpus(t *testing.T) {
 			t.Errorf("%s differs from what the writer makes now (run go test -update)", name)
 		}
 		_, _, rerr := ReadAll(strings.NewReader(data))
+		kind := strings.TrimPrefix(name, "v1-")
 		switch {
-		case strings.HasPrefix(name, "valid-") && rerr != nil:
+		case strings.HasPrefix(kind, "valid-") && rerr != nil:
 			t.Errorf("%s: %v", name, rerr)
-		case strings.HasPrefix(name, "cut-") && !errors.Is(rerr, ErrTruncated):
+		case strings.HasPrefix(kind, "cut-") && !errors.Is(rerr, ErrTruncated):
 			t.Errorf("%s: err = %v, want ErrTruncated", name, rerr)
-		case strings.HasPrefix(name, "corrupt-") && (!errors.Is(rerr, ErrCorrupt) || errors.Is(rerr, ErrTruncated)):
+		case strings.HasPrefix(kind, "corrupt-") && (!errors.Is(rerr, ErrCorrupt) || errors.Is(rerr, ErrTruncated)):
 			t.Errorf("%s: err = %v, want ErrCorrupt", name, rerr)
 		}
 	}

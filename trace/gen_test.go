@@ -52,7 +52,7 @@ func randomTrace(rng *rand.Rand, s Sink, n int) []Event {
 			e.Device = devs[rng.IntN(len(devs))]
 			e.Stream = streams[rng.IntN(len(streams))]
 		}
-		f := spec[Version][e.Kind]
+		f := kindFields[e.Kind]
 		if rng.IntN(20) == 0 {
 			f = allFields // fields outside the kind's spec
 		}

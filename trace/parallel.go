@@ -27,6 +27,7 @@ type parallel struct {
 	mu      sync.Mutex
 	err     error // sticky: the first write or encoder error
 	stopped bool
+	version int // format version of the chunks
 }
 
 type chunkJob struct {
@@ -37,11 +38,12 @@ type chunkJob struct {
 	ready chan struct{} // closed when frame holds the chunk
 }
 
-func newParallel(w io.Writer, n int) *parallel {
+func newParallel(w io.Writer, n, version int) *parallel {
 	p := &parallel{
-		jobs:  make(chan *chunkJob, 2*n),
-		order: make(chan *chunkJob, 2*n),
-		free:  make(chan *chunkJob, 2*n),
+		version: version,
+		jobs:    make(chan *chunkJob, 2*n),
+		order:   make(chan *chunkJob, 2*n),
+		free:    make(chan *chunkJob, 2*n),
 	}
 	for range 2 * n {
 		p.free <- &chunkJob{}
@@ -82,7 +84,7 @@ func (p *parallel) compress() {
 				continue
 			}
 		}
-		j.frame, j.comp = frameChunk(j.frame[:0], j.comp[:0], enc, j.typ, j.raw)
+		j.frame, j.comp = frameChunk(j.frame[:0], j.comp[:0], enc, j.typ, j.raw, p.version)
 		close(j.ready)
 	}
 	if enc != nil {

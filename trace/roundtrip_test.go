@@ -32,8 +32,13 @@ func writeRandom(t testing.TB, seed uint64, n int, opts ...WriterOption) ([]byte
 
 func TestRoundTripBinary(t *testing.T) {
 	for seed := range uint64(20) {
-		opts := []WriterOption{ChunkEvents(1 + int(seed)*37)}
+		// Every format version this package reads, written by its writer.
+		version := Version - int(seed)%Version
+		opts := []WriterOption{ChunkEvents(1 + int(seed)*37), formatVersion(version)}
 		data, want, w := writeRandom(t, seed, 2000, opts...)
+		if data[len(Magic)] != byte(version) {
+			t.Fatalf("seed %d: format version %d written, want %d", seed, data[len(Magic)], version)
+		}
 		r, err := NewReader(bytes.NewReader(data))
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,7 @@ package trace
 const Magic = "FRAGSIM\x00"
 
 // Version is the newest format version this package writes and reads.
-const Version = 1
+const Version = 2
 
 // Chunk types (the low 7 bits of a chunk's type byte).
 const (
@@ -39,31 +39,88 @@ const (
 	fieldAux                      // misc column: uvarint
 	fieldText                     // misc column: uvarint string ID
 	fieldMarker                   // misc column: uvarint MarkerKind
-	allFields   = fieldAddr | fieldSize | fieldAux | fieldText | fieldMarker
+	allFields         = fieldAddr | fieldSize | fieldAux | fieldText | fieldMarker
+
+	// fieldRepeat (version 2, spec only, never in an extra mask): when
+	// the event does not encode its address or size, it has the previous
+	// event's (in its chunk; zero for the first), not zero.
+	fieldRepeat field = 1 << 5
 )
 
+// kindFields lists the fields each kind carries: those the text twin
+// always shows, and version 1's spec.
+var kindFields = [32]field{
+	KindAlloc:         fieldAddr | fieldSize,
+	KindFreeRequested: fieldAddr | fieldSize,
+	KindFreeCompleted: fieldAddr | fieldSize,
+	KindSegmentAlloc:  fieldAddr | fieldSize,
+	KindSegmentFree:   fieldAddr | fieldSize,
+	KindSegmentMap:    fieldAddr | fieldSize,
+	KindSegmentUnmap:  fieldAddr | fieldSize,
+	KindOOM:           fieldSize | fieldAux,
+	KindEmptyCache:    0,
+	KindSetFraction:   fieldAux,
+	KindMarker:        fieldMarker | fieldText,
+	KindSnapshot:      fieldSize,
+}
+
 // spec lists, per format version, the fields each kind always encodes.
-// A field outside the spec is encoded only when non-zero, announced by
-// flagExtra. New kinds and fields are appended, never renumbered.
+// A field outside the spec is encoded only when non-zero (or, for a
+// fieldRepeat kind, when it differs from the previous event's), announced
+// by flagExtra. New kinds and fields are appended, never renumbered.
 var spec = [Version + 1][32]field{
-	1: {
-		KindAlloc:         fieldAddr | fieldSize,
-		KindFreeRequested: fieldAddr | fieldSize,
-		KindFreeCompleted: fieldAddr | fieldSize,
-		KindSegmentAlloc:  fieldAddr | fieldSize,
-		KindSegmentFree:   fieldAddr | fieldSize,
-		KindSegmentMap:    fieldAddr | fieldSize,
-		KindSegmentUnmap:  fieldAddr | fieldSize,
-		KindOOM:           fieldSize | fieldAux,
-		KindEmptyCache:    0,
-		KindSetFraction:   fieldAux,
-		KindMarker:        fieldMarker | fieldText,
-		KindSnapshot:      fieldSize,
-	},
+	1: kindFields,
+	2: func() [32]field {
+		s := kindFields
+		// A free completes, nearly always, the block whose free was
+		// requested just before: same address and size.
+		s[KindFreeCompleted] = fieldRepeat
+		return s
+	}(),
 }
 
 // numKindsIn is, per format version, one more than its largest valid Kind.
-var numKindsIn = [Version + 1]Kind{1: KindSnapshot + 1}
+var numKindsIn = [Version + 1]Kind{1: KindSnapshot + 1, 2: KindSnapshot + 1}
+
+// Version 2's address registers: an address is a delta from the last
+// address encoded for an event of its size class, PyTorch's pools: small
+// blocks (up to 1 MiB), large ones up to 10 MiB (served from 20 MiB
+// segments) and larger ones (segments of their own). Their allocations
+// and frees interleave, and a delta within a class is far smaller.
+const (
+	smallClassMax = 1 << 20
+	largeClassMax = 10 << 20
+	numAddrRegs   = 3
+)
+
+// sizeClass returns the address register of an event of size bytes.
+func sizeClass(size uint64) int {
+	return b2i(size > smallClassMax) + b2i(size > largeClassMax)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Version 2's time modes (the column header's timeMode): the time column
+// holds each delta, in the chunk's time unit, as a uvarint when no delta
+// of the chunk is negative, else zigzag'd as in version 1.
+const (
+	timeUnsigned = 0
+	timeZigzag   = 1
+)
+
+// colHeaderLen is the number of uvarints of an events payload's column
+// header in format version v.
+func colHeaderLen(v int) int {
+	if v >= 2 {
+		return 9 // n timeUnit addrUnit sizeUnit timeMode len(T) len(A) len(S) len(M)
+	}
+	return 8 // n timeUnit addrUnit sizeUnit len(T) len(A) len(S) len(M)
+}
 
 // fieldsOf returns the set of optional fields e carries beyond none.
 func fieldsOf(e *Event) field {

@@ -107,7 +107,7 @@ func AppendEventText(b []byte, e *Event) []byte {
 	b = strconv.AppendUint(b, uint64(e.Stream), 16)
 	var sp field
 	if e.Kind.Valid() {
-		sp = spec[Version][e.Kind]
+		sp = kindFields[e.Kind]
 	}
 	f := sp | fieldsOf(e)
 	if f&fieldAddr != 0 {

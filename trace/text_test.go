@@ -76,7 +76,7 @@ func TestRoundTripText(t *testing.T) {
 
 // goldenTrace writes a small trace with every kind, markers, stacks and
 // a header with every field.
-func goldenTrace(t *testing.T) []byte {
+func goldenTrace(t *testing.T, opts ...WriterOption) []byte {
 	t.Helper()
 	h := &Header{
 		Producer: ProducerSynthetic, ProducerVersion: "fragsim test", GPUName: "NVIDIA H100 80GB HBM3",
@@ -89,7 +89,7 @@ func goldenTrace(t *testing.T) []byte {
 				{Addr: 0x7f0000000200, SizeBytes: 2<<20 - 512, State: BlockInactive}}}}},
 	}
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, h, ChunkEvents(8))
+	w, err := NewWriter(&buf, h, append([]WriterOption{ChunkEvents(8)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,13 @@ type writerOptions struct {
 	chunkEvents int
 	chunkBytes  int
 	workers     int // chunks compressed at once on other goroutines (see Concurrency)
+	version     int // format version written
+}
+
+// formatVersion makes the writer write format version v (1 to Version),
+// for tests of older versions' readers.
+func formatVersion(v int) WriterOption {
+	return func(o *writerOptions) { o.version = min(max(v, 1), Version) }
 }
 
 // ChunkEvents makes the writer end a chunk after n events (at most 1<<20).
@@ -59,7 +66,8 @@ type Writer struct {
 	done bool
 
 	events   []Event
-	estBytes int    // bound on the encoded size of events
+	estBytes int // bound on the encoded size of events
+	estRegs  [numAddrRegs]uint64
 	tab      []byte // table records not yet written
 
 	strings map[string]StringID
@@ -90,7 +98,7 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: encoding header: %w", err)
 	}
-	o := writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes}
+	o := writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes, version: Version}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -121,9 +129,9 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 		wr.events = make([]Event, 0, wr.opts.chunkEvents)
 	}
 	if wr.opts.workers > 1 {
-		wr.par = newParallel(w, wr.opts.workers)
+		wr.par = newParallel(w, wr.opts.workers, wr.opts.version)
 	}
-	start := append([]byte(Magic), Version)
+	start := binary.AppendUvarint([]byte(Magic), uint64(wr.opts.version))
 	if _, err := w.Write(start); err != nil {
 		wr.par.stop()
 		return nil, err
@@ -154,7 +162,7 @@ func (w *Writer) WriteEvent(e Event) error {
 	if len(w.events) > 1 {
 		prev = &w.events[len(w.events)-2]
 	}
-	w.estBytes += eventBound(&w.events[len(w.events)-1], prev)
+	w.estBytes += eventBound(&w.events[len(w.events)-1], prev, &w.estRegs, w.opts.version)
 	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
 		return w.endChunk()
 	}
@@ -252,13 +260,13 @@ func (w *Writer) endChunk() error {
 		w.tab = w.tab[:0]
 	}
 	if len(w.events) > 0 {
-		w.raw = w.ee.encode(w.raw[:0], w.events, Version)
+		w.raw = w.ee.encode(w.raw[:0], w.events, w.opts.version)
 		if err := w.writeChunk(chunkEvents, w.raw); err != nil {
 			return err
 		}
 		w.nEvents += int64(len(w.events))
 		w.events = w.events[:0]
-		w.estBytes = 0
+		w.estBytes, w.estRegs = 0, [numAddrRegs]uint64{}
 	}
 	return nil
 }
@@ -465,7 +473,7 @@ func (w *Writer) writeChunk(typ byte, raw []byte) error {
 		w.nChunks++
 		return nil
 	}
-	w.frame, w.comp = frameChunk(w.frame[:0], w.comp[:0], w.enc, typ, raw)
+	w.frame, w.comp = frameChunk(w.frame[:0], w.comp[:0], w.enc, typ, raw, w.opts.version)
 	if _, err := w.w.Write(w.frame); err != nil {
 		w.err = err
 		return err
@@ -474,12 +482,12 @@ func (w *Writer) writeChunk(typ byte, raw []byte) error {
 	return nil
 }
 
-// frameChunk appends to dst the chunk of type typ holding raw, compressed
-// with enc (into comp, returned for reuse) unless that does not make it
-// smaller.
-func frameChunk(dst, comp []byte, enc *zstd.Encoder, typ byte, raw []byte) (frame, compBuf []byte) {
+// frameChunk appends to dst the chunk of type typ holding raw (in format
+// version version), compressed with enc (into comp, returned for reuse)
+// unless that does not make it smaller.
+func frameChunk(dst, comp []byte, enc *zstd.Encoder, typ byte, raw []byte, version int) (frame, compBuf []byte) {
 	if typ == chunkEvents {
-		comp = compressColumns(comp, enc, raw)
+		comp = compressColumns(comp, enc, raw, version)
 	} else {
 		comp = enc.EncodeAll(raw, comp)
 	}
@@ -504,15 +512,17 @@ func frameChunk(dst, comp []byte, enc *zstd.Encoder, typ byte, raw []byte) (fram
 // the concatenation of theirs, so readers see the same payload; each
 // column gets its own entropy tables, fitted to its values alone (2-6%
 // smaller than one frame for the whole payload on real traces).
-func compressColumns(comp []byte, enc *zstd.Encoder, raw []byte) []byte {
-	var hdr [8]uint64
+func compressColumns(comp []byte, enc *zstd.Encoder, raw []byte, version int) []byte {
+	var hdr [9]uint64
+	nh := colHeaderLen(version)
 	i := 0
-	for j := range hdr {
+	for j := range nh {
 		if hdr[j], i = uvarint(raw, i); i < 0 {
 			return enc.EncodeAll(raw, comp) // not an events payload: one frame
 		}
 	}
-	cut := [...]uint64{uint64(i) + hdr[0], hdr[4], hdr[5], hdr[6], hdr[7]}
+	l := hdr[nh-4 : nh] // column lengths
+	cut := [...]uint64{uint64(i) + hdr[0], l[0], l[1], l[2], l[3]}
 	start := uint64(0)
 	for _, l := range cut {
 		if l > uint64(len(raw))-start {
