@@ -23,12 +23,14 @@ type block struct {
 	stream     trace.StreamID
 	prev, next int32
 	seg        int32 // expandable segment index, or -1 for a cudaMalloc segment
-	pool       uint8
-	used       bool // the arena slot holds a block
-	allocated  bool // handed out and not freed by the program
-	pending    bool // freed by the program, waiting for its free to complete
-	mapped     bool // backed by memory (always true outside expandable segments)
-	inSet      bool // in its pool's free set
+	// bnext and bprev link the block in its free set's bin (see freeSet).
+	bnext, bprev int32
+	pool         uint8
+	used         bool // the arena slot holds a block
+	allocated    bool // handed out and not freed by the program
+	pending      bool // freed by the program, waiting for its free to complete
+	mapped       bool // backed by memory (always true outside expandable segments)
+	inSet        bool // in its pool's free set
 }
 
 // streamPool holds the free blocks of one (pool, stream).
@@ -166,7 +168,7 @@ func (a *Allocator) insertFree(id int32) {
 	b := &a.blocks[id]
 	b.gcBase = a.pools[b.pool].gcCalls
 	b.inSet = true
-	a.streamPool(b.pool, b.stream, true).free.insert(entry{size: b.size, addr: b.addr, id: id})
+	a.streamPool(b.pool, b.stream, true).free.insert(a.blocks, id)
 }
 
 func (a *Allocator) eraseFree(id int32) {
@@ -175,9 +177,7 @@ func (a *Allocator) eraseFree(id int32) {
 		panic(fmt.Sprintf("caching: block %#x not in its free set", b.addr))
 	}
 	b.inSet = false
-	if !a.streamPool(b.pool, b.stream, false).free.remove(b.size, b.addr) {
-		panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", b.addr, b.size))
-	}
+	a.streamPool(b.pool, b.stream, false).free.remove(a.blocks, id)
 }
 
 func (a *Allocator) insertUnmapped(id int32) {
@@ -217,7 +217,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 		pool = smallPool
 	}
 	var allocSize uint64
-	id, fs, p, ok := a.getFreeBlock(pool, stream, s)
+	id, fs, ok := a.getFreeBlock(pool, stream, s)
 	if !ok {
 		allocSize = a.cfg.AllocationSize(s)
 		if a.gcEnabled() {
@@ -237,7 +237,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 		return replay.Block{}, &replay.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
 			Reason: a.oomReason(allocSize)}
 	}
-	return a.allocFound(id, s, orig, fs, p), nil
+	return a.allocFound(id, s, orig, fs), nil
 }
 
 func (a *Allocator) oomReason(allocSize uint64) string {
@@ -249,55 +249,47 @@ func (a *Allocator) oomReason(allocSize uint64) string {
 }
 
 // getFreeBlock is get_free_block: best fit by (stream, size, addr). It
-// leaves the block in its free set, at p of fs, for allocFound.
-func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (int32, *freeSet, pos, bool) {
+// leaves the block in its free set fs, for allocFound.
+func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (int32, *freeSet, bool) {
 	if a.gcEnabled() {
 		a.pools[pool].gcCalls++
 	}
 	sp := a.streamPool(pool, stream, false)
 	if sp == nil || sp.free.n == 0 {
-		return none, nil, pos{}, false
+		return none, nil, false
 	}
 	fs := &sp.free
-	p := fs.bestFit(s)
-	if !fs.valid(p) {
-		return none, nil, pos{}, false
+	id := fs.bestFit(a.blocks, s)
+	if id == none {
+		return none, nil, false
 	}
-	e := fs.at(p)
-	if a.blocks[e.id].seg != none {
+	if a.blocks[id].seg != none {
 		if a.cfg.Expandable {
-			for a.blocks[e.id].seg != none {
-				np := fs.next(p)
-				if !fs.valid(np) {
+			for a.blocks[id].seg != none {
+				nid := fs.next(a.blocks, id)
+				if nid == none || a.expandableSize(nid) >= a.expandableSize(id) {
 					break
 				}
-				ne := fs.at(np)
-				if a.expandableSize(ne.id) >= a.expandableSize(e.id) {
-					break
-				}
-				p, e = np, ne
+				id = nid
 			}
 		} else {
-			for {
-				p = fs.next(p)
-				if !fs.valid(p) || a.blocks[fs.at(p).id].seg == none {
-					break
-				}
+			for id != none && a.blocks[id].seg != none {
+				id = fs.next(a.blocks, id)
 			}
-			if !fs.valid(p) {
-				return none, nil, pos{}, false
+			if id == none {
+				return none, nil, false
 			}
-			e = fs.at(p)
 		}
 	}
+	size := a.blocks[id].size
 	m := a.cfg.MaxSplitSize
-	if s < m && e.size >= m {
-		return none, nil, pos{}, false
+	if s < m && size >= m {
+		return none, nil, false
 	}
-	if s >= m && e.size >= s+a.cfg.MaxNonSplitRounding {
-		return none, nil, pos{}, false
+	if s >= m && size >= s+a.cfg.MaxNonSplitRounding {
+		return none, nil, false
 	}
-	return e.id, fs, p, true
+	return id, fs, true
 }
 
 func (a *Allocator) expandableSize(id int32) uint64 {
@@ -340,12 +332,16 @@ func (a *Allocator) shouldSplit(id int32, s uint64) bool {
 }
 
 // allocFound is alloc_found_block: front carving and inactive_split
-// accounting. fs is nil for a new block; otherwise the block is at p in fs,
-// and the remainder of a split takes its entry's place.
-func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet, p pos) replay.Block {
+// accounting. fs is nil for a new block; otherwise the block is in fs,
+// and the remainder of a split goes back to it.
+func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Block {
 	split := a.shouldSplit(id, s)
 	alreadySplit := a.isSplit(id)
 	expandable := a.blocks[id].seg != none
+	if fs != nil {
+		fs.remove(a.blocks, id)
+		a.blocks[id].inSet = false
+	}
 	if split {
 		nid := a.newBlock()
 		rem := &a.blocks[id]
@@ -358,12 +354,7 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet, p pos) rep
 		rem.addr += s
 		rem.size -= s
 		remSize := rem.size
-		if fs != nil {
-			rem.gcBase = a.pools[rem.pool].gcCalls
-			fs.replaceAt(p, entry{size: rem.size, addr: rem.addr, id: id})
-		} else {
-			a.insertFree(id)
-		}
+		a.insertFree(id)
 		if !expandable {
 			if alreadySplit {
 				a.stranded -= s
@@ -374,10 +365,6 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet, p pos) rep
 		}
 		id = nid
 	} else {
-		if fs != nil {
-			fs.removeAt(p)
-			a.blocks[id].inSet = false
-		}
 		if alreadySplit && !expandable {
 			a.stranded -= a.blocks[id].size
 			a.strandedCount--
@@ -479,43 +466,15 @@ func (a *Allocator) freeBlock(id int32) {
 	var netCount int64
 	var netBytes int64
 	prev, next := b.prev, b.next
-	// The merged block takes the free-set entry of a mapped neighbour it
-	// absorbs (next first), in place; a neighbour absorbed otherwise is
-	// erased first, so that the entry's position stays valid.
-	nextFree, prevFree := a.mergeable(id, next), a.mergeable(id, prev)
-	take := none
-	if b.mapped {
-		if nextFree {
-			take, nextFree = next, false
-		} else if prevFree {
-			take, prevFree = prev, false
-		}
-	}
-	if nextFree {
-		netCount--
-		netBytes -= int64(a.merge(id, next))
-	}
-	if prevFree {
+	if a.mergeable(id, prev) {
 		netCount--
 		netBytes -= int64(a.merge(id, prev))
 	}
-	if take != none {
-		tb := &a.blocks[take]
-		fs := &a.streamPool(tb.pool, tb.stream, false).free
-		p := fs.lowerBound(tb.size, tb.addr)
-		if !fs.valid(p) || fs.at(p).id != take {
-			panic(fmt.Sprintf("caching: free block %#x (%d bytes) missing from its set", tb.addr, tb.size))
-		}
-		sub := a.absorb(id, take)
+	if a.mergeable(id, next) {
 		netCount--
-		netBytes -= int64(sub)
-		nb := &a.blocks[id]
-		nb.gcBase = a.pools[nb.pool].gcCalls
-		nb.inSet = true
-		fs.replaceAt(p, entry{size: nb.size, addr: nb.addr, id: id})
-	} else {
-		a.insertFree(id)
+		netBytes -= int64(a.merge(id, next))
 	}
+	a.insertFree(id)
 	if a.isSplit(id) {
 		netCount++
 		netBytes += int64(a.blocks[id].size)
@@ -603,7 +562,7 @@ func (a *Allocator) garbageCollect() {
 	count := 0
 	cands := a.scratch[:0]
 	for _, sp := range bp.streams {
-		sp.free.each(func(e entry) {
+		sp.free.each(a.blocks, func(e entry) {
 			if !a.isSplit(e.id) && a.blocks[e.id].seg == none {
 				cands = append(cands, e)
 				totalAge += bp.gcCalls - a.blocks[e.id].gcBase
@@ -653,28 +612,26 @@ func (a *Allocator) releaseAvailable(pool uint8, stream trace.StreamID, s uint64
 		return false
 	}
 	fs := &sp.free
-	p := fs.lowerBound(key, 0)
-	if fs.valid(p) && a.blocks[fs.at(p).id].seg == none {
-		a.releaseBlock(fs.at(p).id)
+	p := fs.bestFit(a.blocks, key)
+	if p != none && a.blocks[p].seg == none {
+		a.releaseBlock(p)
 		return true
 	}
-	it, ok := fs.prev(p)
+	it, ok := fs.prev(a.blocks, p)
 	if !ok {
 		return false
 	}
 	var released uint64
 	for released < key {
-		e := fs.at(it)
-		if e.size < m {
+		size := a.blocks[it].size
+		if size < m {
 			break
 		}
-		cur := it
-		prev, hasPrev := fs.prev(it)
-		if a.blocks[e.id].seg == none {
-			// Releasing cur shifts later positions only; prev stays valid.
-			_ = cur
-			a.releaseBlock(e.id)
-			released += e.size
+		prev, hasPrev := fs.prev(a.blocks, it)
+		if a.blocks[it].seg == none {
+			// Releasing it takes it out of its list; prev stays.
+			a.releaseBlock(it)
+			released += size
 		}
 		if !hasPrev {
 			break
@@ -694,7 +651,7 @@ func (a *Allocator) releaseCached() {
 		bp := &a.pools[pool]
 		ents := a.scratch[:0]
 		for _, sp := range bp.streams {
-			ents = sp.free.entries(ents)
+			ents = sp.free.entries(a.blocks, ents)
 		}
 		var unmap []int32
 		for _, e := range ents {
@@ -726,8 +683,8 @@ func (a *Allocator) Stats() replay.Stats {
 	var largest uint64
 	for p := range a.pools {
 		for _, sp := range a.pools[p].streams {
-			if e, ok := sp.free.last(); ok && e.size > largest {
-				largest = e.size
+			if id, ok := sp.free.last(a.blocks); ok && a.blocks[id].size > largest {
+				largest = a.blocks[id].size
 			}
 		}
 	}

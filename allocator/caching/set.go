@@ -5,26 +5,34 @@ import (
 	"sort"
 )
 
-// entry is one free block in a freeSet, ordered by (size, addr).
+// entry is one free block of a freeSet, as its walks report it.
 type entry struct {
 	size, addr uint64
 	id         int32
 }
 
-func (e entry) less(size, addr uint64) bool {
-	return e.size < size || (e.size == size && e.addr < addr)
+func (b *block) less(size, addr uint64) bool {
+	return b.size < size || (b.size == size && b.addr < addr)
 }
 
-// freeSet is a sorted set of free blocks of one (pool, stream), ordered by
-// (size, addr). Its entries are kept in size-class bins, each sorted by
-// (size, addr), with a bitmap of the bins that hold entries: every entry
-// of a bin is below every entry of the bins after it, so that a search
-// looks into one bin (a few entries, most often none or one) and then,
-// through the bitmap, at the first entry of the next nonempty bin.
+// freeSet is a sorted set of the free blocks of one (pool, stream),
+// ordered by (size, addr). Its blocks are kept in size-class bins: each
+// bin is a list linked through the blocks themselves (block.bnext and
+// block.bprev), sorted by (size, addr), and a bitmap tells the bins that
+// hold blocks. Every block of a bin is below every block of the bins
+// after it, so that a search walks one bin (none or one block most of the
+// time) and then, through the bitmap, takes the head of the next nonempty
+// bin; a block leaves its set without a search.
+//
+// A bin's list ends with none forward; backward it is circular: the
+// head's bprev is the tail. A block's size and address must not change
+// while it is in a set (its bin follows from its size). Positions are
+// block ids, none past the last block. The methods take the allocator's
+// blocks, which hold the links.
 type freeSet struct {
-	bins  [][]entry // bins[b]: the entries of bin b, in order
-	words []uint64  // bit b%64 of words[b/64]: bins[b] is not empty
-	top   uint64    // bit w: words[w] is not zero
+	heads []int32  // heads[b]: the first block of bin b, or none
+	words []uint64 // bit b%64 of words[b/64]: bin b is not empty
+	top   uint64   // bit w: words[w] is not zero
 	n     int
 }
 
@@ -38,11 +46,8 @@ func binOf(size uint64) int {
 	return (k-6)<<6 + int((y>>(k-6))&63)
 }
 
-// endBin is the bin of the position past the last entry.
+// endBin is past every bin.
 const endBin = 1 << 30
-
-// pos is a position in a freeSet: entry i of bin c.
-type pos struct{ c, i int }
 
 // nextBin returns the first nonempty bin after b, or endBin.
 func (s *freeSet) nextBin(b int) int {
@@ -84,207 +89,165 @@ func (s *freeSet) prevBin(b int) int {
 	return w<<6 + 63 - bits.LeadingZeros64(s.words[w])
 }
 
-// search returns the index of the first entry >= (size, addr) in bin ch.
-func search(ch []entry, size, addr uint64) int {
-	if len(ch) <= 8 {
-		for i := range ch {
-			if !ch[i].less(size, addr) {
-				return i
+// head returns the first block of the first nonempty bin from b on, or none.
+func (s *freeSet) head(b int) int32 {
+	if b < len(s.heads) && s.heads[b] != none {
+		return s.heads[b]
+	}
+	if b = s.nextBin(b); b == endBin {
+		return none
+	}
+	return s.heads[b]
+}
+
+// lowerBound returns the first block >= (size, addr), or none.
+func (s *freeSet) lowerBound(bl []block, size, addr uint64) int32 {
+	b := binOf(size)
+	if b < len(s.heads) {
+		for id := s.heads[b]; id != none; id = bl[id].bnext {
+			if !bl[id].less(size, addr) {
+				return id
 			}
 		}
-		return len(ch)
 	}
-	i, j := 0, len(ch)
-	for i < j {
-		m := int(uint(i+j) >> 1)
-		if ch[m].less(size, addr) {
-			i = m + 1
-		} else {
-			j = m
-		}
-	}
-	return i
+	return s.head(b + 1)
 }
 
-// lowerBound returns the position of the first entry >= (size, addr).
-func (s *freeSet) lowerBound(size, addr uint64) pos {
-	b := binOf(size)
-	if b < len(s.bins) {
-		ch := s.bins[b]
-		if i := search(ch, size, addr); i < len(ch) {
-			return pos{b, i}
-		}
-	}
-	return pos{s.nextBin(b), 0}
-}
-
-// bestFit returns the position of the first entry of at least size bytes:
+// bestFit returns the first block of at least size bytes, or none:
 // lowerBound(size, 0).
-func (s *freeSet) bestFit(size uint64) pos {
+func (s *freeSet) bestFit(bl []block, size uint64) int32 {
 	b := binOf(size)
-	if b < len(s.bins) {
-		ch := s.bins[b]
-		if len(ch) <= 8 {
-			for i := range ch {
-				if ch[i].size >= size {
-					return pos{b, i}
-				}
+	if b < len(s.heads) {
+		for id := s.heads[b]; id != none; id = bl[id].bnext {
+			if bl[id].size >= size {
+				return id
 			}
-		} else if i := search(ch, size, 0); i < len(ch) {
-			return pos{b, i}
 		}
 	}
-	return pos{s.nextBin(b), 0}
+	return s.head(b + 1)
 }
 
-func (s *freeSet) valid(p pos) bool { return p.c < endBin }
-
-func (s *freeSet) at(p pos) entry { return s.bins[p.c][p.i] }
-
-func (s *freeSet) next(p pos) pos {
-	p.i++
-	if p.i == len(s.bins[p.c]) {
-		return pos{s.nextBin(p.c), 0}
+// next returns the block after id, or none.
+func (s *freeSet) next(bl []block, id int32) int32 {
+	if n := bl[id].bnext; n != none {
+		return n
 	}
-	return p
+	return s.head(binOf(bl[id].size) + 1)
 }
 
-// prev returns the position before p; ok is false at the beginning.
-func (s *freeSet) prev(p pos) (pos, bool) {
-	if p.i > 0 {
-		return pos{p.c, p.i - 1}, true
+// prev returns the block before id (the last block when id is none); ok
+// is false at the beginning.
+func (s *freeSet) prev(bl []block, id int32) (int32, bool) {
+	b := endBin
+	if id != none {
+		b = binOf(bl[id].size)
+		if s.heads[b] != id {
+			return bl[id].bprev, true
+		}
 	}
-	c := s.prevBin(p.c)
-	if c < 0 {
-		return p, false
+	if b = s.prevBin(b); b < 0 {
+		return none, false
 	}
-	return pos{c, len(s.bins[c]) - 1}, true
+	return bl[s.heads[b]].bprev, true
 }
 
-func (s *freeSet) last() (entry, bool) {
-	c := s.prevBin(endBin)
-	if c < 0 {
-		return entry{}, false
-	}
-	ch := s.bins[c]
-	return ch[len(ch)-1], true
-}
+func (s *freeSet) last(bl []block) (int32, bool) { return s.prev(bl, none) }
 
-// grow makes room for bin b.
-func (s *freeSet) grow(b int) {
-	n := max(b+1, 2*len(s.bins), 64)
-	s.bins = append(s.bins, make([][]entry, n-len(s.bins))...)
-	if w := (len(s.bins) + 63) >> 6; w > len(s.words) {
-		s.words = append(s.words, make([]uint64, w-len(s.words))...)
-	}
-}
-
-// insertIn inserts e in bin b, which is binOf(e.size).
-func (s *freeSet) insertIn(b int, e entry) {
-	if b >= len(s.bins) {
-		s.grow(b)
+// insert adds block id, which must be in no set.
+func (s *freeSet) insert(bl []block, id int32) {
+	e := &bl[id]
+	b := binOf(e.size)
+	if b >= len(s.heads) {
+		n := max(b+1, 2*len(s.heads), 64)
+		for len(s.heads) < n {
+			s.heads = append(s.heads, none)
+		}
+		if w := (n + 63) >> 6; w > len(s.words) {
+			s.words = append(s.words, make([]uint64, w-len(s.words))...)
+		}
 	}
 	s.n++
-	ch := s.bins[b]
-	if len(ch) == 0 {
-		s.bins[b] = append(ch, e)
+	h := s.heads[b]
+	if h == none {
+		s.heads[b] = id
+		e.bnext, e.bprev = none, id
 		s.words[b>>6] |= 1 << uint(b&63)
 		s.top |= 1 << uint(b>>6)
 		return
 	}
-	i := search(ch, e.size, e.addr)
-	ch = append(ch, entry{})
-	copy(ch[i+1:], ch[i:])
-	ch[i] = e
-	s.bins[b] = ch
-}
-
-func (s *freeSet) insert(e entry) { s.insertIn(binOf(e.size), e) }
-
-// remove deletes the entry (size, addr); it reports whether it was there.
-func (s *freeSet) remove(size, addr uint64) bool {
-	b := binOf(size)
-	if b >= len(s.bins) {
-		return false
-	}
-	ch := s.bins[b]
-	i := search(ch, size, addr)
-	if i == len(ch) || ch[i].size != size || ch[i].addr != addr {
-		return false
-	}
-	s.removeAt(pos{b, i})
-	return true
-}
-
-func (s *freeSet) removeAt(p pos) {
-	s.n--
-	ch := s.bins[p.c]
-	// Bins are short: a loop moves their few entries faster than copy.
-	for j := p.i + 1; j < len(ch); j++ {
-		ch[j-1] = ch[j]
-	}
-	ch = ch[:len(ch)-1]
-	s.bins[p.c] = ch
-	if len(ch) == 0 {
-		w := p.c >> 6
-		m := s.words[w] &^ (1 << uint(p.c&63))
-		s.words[w] = m
-		var t uint64
-		if m == 0 {
-			t = 1 << uint(w)
-		}
-		s.top &^= t
-	}
-}
-
-// replaceAt replaces the entry at p with e, keeping the order; e must not
-// be in the set already. When e stays in p's bin, only the entries
-// between the two places move.
-func (s *freeSet) replaceAt(p pos, e entry) {
-	if b := binOf(e.size); b != p.c {
-		s.removeAt(p)
-		s.insertIn(b, e)
+	if t := bl[h].bprev; bl[t].less(e.size, e.addr) {
+		// after the tail
+		bl[t].bnext = id
+		e.bnext, e.bprev = none, t
+		bl[h].bprev = id
 		return
 	}
-	ch := s.bins[p.c]
-	old := ch[p.i]
-	if e.less(old.size, old.addr) {
-		// e goes at or before p.i
-		i := search(ch[:p.i], e.size, e.addr)
-		copy(ch[i+1:p.i+1], ch[i:p.i])
-		ch[i] = e
+	c := h
+	for bl[c].less(e.size, e.addr) {
+		c = bl[c].bnext
+	}
+	// before c
+	p := bl[c].bprev
+	e.bnext, e.bprev = c, p
+	bl[c].bprev = id
+	if c == h {
+		s.heads[b] = id
 	} else {
-		// e goes after p.i: entries p.i+1 .. i-1 move down one place
-		i := p.i + 1 + search(ch[p.i+1:], e.size, e.addr)
-		copy(ch[p.i:i-1], ch[p.i+1:i])
-		ch[i-1] = e
+		bl[p].bnext = id
 	}
 }
 
-// each calls fn for every entry in order.
-func (s *freeSet) each(fn func(e entry)) {
-	for c := s.nextBin(-1); c < endBin; c = s.nextBin(c) {
-		for _, e := range s.bins[c] {
-			fn(e)
+// remove takes block id, which must be in s, out of it.
+func (s *freeSet) remove(bl []block, id int32) {
+	e := &bl[id]
+	b := binOf(e.size)
+	h := s.heads[b]
+	nx, pv := e.bnext, e.bprev
+	s.n--
+	if h == id {
+		if nx == none {
+			s.heads[b] = none
+			w := b >> 6
+			m := s.words[w] &^ (1 << uint(b&63))
+			s.words[w] = m
+			var t uint64
+			if m == 0 {
+				t = 1 << uint(w)
+			}
+			s.top &^= t
+			return
+		}
+		s.heads[b] = nx
+		bl[nx].bprev = pv
+		return
+	}
+	bl[pv].bnext = nx
+	if nx != none {
+		bl[nx].bprev = pv
+	} else {
+		bl[h].bprev = pv
+	}
+}
+
+// each calls fn for every block in order.
+func (s *freeSet) each(bl []block, fn func(e entry)) {
+	for b := s.nextBin(-1); b < endBin; b = s.nextBin(b) {
+		for id := s.heads[b]; id != none; id = bl[id].bnext {
+			fn(entry{size: bl[id].size, addr: bl[id].addr, id: id})
 		}
 	}
 }
 
-// entries appends all entries in order to dst.
-func (s *freeSet) entries(dst []entry) []entry {
-	for c := s.nextBin(-1); c < endBin; c = s.nextBin(c) {
-		dst = append(dst, s.bins[c]...)
-	}
+// entries appends all blocks in order to dst.
+func (s *freeSet) entries(bl []block, dst []entry) []entry {
+	s.each(bl, func(e entry) { dst = append(dst, e) })
 	return dst
 }
 
-// clone returns a copy of s that shares no memory with it.
+// clone returns a copy of s that shares no memory with it; the links are
+// in the blocks.
 func (s *freeSet) clone() freeSet {
-	c := freeSet{bins: make([][]entry, len(s.bins)), words: append([]uint64(nil), s.words...), top: s.top, n: s.n}
-	for b := s.nextBin(-1); b < endBin; b = s.nextBin(b) {
-		c.bins[b] = append([]entry(nil), s.bins[b]...)
-	}
-	return c
+	return freeSet{heads: append([]int32(nil), s.heads...), words: append([]uint64(nil), s.words...), top: s.top, n: s.n}
 }
 
 // addrSet is a sorted set of block ids keyed by address (unmapped blocks of
