@@ -61,14 +61,15 @@ func (l *evlog) push(e event) {
 }
 
 // grow makes room for at least one more event: when in memory, a capacity
-// of want events (at least a quarter more than today) of which est are
-// faulted in ahead, or the spill to a file if that is more than
-// spillEvents; when spilled, the next block.
+// of want events (at least a quarter more than today, at most
+// spillEvents) of which est (the events still expected) are faulted in
+// ahead, or the spill to a file if more than spillEvents are expected in
+// all; when spilled, the next block.
 func (l *evlog) grow(want, est int) {
 	n := len(l.mem)
 	if l.f == nil && l.err == nil {
-		want = max(want, n+n/4, 1024)
-		if want <= spillEvents {
+		want = min(max(want, n+n/4, 1024), max(spillEvents, n+1))
+		if max(n+est, n+1) <= spillEvents {
 			mem := make([]event, n, want)
 			if est >= 1<<15 {
 				est = min(est, want-n)

@@ -771,12 +771,13 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 		return nil
 	}
 	var t int64
-	var e event
 	k := 0
 	err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
 		for i := range b {
-			e = b[i]
-			if !q.conv && !s.entry(&e, q.dev, &t) {
+			// Converted where it is: b is a copy when not converted
+			// (spilled).
+			e := &b[i]
+			if !q.conv && !s.entry(e, q.dev, &t) {
 				continue
 			}
 			if ec != nil {
@@ -785,7 +786,13 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 				}
 			}
 			k++
-			if err := put(&e); err != nil {
+			var err error
+			if len(ms) == 0 {
+				err = w.put(e)
+			} else {
+				err = put(e)
+			}
+			if err != nil {
 				return err
 			}
 		}
