@@ -135,16 +135,18 @@ func (a *Allocator) isSplit(id int32) bool {
 	return b.prev != none || b.next != none
 }
 
-// streamPool returns the (pool, stream) free lists, creating them when create is set.
-func (a *Allocator) streamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
-	if l := a.pools[pool].last; l != nil && l.stream == stream {
-		return l
+// streamPool returns the (pool, stream) free lists, creating them
+// (empty) when the stream has none yet.
+func (a *Allocator) streamPool(pool uint8, stream trace.StreamID) *streamPool {
+	l := a.pools[pool].last
+	if l == nil || l.stream != stream {
+		l = a.findStreamPool(pool, stream)
 	}
-	return a.findStreamPool(pool, stream, create)
+	return l
 }
 
 // findStreamPool is streamPool for another stream than the last one found.
-func (a *Allocator) findStreamPool(pool uint8, stream trace.StreamID, create bool) *streamPool {
+func (a *Allocator) findStreamPool(pool uint8, stream trace.StreamID) *streamPool {
 	bp := &a.pools[pool]
 	ss := bp.streams
 	for _, sp := range ss {
@@ -153,22 +155,25 @@ func (a *Allocator) findStreamPool(pool uint8, stream trace.StreamID, create boo
 			return sp
 		}
 	}
-	if !create {
-		return nil
-	}
 	sp := &streamPool{stream: stream}
 	i := sort.Search(len(ss), func(i int) bool { return ss[i].stream > stream })
 	bp.streams = append(bp.streams, nil)
 	copy(bp.streams[i+1:], bp.streams[i:])
 	bp.streams[i] = sp
+	bp.last = sp
 	return sp
 }
 
 func (a *Allocator) insertFree(id int32) {
 	b := &a.blocks[id]
-	b.gcBase = a.pools[b.pool].gcCalls
+	bp := &a.pools[b.pool]
+	b.gcBase = bp.gcCalls
 	b.inSet = true
-	a.streamPool(b.pool, b.stream, true).free.insert(a.blocks, id)
+	sp := bp.last // streamPool, inlined
+	if sp == nil || sp.stream != b.stream {
+		sp = a.findStreamPool(b.pool, b.stream)
+	}
+	sp.free.insert(a.blocks, id)
 }
 
 func (a *Allocator) eraseFree(id int32) {
@@ -177,17 +182,21 @@ func (a *Allocator) eraseFree(id int32) {
 		panic(fmt.Sprintf("caching: block %#x not in its free set", b.addr))
 	}
 	b.inSet = false
-	a.streamPool(b.pool, b.stream, false).free.remove(a.blocks, id)
+	sp := a.pools[b.pool].last // streamPool, inlined
+	if sp == nil || sp.stream != b.stream {
+		sp = a.findStreamPool(b.pool, b.stream)
+	}
+	sp.free.remove(a.blocks, id)
 }
 
 func (a *Allocator) insertUnmapped(id int32) {
 	b := &a.blocks[id]
-	a.streamPool(b.pool, b.stream, true).unmapped.insert(b.addr, id)
+	a.streamPool(b.pool, b.stream).unmapped.insert(b.addr, id)
 }
 
 func (a *Allocator) eraseUnmapped(id int32) {
 	b := &a.blocks[id]
-	if !a.streamPool(b.pool, b.stream, false).unmapped.remove(b.addr) {
+	if !a.streamPool(b.pool, b.stream).unmapped.remove(b.addr) {
 		panic(fmt.Sprintf("caching: unmapped block %#x missing from its set", b.addr))
 	}
 }
@@ -254,8 +263,11 @@ func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (i
 	if a.gcEnabled() {
 		a.pools[pool].gcCalls++
 	}
-	sp := a.streamPool(pool, stream, false)
-	if sp == nil || sp.free.n == 0 {
+	sp := a.pools[pool].last // streamPool, inlined
+	if sp == nil || sp.stream != stream {
+		sp = a.findStreamPool(pool, stream)
+	}
+	if sp.free.n == 0 {
 		return none, nil, false
 	}
 	fs := &sp.free
@@ -607,7 +619,7 @@ func (a *Allocator) releaseAvailable(pool uint8, stream trace.StreamID, s uint64
 	if key < m {
 		key = m
 	}
-	sp := a.streamPool(pool, stream, false)
+	sp := a.streamPool(pool, stream)
 	if sp == nil || sp.free.n == 0 {
 		return false
 	}

@@ -16,7 +16,7 @@ func (a *Allocator) allocatable(id int32) bool {
 // segment of (pool, stream) with s contiguous free or unmapped bytes, or a
 // new segment.
 func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) int32 {
-	if sp := a.streamPool(pool, stream, false); sp != nil {
+	if sp := a.streamPool(pool, stream); sp != nil {
 		for _, c := range sp.unmapped.ids {
 			if p := a.blocks[c].prev; a.allocatable(p) {
 				c = p
