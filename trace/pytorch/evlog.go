@@ -40,10 +40,11 @@ type evlog struct {
 	prev []event // when spilled, the block before mem (nil while none)
 	base int     // index of mem[0] (0 in memory)
 	f    *os.File
-	name string // the file's name while it could not be removed
-	dir  string // where to make the file ("": os.TempDir())
-	err  error  // the first spill error
-	done bool   // finished: everything is in the file
+	name string  // the file's name while it could not be removed
+	dir  string  // where to make the file ("": os.TempDir())
+	err  error   // the first spill error
+	done bool    // finished: everything is in the file
+	rbuf []event // blocks' read buffer, between walks
 }
 
 // Len returns the number of events.
@@ -178,7 +179,7 @@ func (l *evlog) close() {
 		}
 		l.f = nil
 	}
-	l.mem, l.prev = nil, nil
+	l.mem, l.prev, l.rbuf = nil, nil, nil
 }
 
 // errClosed is returned when a closed snapshot's events are read.
@@ -201,7 +202,13 @@ func (l *evlog) blocks(from, to int, backward bool, fn func(lo int, b []event) e
 	if !l.done {
 		return errors.New("spilled events read before they were finished")
 	}
-	buf := make([]event, min(spillBlock, to-from))
+	n := min(spillBlock, to-from)
+	if cap(l.rbuf) < n {
+		l.rbuf = make([]event, n)
+	}
+	buf := l.rbuf[:n]
+	l.rbuf = nil // (a walk inside fn gets its own)
+	defer func() { l.rbuf = buf }()
 	for k := 0; from+k < to; k += len(buf) {
 		lo, hi := from+k, min(to, from+k+len(buf))
 		if backward {
