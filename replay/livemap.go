@@ -10,6 +10,10 @@ type liveMap struct {
 	vals  []live
 	n     int
 	shift uint
+	// hint is the slot Get found last: a free_completed most often
+	// follows the free_requested of the same block, and Take looks there
+	// first.
+	hint int
 	// The key math.MaxUint64, whose key+1 would read as empty, is kept apart.
 	top    live
 	hasTop bool
@@ -65,6 +69,7 @@ func (m *liveMap) Get(key uint64) (*live, bool) {
 	for i := m.slot(k); ; i = (i + 1) & mask {
 		switch m.keys[i] {
 		case k:
+			m.hint = i
 			return &m.vals[i], true
 		case 0:
 			return nil, false
@@ -124,12 +129,15 @@ func (m *liveMap) Take(key uint64) (live, bool) {
 	}
 	keys := m.keys
 	mask := len(keys) - 1
-	i := m.slot(k)
-	for keys[i] != k {
-		if keys[i] == 0 {
-			return live{}, false
+	i := m.hint & mask
+	if keys[i] != k {
+		i = m.slot(k)
+		for keys[i] != k {
+			if keys[i] == 0 {
+				return live{}, false
+			}
+			i = (i + 1) & mask
 		}
-		i = (i + 1) & mask
 	}
 	l := m.vals[i]
 	// backward-shift deletion keeps probe chains intact without tombstones
