@@ -124,6 +124,10 @@ const (
 type chunk struct {
 	start, n uint32
 	next     int32
+	// entries marks a chunk of streamed entries, the n from entry number
+	// start on, which take no room in the items table (a snapshot's
+	// device lists: 4 bytes an entry otherwise).
+	entries bool
 }
 
 // Doc is a decoded pickle held in flat, pointer-free tables, so that
@@ -221,12 +225,74 @@ func (d *Doc) forRuns(x uint64, f func(items []Value) bool) {
 		f(items)
 		return
 	}
+	var buf []Value
 	for ; c >= 0; c = d.chunks[c].next {
 		ch := d.chunks[c]
-		if !f(d.items[ch.start : ch.start+ch.n]) {
-			return
+		if !ch.entries {
+			if !f(d.items[ch.start : ch.start+ch.n]) {
+				return
+			}
+			continue
+		}
+		if buf == nil {
+			buf = make([]Value, min(ch.n, 4096))
+		}
+		for i := uint32(0); i < ch.n; {
+			k := min(ch.n-i, uint32(len(buf)))
+			for j := range k {
+				buf[j] = tagMask | Value(ch.start+i+j)
+			}
+			if !f(buf[:k]) {
+				return
+			}
+			i += k
 		}
 	}
+}
+
+// EntryRuns calls f with each run of consecutive streamed entries (see
+// Decoder.StreamEntries) the list v holds, as the first entry's number and
+// the count, in order, until f returns false; it reports false, calling f
+// for none, when v is not a list or holds anything else. A snapshot's
+// device lists are read this way without a Value made for each entry.
+func (d *Doc) EntryRuns(v Value, f func(first, n uint32) bool) bool {
+	x := d.val(v)
+	if x.kind != KindList {
+		return false
+	}
+	if x.x == 0 {
+		return true // empty
+	}
+	items, c, ok := d.run(x.x)
+	if !ok {
+		for ; c >= 0; c = d.chunks[c].next {
+			if !d.chunks[c].entries {
+				return false
+			}
+		}
+		for c = int32(x.x >> 32); c >= 0; c = d.chunks[c].next {
+			if !f(d.chunks[c].start, d.chunks[c].n) {
+				break
+			}
+		}
+		return true
+	}
+	for _, it := range items {
+		if it&tagMask != tagMask {
+			return false
+		}
+	}
+	for i := 0; i < len(items); {
+		j := i + 1
+		for j < len(items) && items[j] == items[j-1]+1 {
+			j++
+		}
+		if !f(uint32(items[i]&^tagMask), uint32(j-i)) {
+			break
+		}
+		i = j
+	}
+	return true
 }
 
 // Len returns the number of items of a list or tuple, or pairs of a dict.
@@ -333,9 +399,17 @@ func reserve[T any](s []T, pos, total int) []T {
 	return append(t, s...)
 }
 
-// MaxInputBytes is the largest pickle DecodeDoc accepts (values are
-// addressed by 32-bit indexes).
-const MaxInputBytes = 1<<31 - 1
+// MaxInputBytes is the largest pickle DecodeDoc accepts. (The tables it
+// decodes into are addressed by 32-bit indexes: a pickle that would fill
+// one fails with an error saying so, at the offset where it would.)
+const MaxInputBytes = 64 << 30
+
+// maxValues and maxItems bound the value, string and chunk tables and
+// the items table.
+const (
+	maxValues = 1<<31 - 1
+	maxItems  = 1<<32 - 1
+)
 
 // PairSlice returns a dict's keys and values, alternating, without copying
 // when the dict was filled in one go (the usual case).
@@ -477,8 +551,16 @@ type Decoder struct {
 	doc    *Doc
 	stack  []Value
 	marks  []int
-	memo   []Value
+	memo   []Value // memo entries from memoBase on (see memo.go)
 	sparse map[uint64]Value
+
+	memoBase   uint64      // the memo index of memo[0]
+	memoOld    []memoBlock // the memo entries below memoBase
+	memoShift  uint8       // memoOld's blocks hold 2^memoShift entries
+	compactAt  int         // the memo length from which it is compacted
+	checkEvery int         // bytes between compactions and limit checks (consumedEvery)
+	maxValues  int         // the value, string and chunk tables' limit (maxValues)
+	maxItems   int         // the items table's limit (maxItems)
 
 	// keep is how much of the value table something may still refer to
 	// (the memo, a container's items): the values of a streamed entry
@@ -534,12 +616,17 @@ func NewDecoder(data []byte) *Decoder {
 			chunks: make([]chunk, 0, n/64+16),
 			intern: make(map[string]uint32, 1024),
 		},
-		memo:      make([]Value, 0, n/8+16),
-		stack:     make([]Value, 0, 1024),
-		outer:     noValue,
-		cur:       noValue,
-		lastEntry: noValue,
-		lastPos:   -1,
+		memo:       make([]Value, 0, n/8+16),
+		stack:      make([]Value, 0, 1024),
+		outer:      noValue,
+		cur:        noValue,
+		memoShift:  memoBlockShift,
+		compactAt:  memoCompactAt,
+		checkEvery: consumedEvery,
+		maxValues:  maxValues,
+		maxItems:   maxItems,
+		lastEntry:  noValue,
+		lastPos:    -1,
 	}
 	return d
 }
@@ -736,6 +823,9 @@ func (d *Decoder) appendItems(v Value, items []Value) {
 	doc := d.doc
 	d.keep = len(doc.kinds) // the items may be any value made so far
 	x := doc.xs[v]
+	if d.entries != nil && d.appendEntries(v, x, items) {
+		return
+	}
 	end := uint32(len(doc.items))
 	doc.items = append(doc.items, items...)
 	if x&chainedBit == 0 {
@@ -756,7 +846,7 @@ func (d *Decoder) appendItems(v Value, items []Value) {
 		return
 	}
 	first, last := x>>32, x&lowMask
-	if lc := &doc.chunks[last]; lc.start+lc.n == end {
+	if lc := &doc.chunks[last]; !lc.entries && lc.start+lc.n == end {
 		lc.n += uint32(len(items))
 		return
 	}
@@ -766,9 +856,54 @@ func (d *Decoder) appendItems(v Value, items []Value) {
 	doc.xs[v] = first<<32 | chainedBit | uint64(nl)
 }
 
+// appendEntries adds items to the list v (its bits x) as a chunk of
+// entries when they are consecutive streamed entries, extending the
+// list's last chunk when they follow it; it reports whether it did.
+func (d *Decoder) appendEntries(v Value, x uint64, items []Value) bool {
+	if items[0]&tagMask != tagMask || d.doc.kinds[v] != KindList {
+		return false
+	}
+	for i := 1; i < len(items); i++ {
+		if items[i] != items[i-1]+1 {
+			return false
+		}
+	}
+	doc := d.doc
+	first, n := uint32(items[0]&^tagMask), uint32(len(items))
+	switch {
+	case x == 0:
+		c := len(doc.chunks)
+		doc.chunks = append(doc.chunks, chunk{start: first, n: n, next: -1, entries: true})
+		doc.xs[v] = uint64(c)<<32 | chainedBit | uint64(c)
+	case x&chainedBit == 0:
+		// Items in the table first: chain them, then the entries.
+		start, cnt := uint32(x>>32), uint32(x)&lowMask
+		c := len(doc.chunks)
+		doc.chunks = append(doc.chunks,
+			chunk{start: start, n: cnt, next: int32(c + 1)},
+			chunk{start: first, n: n, next: -1, entries: true})
+		doc.xs[v] = uint64(c)<<32 | chainedBit | uint64(c+1)
+	default:
+		head, last := x>>32, x&lowMask
+		if lc := &doc.chunks[last]; lc.entries && lc.start+lc.n == first {
+			lc.n += n
+			return true
+		}
+		c := len(doc.chunks)
+		doc.chunks = append(doc.chunks, chunk{start: first, n: n, next: -1, entries: true})
+		doc.chunks[last].next = int32(c)
+		doc.xs[v] = head<<32 | chainedBit | uint64(c)
+	}
+	return true
+}
+
 func (d *Decoder) memoGet(idx uint64) (Value, bool) {
-	if idx < uint64(len(d.memo)) {
-		v := d.memo[idx]
+	if idx < d.memoBase {
+		v := d.memoOldAt(idx)
+		return v, v != memoHole
+	}
+	if i := idx - d.memoBase; i < uint64(len(d.memo)) {
+		v := d.memo[i]
 		return v, v != memoHole
 	}
 	v, ok := d.sparse[idx]
@@ -779,16 +914,18 @@ func (d *Decoder) memoPut(idx uint64, v Value) {
 	if v < inlineBit && int(v) >= d.keep {
 		d.keep = int(v) + 1
 	}
-	n := uint64(len(d.memo))
+	n := d.memoLen()
 	switch {
+	case idx < d.memoBase:
+		d.memoSetOld(idx, v)
 	case idx < n:
-		d.memo[idx] = v
+		d.memo[idx-d.memoBase] = v
 	case idx == n:
 		d.memo = append(d.memo, v)
 	case idx-n <= maxMemoGap && idx < uint64(len(d.data)) && d.sparse == nil:
 		// A real pickle stores at most one memo entry per input byte; a
 		// wider gap goes to the map so no input can inflate the slice.
-		for uint64(len(d.memo)) < idx {
+		for d.memoLen() < idx {
 			d.memo = append(d.memo, memoHole)
 		}
 		d.memo = append(d.memo, v)
@@ -925,14 +1062,11 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	if len(data) > sampleBytes {
 		sampleAt = sampleBytes
 	}
-	nextConsumed := len(data) + 1
-	if d.Consumed != nil {
-		nextConsumed = consumedEvery
-	}
+	// Every consumedEvery bytes: Consumed, the memo's compaction and the
+	// tables' limits.
+	nextConsumed := d.checkEvery
 	next := min(nextProgress, sampleAt, nextConsumed)
 	doc := d.doc
-	// Each opcode adds at most one value, chunk or stack item per input
-	// byte, so the 32-bit indexes cannot overflow below this size.
 	if len(data) >= MaxInputBytes {
 		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
 	}
@@ -940,6 +1074,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	// of the decoder's state; anything else (and every error) goes through
 	// step, the general path.
 	pos, stack, kinds, xs, memo := d.pos, d.stack, doc.kinds, doc.xs, d.memo
+	mbase := d.memoBase
 	for {
 		if pos >= len(data) {
 			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
@@ -947,7 +1082,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		}
 		if pos >= next {
 			if pos >= sampleAt {
-				kinds, xs, memo = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data)), reserve(memo, pos, len(data))
+				kinds, xs = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data))
 				doc.items = reserve(doc.items, pos, len(data))
 				doc.chunks = reserve(doc.chunks, pos, len(data))
 				sampleAt = len(data) + 1
@@ -957,8 +1092,21 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				nextProgress = pos + int(every)
 			}
 			if pos >= nextConsumed {
-				d.Consumed(pos)
-				nextConsumed = pos + consumedEvery
+				if d.Consumed != nil {
+					d.Consumed(pos)
+				}
+				nextConsumed = pos + d.checkEvery
+				// An opcode adds at most one value, string, chunk or item
+				// (counting the stack's, which APPENDS and SETITEMS move
+				// into items), so these checks hold the tables' 32-bit
+				// indexes until the next time.
+				if lim, iv := d.maxValues-d.checkEvery, d.checkEvery; len(kinds) > lim || len(doc.strs) > lim ||
+					len(doc.chunks) > lim || len(doc.items)+len(stack) > d.maxItems-iv {
+					d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
+					return nil, &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("more values, strings or items than the decoder's tables hold (%d values, %d items)", d.maxValues, d.maxItems), Err: ErrMalformed}
+				}
+				memo = d.compactMemo(memo)
+				mbase = d.memoBase
 			}
 			next = min(nextProgress, sampleAt, nextConsumed)
 		}
@@ -966,7 +1114,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		switch op {
 		case opBinGet:
 			if pos+1 < len(data) {
-				if idx := int(data[pos+1]); idx < len(memo) && memo[idx] != memoHole {
+				if idx := uint64(data[pos+1]) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
 					v := memo[idx]
 					if v == d.lastEntry {
 						d.lastPos = -1
@@ -978,7 +1126,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			}
 		case opLongBinGet:
 			if pos+4 < len(data) {
-				if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])); idx < uint64(len(memo)) && memo[idx] != memoHole {
+				if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
 					v := memo[idx]
 					if v == d.lastEntry {
 						d.lastPos = -1
@@ -1194,7 +1342,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	// Few values live in registers through the loop: the memo is read
 	// through a local copy, and the rare appends to it and to the value
 	// table go through the pointers.
-	data := d.data
+	data, mbase := d.data, d.memoBase
 	m0, k0 := len(*memop), len(*kindsp)
 	*memop = append(*memop, e) // the dict's MEMOIZE
 	memo := *memop
@@ -1209,22 +1357,29 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 		var key, val Value
 		// The key.
 		switch data[pos] {
-		case opBinGet:
-			if pos+1 >= len(data) || int(data[pos+1]) >= len(memo) {
+		case opBinGet, opLongBinGet:
+			var idx uint64
+			if data[pos] == opBinGet {
+				if pos+1 >= len(data) {
+					goto bail
+				}
+				idx = uint64(data[pos+1])
+				pos += 2
+			} else {
+				if pos+4 >= len(data) {
+					goto bail
+				}
+				idx = uint64(binary.LittleEndian.Uint32(data[pos+1:]))
+				pos += 5
+			}
+			switch i := idx - mbase; {
+			case i < uint64(len(memo)):
+				key = memo[i]
+			case idx < mbase:
+				key = d.memoOldAt(idx)
+			default:
 				goto bail
 			}
-			key = memo[data[pos+1]]
-			pos += 2
-		case opLongBinGet:
-			if pos+4 >= len(data) {
-				goto bail
-			}
-			idx := binary.LittleEndian.Uint32(data[pos+1:])
-			if uint64(idx) >= uint64(len(memo)) {
-				goto bail
-			}
-			key = memo[idx]
-			pos += 5
 		case opShortBinUni:
 			if pos+1 >= len(data) || pos+2+int(data[pos+1]) > len(data) {
 				goto bail
@@ -1320,12 +1475,16 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 				idx = uint64(binary.LittleEndian.Uint32(data[pos+1:]))
 				pos += 5
 			}
-			if idx >= uint64(len(memo)) {
+			switch i := idx - mbase; {
+			case i < uint64(len(memo)):
+				val = memo[i]
+			case idx < mbase:
+				val = d.memoOldAt(idx)
+			default:
 				goto bail
 			}
 			// A memoized string or small int; a container, an entry or a
 			// hole goes the general way.
-			val = memo[idx]
 			if val&inlineBit == 0 || val&tagMask == tagMask {
 				goto bail
 			}
@@ -1399,7 +1558,7 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 		if len(d.stack) == 0 {
 			return false, d.errAt(off, op, ErrMalformed, "stack is empty")
 		}
-		d.memoPut(uint64(len(d.memo)), d.top())
+		d.memoPut(d.memoLen(), d.top())
 	case opMark:
 		d.marks = append(d.marks, len(d.stack))
 	case opEmptyDict:

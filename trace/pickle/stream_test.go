@@ -200,8 +200,22 @@ func TestLong1(t *testing.T) {
 // decodeStreamed decodes data with its device_traces entries streamed to a
 // recorder, through fastEntry or not.
 func decodeStreamed(data []byte, noFast bool) (*recorder, *Doc, error) {
+	return decodeWith(data, noFast, false)
+}
+
+// tinyMemo makes d compact its memo every 16 bytes into blocks of 4.
+func tinyMemo(d *Decoder) {
+	d.memoShift, d.compactAt, d.checkEvery = 2, 8, 16
+}
+
+// decodeWith is decodeStreamed, the memo compacted at every occasion when
+// tiny is set.
+func decodeWith(data []byte, noFast, tiny bool) (*recorder, *Doc, error) {
 	d := NewDecoder(data)
 	d.noFast = noFast
+	if tiny {
+		tinyMemo(d)
+	}
 	r := &recorder{doc: d.Doc(), kinds: true}
 	d.StreamEntries("device_traces", r)
 	doc, err := d.DecodeDoc()
@@ -248,7 +262,7 @@ func fastEntriesSeeds() []pk {
 func TestFastEntries(t *testing.T) {
 	for i, data := range fastEntriesSeeds() {
 		slow, sdoc, serr := decodeStreamed(data, true)
-		fast, fdoc, ferr := decodeStreamed(data, false)
+		fast, fdoc, ferr := decodeWith(data, false, i%2 == 0)
 		if serr != nil || ferr != nil {
 			t.Fatalf("seed %d: errors %v, %v", i, serr, ferr)
 		}
@@ -287,10 +301,11 @@ func FuzzFastEntries(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		slow, sdoc, serr := decodeStreamed(data, true)
-		fast, fdoc, ferr := decodeStreamed(data, false)
+		fast, fdoc, ferr := decodeWith(data, false, len(data)%2 == 0)
 		if fmt.Sprint(serr) != fmt.Sprint(ferr) {
 			t.Fatalf("error %v, general path %v", ferr, serr)
 		}
+		checkTinyMemo(t, data)
 		if serr != nil {
 			return
 		}
@@ -334,11 +349,177 @@ func TestFastEntriesReal(t *testing.T) {
 		if serr != nil || ferr != nil {
 			t.Fatalf("%s: errors %v, %v", name, ferr, serr)
 		}
+		if tiny, _, err := decodeWith(data, false, true); err != nil || !reflect.DeepEqual(tiny.entries, slow.entries) {
+			t.Errorf("%s: the memo compacted at every occasion: %v, or entries differ", name, err)
+		}
 		if len(fast.entries) == 0 || !reflect.DeepEqual(slow.entries, fast.entries) {
 			t.Errorf("%s: %d entries differ from the general path's %d", name, len(fast.entries), len(slow.entries))
 		}
 		if sdoc.NumValues() != fdoc.NumValues() || sdoc.NumStrings() != fdoc.NumStrings() {
 			t.Errorf("%s: %d values and %d strings, general path %d and %d", name, fdoc.NumValues(), fdoc.NumStrings(), sdoc.NumValues(), sdoc.NumStrings())
+		}
+	}
+}
+
+// checkTinyMemo decodes data whole (no streaming) with and without the memo
+// compacted at every occasion: the same values or the same error.
+func checkTinyMemo(t *testing.T, data []byte) {
+	t.Helper()
+	plain, perr := Decode(data)
+	d := NewDecoder(data)
+	tinyMemo(d)
+	var tiny any
+	doc, terr := d.DecodeDoc()
+	if terr == nil {
+		tiny, terr = doc.ToAny(doc.Root())
+	}
+	if fmt.Sprint(perr) != fmt.Sprint(terr) {
+		t.Fatalf("compacted memo: error %v, plain %v", terr, perr)
+	}
+	if perr == nil && !reflect.DeepEqual(plain, tiny) {
+		t.Fatalf("compacted memo: %v\nplain: %v", tiny, plain)
+	}
+}
+
+// TestMemoCompaction checks memo lookups, stores and holes below the
+// compacted part, through every opcode that reads or writes the memo, in
+// patterned and raw blocks.
+func TestMemoCompaction(t *testing.T) {
+	// A list of 200 ints memoized with MEMOIZE (a pattern: i), then
+	// fetched back with BINGET and LONG_BINGET, then overwritten with
+	// BINPUT and LONG_BINPUT below the compacted part, and a hole fetched.
+	p := pk{opProto, 4, opEmptyList, opMemoize, opMark}
+	for i := range 200 {
+		p = p.op(opBinInt1, byte(i), opMemoize)
+	}
+	for _, i := range []int{1, 7, 100, 200} {
+		p = p.op(opBinGet, byte(i))
+	}
+	p = p.op(opLongBinGet, 150, 0, 0, 0)
+	p = p.op(opBinInt2, 0x34, 0x12, opBinPut, 9, opPop, opBinGet, 9)
+	p = p.op(opBinInt2, 0x78, 0x56, opLongBinPut, 10, 0, 0, 0, opPop, opLongBinGet, 10, 0, 0, 0)
+	p = p.op(opAppends, opStop)
+	checkTinyMemo(t, p)
+	got, err := Decode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := got.(*List).Items
+	if n := len(items); n != 200+5+2 || items[200] != int64(0) || items[203] != int64(199) || items[204] != int64(149) ||
+		items[205] != int64(0x1234) || items[206] != int64(0x5678) {
+		t.Fatalf("%d items, tail %v", len(items), items[195:])
+	}
+	// A hole below the compacted part is an error at the same offset.
+	q := pk{opProto, 4, opEmptyList, opMark}
+	for i := range 100 {
+		q = q.op(opBinInt1, byte(i), opMemoize) // memo 0..99
+	}
+	q = q.op(opBinInt1, 1, opLongBinPut, 0, 1, 0, 0) // memo 256: 100..255 are holes
+	for range 64 {
+		q = q.op(opBinInt1, 2, opMemoize)
+	}
+	q = q.op(opLongBinGet, 99, 0, 0, 0) // fine
+	ok := append(pk{}, q...).op(opAppends, opStop)
+	checkTinyMemo(t, ok)
+	if _, err := Decode(ok); err != nil {
+		t.Fatal(err)
+	}
+	q = q.op(opLongBinGet, 200, 0, 0, 0, opAppends, opStop)
+	checkTinyMemo(t, q)
+	if _, err := Decode(q); err == nil || !strings.Contains(err.Error(), "memo index 200 was never stored") {
+		t.Fatalf("hole fetched: %v", err)
+	}
+}
+
+// TestTableLimits checks that a pickle that would overflow the decoder's
+// tables fails with an error at the offset where it would, not a wrong
+// decode.
+func TestTableLimits(t *testing.T) {
+	p := pk{opProto, 4, opEmptyList, opMark}
+	for range 100 {
+		p = p.op(opBinInt, 0, 0, 0, 0x80) // not inline: a table value each
+	}
+	p = p.op(opAppends, opStop)
+	d := NewDecoder(p)
+	d.checkEvery, d.maxValues = 50, 120
+	_, err := d.DecodeDoc()
+	var pe *Error
+	if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Offset < 50 || pe.Offset >= int64(len(p)) || !strings.Contains(err.Error(), "tables hold") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := Decode(p); err != nil {
+		t.Fatalf("with the real limits: %v", err)
+	}
+}
+
+// TestEntryRuns checks that a streamed list of consecutive entries is kept
+// as runs (no items), read back item by item as before, and that a list
+// mixing entries with other values, or entries out of order, is read back
+// in order and reported as no run.
+func TestEntryRuns(t *testing.T) {
+	entry := func(p pk) pk { return p.op(opEmptyDict, opMemoize, opMark).str("action").str("alloc").op(opSetItems) }
+	head := func() pk {
+		p := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+		return p.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // memo 0..3
+	}
+	// Two batches of entries (APPENDS twice), one APPEND of a third batch.
+	p := head()
+	for range 3 {
+		p = entry(p)
+	}
+	p = p.op(opAppends, opMark)
+	for range 2 {
+		p = entry(p)
+	}
+	p = p.op(opAppends)
+	p = entry(p).op(opAppend)
+	p = p.op(opAppend, opSetItems, opStop)
+	// The same with an int between the batches, and with the first entry
+	// fetched again (memo 4) after the others.
+	q := head()
+	for range 3 {
+		q = entry(q)
+	}
+	q = q.op(opAppends, opBinInt1, 7, opAppend, opMark)
+	q = entry(q)
+	q = q.op(opBinGet, 4, opAppends, opAppend, opSetItems, opStop)
+
+	for i, tc := range []struct {
+		data  pk
+		runs  [][2]uint32 // nil: not runs
+		items []string
+	}{
+		{p, [][2]uint32{{0, 6}}, []string{"e0", "e1", "e2", "e3", "e4", "e5"}},
+		{q, nil, []string{"e0", "e1", "e2", "7", "e3", "e0"}},
+	} {
+		d := NewDecoder(tc.data)
+		r := &recorder{doc: d.Doc()}
+		d.StreamEntries("device_traces", r)
+		doc, err := d.DecodeDoc()
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		dt, _ := doc.Get(doc.Root(), "device_traces")
+		list := doc.Slice(dt)[0]
+		var runs [][2]uint32
+		ok := doc.EntryRuns(list, func(first, n uint32) bool { runs = append(runs, [2]uint32{first, n}); return true })
+		if ok != (tc.runs != nil) || (ok && !reflect.DeepEqual(runs, tc.runs)) {
+			t.Errorf("case %d: runs %v (%v), want %v", i, runs, ok, tc.runs)
+		}
+		var items []string
+		for _, v := range doc.Slice(list) {
+			if n, ok := doc.Entry(v); ok {
+				items = append(items, fmt.Sprintf("e%d", n))
+			} else {
+				x, _ := doc.Int(v)
+				items = append(items, fmt.Sprint(x))
+			}
+		}
+		if !reflect.DeepEqual(items, tc.items) || doc.Len(list) != len(tc.items) {
+			t.Errorf("case %d: items %v (len %d), want %v", i, items, doc.Len(list), tc.items)
+		}
+		if i == 0 && doc.NumValues() > 4 {
+			t.Errorf("%d values in the table: the entries' list holds items", doc.NumValues())
 		}
 	}
 }
