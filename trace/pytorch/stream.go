@@ -236,21 +236,22 @@ func (c *converter) streamEntries() error {
 		if doc.Kind(l) != pickle.KindList {
 			return errFallback
 		}
-		items := doc.Slice(l)
-		first := next
-		if len(items) > 0 {
-			n, ok := doc.Entry(items[0])
-			if !ok || int(n) < next {
-				return errFallback
+		// The list's entries, read as runs (no Value made for each).
+		first, n, bad := next, 0, false
+		if !doc.EntryRuns(l, func(f, k uint32) bool {
+			switch {
+			case n == 0 && int(f) >= next:
+				first = int(f)
+			case n == 0 || int(f) != first+n:
+				bad = true
+				return false
 			}
-			first = int(n)
+			n += int(k)
+			return true
+		}) || bad {
+			return errFallback
 		}
-		for k, it := range items {
-			if n, ok := doc.Entry(it); !ok || int(n) != first+k {
-				return errFallback
-			}
-		}
-		next = first + len(items)
+		next = first + n
 		seqs[dev] = devSeq{dev: trace.DeviceID(dev), from: first, to: next}
 	}
 	if err := st.log.finish(); err != nil {
