@@ -28,6 +28,15 @@
 //     trace and cannot be seen; an empty_cache() directly followed by a malloc
 //     that releases memory itself reads as one burst; a burst that may be GC is
 //     not counted and the header says so.
+//
+// Memory. The entries are converted as the decoder meets them, into 48-byte
+// events. Up to about a million entries the events stay in memory; beyond,
+// they go to a temporary file (Options.SpillDir; unnamed, so nothing is left
+// behind), which the initial state (backwards), the empty_cache() inference,
+// the summary and the write (the devices and annotations merged by time)
+// read a block at a time: the import then holds the live allocator state,
+// the decoder's own tables and fixed buffers, not the events. Stacks stay in
+// the decoded pickle (the events refer to their frames lists).
 package pytorch
 
 import (
