@@ -132,42 +132,119 @@ func unitOf(g uint64) uint64 {
 
 // eventEncoder encodes event chunks; its buffers are reused chunk to chunk.
 type eventEncoder struct {
-	timeCol, addrCol, sizeCol, miscCol, kinds []byte
+	timeCol, addrCol, sizeCol, miscCol, ringCol, kinds []byte
+	m                                                  chunkModel
 }
 
-// wireFields returns the fields e encodes in a chunk of format version
-// sp after prev (the chunk's previous event, or a zero Event), and the
-// extra mask among them.
-func wireFields(sp *[32]field, e, prev *Event) (f, extra field) {
+// chunkModel follows, for a writer, the delta state of a chunk's
+// addresses: the size classes' registers and version 2's allocation ring,
+// with an index to find a block in it.
+type chunkModel struct {
+	v2    bool
+	regs  [numAddrRegs]uint64 // version 1 uses regs[0] alone
+	pos   uint64              // allocations pushed
+	ring  [ringSize]struct{ addr, size uint64 }
+	index [ringIndexSize]uint32 // push position + 1 of an address's latest allocation, by hash
+}
+
+// ringIndexSize is the number of slots of chunkModel's index: 16 for each
+// allocation the ring holds, so that few are lost to a later one of the
+// same slot.
+const ringIndexSize = 16 * ringSize
+
+// ringSlot returns the index slot of addr (mixed first: block addresses
+// are regular, and a plain multiplicative hash maps strides of them to
+// few slots).
+func ringSlot(addr uint64) uint32 {
+	h := addr >> 9
+	h ^= h >> 29
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 32
+	return uint32(h>>32) % ringIndexSize
+}
+
+// reset readies m for a chunk of format version version.
+func (m *chunkModel) reset(version int) {
+	m.v2, m.regs, m.pos = version >= 2, [numAddrRegs]uint64{}, 0
+	if version >= 2 {
+		clear(m.index[:])
+	}
+}
+
+// code returns the fields e encodes after prev (the chunk's previous
+// event, or a zero Event) in the spec sp, their extra mask, the ring
+// reference when e refers to the ring (its fields then lack addr and
+// size), and its address's delta from its register when it encodes one;
+// it moves the state past e.
+func (m *chunkModel) code(sp *[32]field, e, prev *Event) (f, extra field, ref uint64, delta int64) {
 	f = sp[e.Kind]
 	need := fieldsOf(e)
-	if f&fieldRepeat != 0 {
+	if f&(fieldRepeat|fieldRef) != 0 {
 		need &^= fieldAddr | fieldSize
-		if e.Addr != prev.Addr || e.SizeBytes != prev.SizeBytes {
+		switch {
+		case f&fieldRepeat != 0 && e.Addr == prev.Addr && e.SizeBytes == prev.SizeBytes:
+		case f&fieldRef != 0 && m.find(e, &ref):
+		default:
 			need |= fieldAddr | fieldSize
 		}
 	}
 	extra = need &^ f
-	return f | extra, extra
+	f |= extra
+	if f&fieldAddr != 0 {
+		r := 0
+		if m.v2 {
+			r = sizeClass(e.SizeBytes)
+		}
+		delta = int64(e.Addr - m.regs[r])
+		m.regs[r] = e.Addr
+	}
+	if f&fieldPush != 0 {
+		m.ring[m.pos%ringSize] = struct{ addr, size uint64 }{e.Addr, e.SizeBytes}
+		m.index[ringSlot(e.Addr)] = uint32(m.pos + 1)
+		m.pos++
+	}
+	return f, extra, ref, delta
+}
+
+// find sets *ref to the reference of e's address and size in the ring,
+// if they are there.
+func (m *chunkModel) find(e *Event, ref *uint64) bool {
+	p := uint64(m.index[ringSlot(e.Addr)])
+	if p == 0 || m.pos-(p-1) >= ringSize {
+		return false
+	}
+	p--
+	if ent := m.ring[p%ringSize]; ent.addr != e.Addr || ent.size != e.SizeBytes {
+		return false
+	}
+	*ref = m.pos - 1 - p
+	return true
 }
 
 // encode appends the payload of an events chunk holding evs, in format
 // version version, to dst.
 //
-// Layout (all integers uvarints; timeMode from version 2 on):
+// Layout (all integers uvarints; timeMode and the ring column from
+// version 2 on):
 //
-//	n timeUnit addrUnit sizeUnit [timeMode] len(time) len(addr) len(size) len(misc)
-//	kinds[n] time addr size misc
+//	n timeUnit addrUnit sizeUnit [timeMode] len(time) len(addr) len(size) len(misc) [len(ring)]
+//	kinds[n] time addr size misc [ring]
 //
-// Delta state (time, addresses, device, stream) starts at zero in every chunk.
+// Delta state (time, addresses, ring, device, stream) starts at zero in
+// every chunk.
 func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	sp := &spec[version]
 	v2 := version >= 2
 	var tg, ag, sg uint64
 	var pt uint64
-	var regs [numAddrRegs]uint64 // version 1 uses regs[0] alone
 	timeMode := uint64(timeUnsigned)
 	prev := &Event{}
+	m := &c.m
+	// The units divide every value encoded: in version 1, the address
+	// deltas; in version 2, for speed, the addresses and sizes of every
+	// event (the registers, the ring and the repeats hold only values of
+	// events before, so that their deltas are multiples too).
+	m.reset(version)
 	for i := range evs {
 		e := &evs[i]
 		d := int64(uint64(e.TimeNS) - pt)
@@ -178,17 +255,19 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			timeMode = timeZigzag
 		}
 		pt = uint64(e.TimeNS)
-		f, _ := wireFields(sp, e, prev)
-		prev = e
-		if f&fieldAddr != 0 {
-			r := 0
-			if v2 {
-				r = sizeClass(e.SizeBytes)
-			}
+		if v2 {
 			if ag != 1 {
-				ag = gcd(ag, absDelta(int64(e.Addr-regs[r])))
+				ag = gcd(ag, e.Addr)
 			}
-			regs[r] = e.Addr
+			if sg != 1 {
+				sg = gcd(sg, e.SizeBytes)
+			}
+			continue
+		}
+		f, _, _, delta := m.code(sp, e, prev)
+		prev = e
+		if f&fieldAddr != 0 && ag != 1 {
+			ag = gcd(ag, absDelta(delta))
 		}
 		if f&fieldSize != 0 && sg != 1 {
 			sg = gcd(sg, e.SizeBytes)
@@ -199,13 +278,14 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 		timeMode = timeZigzag
 	}
 
-	kinds, tc, ac, sc, mc := c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0]
-	pt, regs, prev = 0, [numAddrRegs]uint64{}, &Event{}
+	kinds, tc, ac, sc, mc, rc := c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0], c.ringCol[:0]
+	pt, prev = 0, &Event{}
+	m.reset(version)
 	var dev DeviceID
 	var stream StreamID
 	for i := range evs {
 		e := &evs[i]
-		f, extra := wireFields(sp, e, prev)
+		f, extra, ref, delta := m.code(sp, e, prev)
 		prev = e
 		tb := byte(e.Kind)
 		if e.Device != dev || e.Stream != stream {
@@ -230,13 +310,11 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			tc = binary.AppendUvarint(tc, uint64(d))
 		}
 		pt = uint64(e.TimeNS)
+		if f&(fieldRef|fieldAddr|fieldSize) == fieldRef {
+			rc = binary.AppendUvarint(rc, ref)
+		}
 		if f&fieldAddr != 0 {
-			r := 0
-			if v2 {
-				r = sizeClass(e.SizeBytes)
-			}
-			ac = binary.AppendUvarint(ac, zigzag(int64(e.Addr-regs[r])/int64(au)))
-			regs[r] = e.Addr
+			ac = binary.AppendUvarint(ac, zigzag(delta/int64(au)))
 		}
 		if f&fieldSize != 0 {
 			sc = binary.AppendUvarint(sc, e.SizeBytes/su)
@@ -251,7 +329,7 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			mc = binary.AppendUvarint(mc, uint64(e.Marker))
 		}
 	}
-	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol = kinds, tc, ac, sc, mc
+	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol, c.ringCol = kinds, tc, ac, sc, mc, rc
 
 	dst = binary.AppendUvarint(dst, uint64(len(evs)))
 	dst = binary.AppendUvarint(dst, tu)
@@ -263,29 +341,30 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	for _, l := range [...]int{len(tc), len(ac), len(sc), len(mc)} {
 		dst = binary.AppendUvarint(dst, uint64(l))
 	}
+	if v2 {
+		dst = binary.AppendUvarint(dst, uint64(len(rc)))
+	}
 	dst = append(dst, kinds...)
 	dst = append(dst, tc...)
 	dst = append(dst, ac...)
 	dst = append(dst, sc...)
-	return append(dst, mc...)
+	dst = append(dst, mc...)
+	return append(dst, rc...)
 }
 
-// eventBound bounds the bytes e adds to an events chunk of format version
-// version after prev (the chunk's previous event, or a zero Event), for
-// the writer's flush threshold; regs are the chunk's address registers so
-// far (zero at its start), which it updates.
-func eventBound(e, prev *Event, regs *[numAddrRegs]uint64, version int) int {
+// eventBound bounds the bytes e adds to an events chunk after prev (the
+// chunk's previous event, or a zero Event), for the writer's flush
+// threshold; m follows the chunk's state, which it moves past e.
+func eventBound(sp *[32]field, e, prev *Event, m *chunkModel) int {
 	// A uvarint time delta is no longer than its zigzag, nor a delta in
 	// a unit longer than the delta.
 	n := 1 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
-	f, extra := wireFields(&spec[version], e, prev)
+	f, extra, ref, delta := m.code(sp, e, prev)
+	if f&(fieldRef|fieldAddr|fieldSize) == fieldRef {
+		n += uvarintLen(ref)
+	}
 	if f&fieldAddr != 0 {
-		r := 0
-		if version >= 2 {
-			r = sizeClass(e.SizeBytes)
-		}
-		n += uvarintLen(zigzag(int64(e.Addr - regs[r])))
-		regs[r] = e.Addr
+		n += uvarintLen(zigzag(delta))
 	}
 	if f&fieldSize != 0 {
 		n += uvarintLen(e.SizeBytes)
@@ -324,6 +403,10 @@ type eventDecoder struct {
 	zigzagTime            bool      // the time column holds zigzag'd deltas
 	regs                  [4]uint64 // version 2's address registers (numAddrRegs used)
 	prevAddr, prevSize    uint64    // version 2: the previous event's
+	rc                    []byte    // version 2's ring column
+	ri                    int
+	pos                   uint64              // version 2: allocations pushed to the ring
+	ring                  [ringSize][2]uint64 // version 2: size and address of the latest allocations
 	nStrings, nStacks     uint64
 	errVal                uint64             // the value at fault, for error messages
 	fs                    [decodeBlock]field // scratch: the fields of each event of a block
@@ -333,8 +416,8 @@ type eventDecoder struct {
 // the decoder ready to decode its events. nStrings and nStacks bound the
 // string and stack IDs the events may use.
 func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *decodeError {
-	var hdr [9]uint64
-	nh := colHeaderLen(version)
+	var hdr [10]uint64
+	nh, _ := colHeaderLen(version)
 	i := 0
 	for j := range nh {
 		hdr[j], i = uvarint(p, i)
@@ -344,9 +427,9 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 	}
 	n, tu, au, su := hdr[0], hdr[1], hdr[2], hdr[3]
 	timeMode := uint64(timeZigzag)
-	lens := hdr[4:8]
+	lens := hdr[4:8] // T A S M
 	if version >= 2 {
-		timeMode, lens = hdr[4], hdr[5:9]
+		timeMode, lens = hdr[4], hdr[5:10] // T A S M R
 	}
 	if n > maxChunkEvents {
 		return &decodeError{-1, "events chunk: " + itoa(n) + " events, more than the limit " + itoa(maxChunkEvents)}
@@ -379,7 +462,9 @@ func (d *eventDecoder) start(p []byte, version int, nStrings, nStacks int) *deco
 	i += int(lens[1])
 	d.sc = p[i : i+int(lens[2])]
 	i += int(lens[2])
-	d.mc = p[i:]
+	d.mc = p[i : i+int(lens[3])]
+	i += int(lens[3])
+	d.rc = p[i:]
 	return nil
 }
 
@@ -405,6 +490,8 @@ const (
 	errTextID
 	errMarker
 	errMarkerRange
+	errRef
+	errRefRange
 )
 
 var errMsgs = [...]string{
@@ -424,6 +511,8 @@ var errMsgs = [...]string{
 	errTextID:      "undefined string ",
 	errMarker:      "bad varint in marker",
 	errMarkerRange: "marker kind out of range: ",
+	errRef:         "bad varint in allocation reference",
+	errRefRange:    "allocation reference beyond the chunk's latest allocations: ",
 }
 
 // next decodes up to len(dst) events into dst. After the chunk's last
@@ -570,7 +659,7 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	}
 	n := len(kinds)
 	d.j += n
-	if d.j == len(d.kinds) && (d.ti != len(d.tc) || d.ai != len(d.ac) || d.si != len(d.sc) || d.mi != len(d.mc)) {
+	if d.j == len(d.kinds) && (d.ti != len(d.tc) || d.ai != len(d.ac) || d.si != len(d.sc) || d.mi != len(d.mc) || d.ri != len(d.rc)) {
 		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
 	}
 	return n, nil
@@ -610,54 +699,77 @@ func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 	return lim
 }
 
-// sizesAddrsV2 is nextBlock's size and address loops for version 2: an
-// address is a delta from its size class's register, and an event of a
-// fieldRepeat kind that encodes no size or address has the previous
-// event's. It returns the new limit.
+// sizesAddrsV2 is nextBlock's size and address loop for version 2, an
+// event's size before its address: an address is a delta from its size
+// class's register; an event of a fieldRepeat kind that encodes no size or
+// address has the previous event's; one of a fieldRef kind has those of a
+// ring entry; a fieldPush event joins the ring. It returns the new limit.
 func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decodeFault) int {
-	sc, si, su, ps := d.sc, d.si, d.su, d.prevSize
-	for n, f := range fs[:lim] {
-		if f&fieldSize == 0 {
-			ps &= -uint64(f & fieldRepeat >> 5) // kept by a repeat, else zero
-			dst[n].SizeBytes = ps
-			continue
-		}
-		var v uint64
-		if si < len(sc) && sc[si] < 0x80 {
-			v = uint64(sc[si])
-			si++
-		} else if v, si = uvarint(sc, si); si < 0 {
-			ec.set(n, rankSizeV2, errSize)
-			lim = n
-			break
-		}
-		ps = v * su
-		dst[n].SizeBytes = ps
-	}
-	d.si, d.prevSize = si, ps
-	ac, ai, au, pa := d.ac, d.ai, int64(d.au), d.prevAddr
+	sc, si, su := d.sc, d.si, d.su
+	ac, ai, au := d.ac, d.ai, int64(d.au)
+	rc, ri := d.rc, d.ri
+	ps, pa, pos := d.prevSize, d.prevAddr, d.pos
 	regs := d.regs
+	ring := &d.ring
 	for n, f := range fs[:lim] {
-		if f&fieldAddr == 0 {
-			pa &= -uint64(f & fieldRepeat >> 5)
-			dst[n].Addr = pa
-			continue
+		if f&(fieldRef|fieldAddr|fieldSize) == fieldRef {
+			var j uint64
+			if ri < len(rc) && rc[ri] < 0x80 {
+				j = uint64(rc[ri])
+				ri++
+			} else if j, ri = uvarint(rc, ri); ri < 0 {
+				ec.set(n, rankSizeV2, errRef)
+				lim = n
+				break
+			}
+			if j >= min(pos, ringSize-1) {
+				d.errVal = j
+				ec.set(n, rankSizeV2, errRefRange)
+				lim = n
+				break
+			}
+			ent := &ring[(pos-1-j)%ringSize]
+			ps, pa = ent[0], ent[1]
+		} else {
+			if f&fieldSize == 0 {
+				ps &= -uint64(f & fieldRepeat >> 5) // kept by a repeat, else zero
+			} else {
+				var v uint64
+				if si < len(sc) && sc[si] < 0x80 {
+					v = uint64(sc[si])
+					si++
+				} else if v, si = uvarint(sc, si); si < 0 {
+					ec.set(n, rankSizeV2, errSize)
+					lim = n
+					break
+				}
+				ps = v * su
+			}
+			if f&fieldAddr == 0 {
+				pa &= -uint64(f & fieldRepeat >> 5)
+			} else {
+				var v uint64
+				if ai < len(ac) && ac[ai] < 0x80 {
+					v = uint64(ac[ai])
+					ai++
+				} else if v, ai = uvarint(ac, ai); ai < 0 {
+					ec.set(n, rankAddrV2, errAddr)
+					lim = n
+					break
+				}
+				r := sizeClass(ps) & (len(regs) - 1)
+				pa = regs[r] + uint64(unzigzag(v)*au)
+				regs[r] = pa
+			}
 		}
-		var v uint64
-		if ai < len(ac) && ac[ai] < 0x80 {
-			v = uint64(ac[ai])
-			ai++
-		} else if v, ai = uvarint(ac, ai); ai < 0 {
-			ec.set(n, rankAddrV2, errAddr)
-			lim = n
-			break
-		}
-		r := sizeClass(dst[n].SizeBytes) & (len(regs) - 1)
-		pa = regs[r] + uint64(unzigzag(v)*au)
-		regs[r] = pa
-		dst[n].Addr = pa
+		dst[n].SizeBytes, dst[n].Addr = ps, pa
+		// Every event writes the ring's next entry, which only a push
+		// keeps (the entry ringSize back is out of reach).
+		ring[pos%ringSize] = [2]uint64{ps, pa}
+		pos += uint64(f >> 6 & 1) // fieldPush
 	}
-	d.ai, d.prevAddr, d.regs = ai, pa, regs
+	d.si, d.ai, d.ri = si, ai, ri
+	d.prevSize, d.prevAddr, d.pos, d.regs = ps, pa, pos, regs
 	return lim
 }
 

@@ -46,7 +46,7 @@
 // when the type's high bit (0x80) is set. Compressed, it is one or more
 // zstd frames, which decode to the concatenation of theirs: the writer
 // gives each column of an events payload its own frame (the column header
-// with K, then T, A, S and M; none for an empty column), so that each
+// with K, then T, A, S, M and R; none for an empty column), so that each
 // column gets entropy tables of its own. Types, in the low 7 bits:
 //
 //	1 header  JSON of Header; exactly one, the first chunk
@@ -66,13 +66,13 @@
 // An events payload holds n events column by column, so that zstd finds the
 // repetition in each column:
 //
-//	+---+----------+----------+----------+----------+--------+--------+--------+--------+
-//	| n | timeUnit | addrUnit | sizeUnit | timeMode | len(T) | len(A) | len(S) | len(M) |   uvarints
-//	+---+----------+----------+----------+----------+--------+--------+--------+--------+
-//	| K: n type bytes | T: time | A: addresses | S: sizes | M: misc                     |
-//	+-----------------+---------+--------------+----------+-----------------------------+
+//	+---+----------+----------+----------+----------+--------+--------+--------+--------+--------+
+//	| n | timeUnit | addrUnit | sizeUnit | timeMode | len(T) | len(A) | len(S) | len(M) | len(R) |   uvarints
+//	+---+----------+----------+----------+----------+--------+--------+--------+--------+--------+
+//	| K: n type bytes | T: time | A: addresses | S: sizes | M: misc | R: ring references         |
+//	+-----------------+---------+--------------+----------+---------+----------------------------+
 //
-// (timeMode from version 2 on; version 1 has no such field.)
+// (timeMode, len(R) and R from version 2 on; version 1 has none of them.)
 //
 // A type byte holds the Kind in its low 5 bits and three flags:
 //
@@ -100,12 +100,22 @@
 // Previous values, device and stream start at zero in every chunk, so each
 // chunk decodes alone.
 //
-// Version 2 also changes free_completed's spec: it encodes no address or
-// size, and has those of the event before it in the chunk (zero for the
-// first): a free completes, nearly always, the block whose free was just
-// requested. When they differ, the writer sets addr and size in the extra
-// mask and encodes both. A version 2 decoder decodes an event's size
-// before its address (its size class picks the previous address).
+// Version 2 also changes the spec of the frees, whose address and size
+// are, nearly always, those of a block allocated shortly before:
+//
+//   - free_completed encodes no address or size, and has those of the
+//     event before it in the chunk (zero for the first): a free completes
+//     the block whose free was just requested.
+//   - Every alloc joins the chunk's allocation ring, of its latest 1023
+//     allocs' addresses and sizes. free_requested encodes no address or
+//     size, but uvarint(j) in R, and has those of the ring's (j+1)-th
+//     latest alloc (j = 0: the chunk's last alloc before it); j must be
+//     below the number of allocs before it in the chunk and below 1023.
+//
+// When they are not so, the writer sets addr and size in the event's extra
+// mask and encodes both as any event would. A version 2 decoder decodes an
+// event's size before its address (its size class picks the previous
+// address).
 //
 // The end payload is uvarint(events) uvarint(chunks before it)
 // uvarint(strings) uvarint(stacks), the string and stack counts including
@@ -139,7 +149,7 @@
 // The format version selects the spec table. Later versions only append:
 // new event kinds, new fields (announced by the type byte's flags or the
 // extra mask), new chunk types, new encodings of the columns (version 2's
-// size classes, time modes and repeated frees); Kind values are never
+// size classes, time modes, repeated frees and allocation ring); Kind values are never
 // renumbered. A reader
 // of version N reads every file of version N or lower, and rejects a newer
 // file with an error matching ErrVersion. The header is JSON: fields may be

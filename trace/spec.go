@@ -45,7 +45,18 @@ const (
 	// the event does not encode its address or size, it has the previous
 	// event's (in its chunk; zero for the first), not zero.
 	fieldRepeat field = 1 << 5
+	// fieldPush (version 2, spec only): the event's address and size
+	// join the chunk's allocation ring.
+	fieldPush field = 1 << 6
+	// fieldRef (version 2, spec only): when the event does not encode its
+	// address or size, the ring column holds j, and the event has the
+	// address and size of the ring's (j+1)-th latest entry.
+	fieldRef field = 1 << 7
 )
+
+// ringSize is the number of entries of version 2's allocation ring: the
+// latest ringSize-1 allocations of a chunk can be referred to.
+const ringSize = 1024
 
 // kindFields lists the fields each kind carries: those the text twin
 // always shows, and version 1's spec.
@@ -75,6 +86,10 @@ var spec = [Version + 1][32]field{
 		// A free completes, nearly always, the block whose free was
 		// requested just before: same address and size.
 		s[KindFreeCompleted] = fieldRepeat
+		// A free is requested, mostly, for a block allocated not long
+		// before: one of the latest allocations.
+		s[KindAlloc] |= fieldPush
+		s[KindFreeRequested] = fieldRef
 		return s
 	}(),
 }
@@ -114,12 +129,13 @@ const (
 )
 
 // colHeaderLen is the number of uvarints of an events payload's column
-// header in format version v.
-func colHeaderLen(v int) int {
+// header in format version v, and the number of its data columns (after
+// the type bytes), whose lengths end it.
+func colHeaderLen(v int) (uvarints, columns int) {
 	if v >= 2 {
-		return 9 // n timeUnit addrUnit sizeUnit timeMode len(T) len(A) len(S) len(M)
+		return 10, 5 // n timeUnit addrUnit sizeUnit timeMode len(T) len(A) len(S) len(M) len(R)
 	}
-	return 8 // n timeUnit addrUnit sizeUnit len(T) len(A) len(S) len(M)
+	return 8, 4 // n timeUnit addrUnit sizeUnit len(T) len(A) len(S) len(M)
 }
 
 // fieldsOf returns the set of optional fields e carries beyond none.

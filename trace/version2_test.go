@@ -7,13 +7,19 @@ import (
 	"testing"
 )
 
+// headerLen is the number of uvarints of the column header of version v.
+func headerLen(v int) int {
+	n, _ := colHeaderLen(v)
+	return n
+}
+
 // payloadColumns decodes the column header of an events payload of format
 // version v: the time mode (zigzag for version 1) and the column lengths.
 func payloadColumns(t *testing.T, p []byte, v int) (timeMode uint64, lens []uint64) {
 	t.Helper()
 	var hdr []uint64
 	i := 0
-	for range colHeaderLen(v) {
+	for range headerLen(v) {
 		var x uint64
 		if x, i = uvarint(p, i); i < 0 {
 			t.Fatal("bad column header")
@@ -83,7 +89,7 @@ func TestVersion2Repeat(t *testing.T) {
 	}
 	p := ee.encode(nil, evs, 2)
 	i := 0
-	for range colHeaderLen(2) {
+	for range headerLen(2) {
 		_, i = uvarint(p, i)
 	}
 	for j, tb := range p[i : i+len(evs)] {
@@ -150,7 +156,7 @@ func TestVersion2TimeModes(t *testing.T) {
 	}
 	p := ee.encode(nil, fwd, 2)
 	i := 0
-	for j := range colHeaderLen(2) {
+	for j := range headerLen(2) {
 		if j == 4 {
 			p[i] = 2 // an unknown time mode
 		}
@@ -198,5 +204,88 @@ func TestVersion1StillReads(t *testing.T) {
 	}
 	if sizes[Version] >= sizes[1] {
 		t.Errorf("version %d: %d bytes, version 1: %d", Version, sizes[Version], sizes[1])
+	}
+}
+
+// TestVersion2Ring checks that a free_requested of one of the latest
+// ringSize-1 allocations of its chunk refers to it in the ring column,
+// and that others (older, another size, before any allocation, or never
+// allocated) encode their address and size; all read back as written.
+func TestVersion2Ring(t *testing.T) {
+	var evs []Event
+	tm := int64(0)
+	add := func(k Kind, addr, size uint64) {
+		tm += 1000
+		evs = append(evs, Event{Kind: k, TimeNS: tm, Addr: addr, SizeBytes: size})
+	}
+	add(KindFreeRequested, 0x7f0000000000, 512) // nothing allocated yet
+	const base = 0x7f1000000000
+	const n = ringSize + 150
+	for i := range uint64(n) {
+		add(KindAlloc, base+i<<20, 4096+i)
+	}
+	// References 0, 1, 200 and ringSize-2; ringSize-1 and more are out
+	// of reach.
+	refs := 0
+	for _, j := range []uint64{0, 1, 200, ringSize - 2, ringSize - 1, n - 11, n - 1} {
+		i := n - 1 - j
+		add(KindFreeRequested, base+i<<20, 4096+i)
+		if j < ringSize-1 {
+			refs++
+		}
+		add(KindFreeCompleted, base+i<<20, 4096+i)
+	}
+	add(KindFreeRequested, base+300<<20, 99) // another size
+	add(KindFreeRequested, 0x7f2000000000, 4096)
+	var ee eventEncoder
+	p := ee.encode(nil, evs, 2)
+	if got := decodePayload(t, p, 2, len(evs)); !slices.Equal(got, evs) {
+		t.Fatalf("events differ")
+	}
+	_, lens := payloadColumns(t, p, 2)
+	// References 0 and 1 take a byte, the other two two. (The writer's
+	// index could lose a reference to a later allocation of the same
+	// slot; these addresses have slots of their own.)
+	if want := uint64(2 + (refs-2)*2); refs != 4 || lens[4] != want {
+		t.Errorf("ring column of %d bytes, want %d for %d references", lens[4], want, refs)
+	}
+	hdr := headerLen(2)
+	i := 0
+	for range hdr {
+		_, i = uvarint(p, i)
+	}
+	extras := 0
+	for j, tb := range p[i : i+len(evs)] {
+		if evs[j].Kind == KindFreeRequested && tb&flagExtra != 0 {
+			extras++
+		}
+	}
+	if want := 1 + 7 - refs + 2; extras != want {
+		t.Errorf("%d free_requested encode their address and size, want %d", extras, want)
+	}
+}
+
+// TestVersion2RingCorrupt checks that a reference beyond the chunk's
+// allocations is an error naming the event.
+func TestVersion2RingCorrupt(t *testing.T) {
+	evs := []Event{
+		{Kind: KindAlloc, TimeNS: 1000, Addr: 0x7f0000000000, SizeBytes: 512},
+		{Kind: KindAlloc, TimeNS: 2000, Addr: 0x7f0000000200, SizeBytes: 512},
+		{Kind: KindFreeRequested, TimeNS: 3000, Addr: 0x7f0000000000, SizeBytes: 512},
+	}
+	var ee eventEncoder
+	p := ee.encode(nil, evs, 2)
+	if p[len(p)-1] != 1 { // the ring column: the second latest allocation
+		t.Fatalf("ring column ends with %d, want 1", p[len(p)-1])
+	}
+	p[len(p)-1] = 2
+	var d eventDecoder
+	if err := d.start(p, 2, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Event, len(evs))
+	n, err := d.next(out)
+	if err == nil || n != 2 || err.event != 2 || err.msg != "allocation reference beyond the chunk's latest allocations: 2" {
+		t.Errorf("decoded %d events, error %v (event %d)", n, err, err.event)
 	}
 }

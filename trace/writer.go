@@ -66,9 +66,9 @@ type Writer struct {
 	done bool
 
 	events   []Event
-	estBytes int // bound on the encoded size of events
-	estRegs  [numAddrRegs]uint64
-	tab      []byte // table records not yet written
+	estBytes int         // bound on the encoded size of events
+	estModel *chunkModel // the chunk's delta state, for estBytes
+	tab      []byte      // table records not yet written
 
 	strings map[string]StringID
 	stacks  map[string]StackID
@@ -113,14 +113,16 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 		return nil, err
 	}
 	wr := &Writer{
-		w:       w,
-		opts:    o,
-		strings: map[string]StringID{},
-		stacks:  map[string]StackID{},
-		nStr:    1,
-		nStk:    1,
-		enc:     enc,
+		w:        w,
+		opts:     o,
+		strings:  map[string]StringID{},
+		stacks:   map[string]StackID{},
+		nStr:     1,
+		nStk:     1,
+		enc:      enc,
+		estModel: new(chunkModel),
 	}
+	wr.estModel.reset(o.version)
 	// The chunk's whole event buffer at once: grown by copying, it cost a
 	// small import a third of its time (copies into fresh pages).
 	if b := takeBuffers(wr.opts.chunkEvents); b != nil {
@@ -162,7 +164,7 @@ func (w *Writer) WriteEvent(e Event) error {
 	if len(w.events) > 1 {
 		prev = &w.events[len(w.events)-2]
 	}
-	w.estBytes += eventBound(&w.events[len(w.events)-1], prev, &w.estRegs, w.opts.version)
+	w.estBytes += eventBound(&spec[w.opts.version], &w.events[len(w.events)-1], prev, w.estModel)
 	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
 		return w.endChunk()
 	}
@@ -266,7 +268,8 @@ func (w *Writer) endChunk() error {
 		}
 		w.nEvents += int64(len(w.events))
 		w.events = w.events[:0]
-		w.estBytes, w.estRegs = 0, [numAddrRegs]uint64{}
+		w.estBytes = 0
+		w.estModel.reset(w.opts.version)
 	}
 	return nil
 }
@@ -507,24 +510,25 @@ func frameChunk(dst, comp []byte, enc *zstd.Encoder, typ byte, raw []byte, versi
 }
 
 // compressColumns appends to comp the events payload raw compressed as
-// one zstd frame per column (the column header and K, then T, A, S and M;
-// an empty column has none). A zstd stream of several frames decodes to
+// one zstd frame per column (the column header and K, then T, A, S, M and
+// version 2's R; an empty column has none). A zstd stream of several frames decodes to
 // the concatenation of theirs, so readers see the same payload; each
 // column gets its own entropy tables, fitted to its values alone (2-6%
 // smaller than one frame for the whole payload on real traces).
 func compressColumns(comp []byte, enc *zstd.Encoder, raw []byte, version int) []byte {
-	var hdr [9]uint64
-	nh := colHeaderLen(version)
+	var hdr [10]uint64
+	nh, nc := colHeaderLen(version)
 	i := 0
 	for j := range nh {
 		if hdr[j], i = uvarint(raw, i); i < 0 {
 			return enc.EncodeAll(raw, comp) // not an events payload: one frame
 		}
 	}
-	l := hdr[nh-4 : nh] // column lengths
-	cut := [...]uint64{uint64(i) + hdr[0], l[0], l[1], l[2], l[3]}
+	var cut [6]uint64 // the type bytes (after the header), then each column
+	cut[0] = uint64(i) + hdr[0]
+	copy(cut[1:], hdr[nh-nc:nh])
 	start := uint64(0)
-	for _, l := range cut {
+	for _, l := range cut[:nc+1] {
 		if l > uint64(len(raw))-start {
 			return enc.EncodeAll(raw[start:], comp)
 		}
