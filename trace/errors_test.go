@@ -34,7 +34,7 @@ func eventsPayload(evs []Event) ([]byte, int) {
 	var enc eventEncoder
 	p := enc.encode(nil, evs, Version)
 	i := 0
-	for range colHeaderLen(Version) {
+	for range headerLen(Version) {
 		_, i = uvarint(p, i)
 	}
 	return p, i
