@@ -329,3 +329,35 @@ func TestRealSnapshotsSpilled(t *testing.T) {
 	}
 	emptyDir(t, dir)
 }
+
+// FuzzSpilled checks that whatever the import accepts, it writes the same
+// trace and summary with its events spilled in blocks of two.
+func FuzzSpilled(f *testing.F) {
+	for _, name := range []string{"basic.p2.pickle", "basic.p5.pickle", "midrun.p4.pickle", "empty_cache.p4.pickle", "old.p2.pickle", "gc.p4.pickle"} {
+		f.Add(mustReadF(f, name))
+	}
+	alloc := entryPickle("action", "alloc", "addr", 4096, "size", 512, "time_us", 1)
+	f.Add(snapshotPickle([][]byte{alloc, {'h', 4}}, nil))
+	f.Add(snapshotPickle([][]byte{alloc, entryPickle("action", "oom", "device_free", 7)}, []byte{']', 'h', 4, 'a'}))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		mem, err := LoadPickle(data, Options{})
+		if err != nil {
+			return
+		}
+		want, wantSum := written(t, mem)
+		restore := withSpill(t, 2, 2)
+		s, err := LoadPickle(data, Options{SpillDir: dir})
+		if err != nil {
+			restore()
+			t.Fatalf("in memory, but not spilled: %v", err)
+		}
+		got, gotSum := written(t, s)
+		s.Close()
+		restore()
+		if !bytes.Equal(got, want) || gotSum != wantSum {
+			t.Fatalf("spilled and in-memory imports differ:\n%s\n%s", gotSum, wantSum)
+		}
+		emptyDir(t, dir)
+	})
+}
