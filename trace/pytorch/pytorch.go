@@ -193,9 +193,10 @@ func (s *Snapshot) Header() *trace.Header { return &s.header }
 // Summary returns the import summary (Events etc. are final after Load).
 func (s *Snapshot) Summary() *Summary { return &s.summary }
 
-// Close releases the temporary file holding a large snapshot's events (it
-// is unnamed where the system allows, so nothing is left behind even
-// without Close). The snapshot cannot be written after.
+// Close releases the temporary file holding a large snapshot's events.
+// The file has no name once made where the system allows it (Unix), so
+// nothing is left behind even without Close; elsewhere Close removes it.
+// The snapshot cannot be written after.
 func (s *Snapshot) Close() error {
 	if s.raw != nil {
 		s.raw.close()
@@ -568,7 +569,8 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 	return c.snap
 }
 
-// Emit writes the snapshot's events to sink, in order.
+// Emit writes the snapshot's events to sink, in order. It may be called
+// again, but not concurrently on one Snapshot.
 func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
 	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events)}
 	if doc := s.doc; doc != nil {
