@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"math/bits"
 	"strings"
 )
 
@@ -98,14 +99,7 @@ func uvarintTail(b []byte, i int) (uint64, int) {
 	return 0, -1
 }
 
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 func absDelta(d int64) uint64 {
 	if d < 0 {
@@ -354,17 +348,24 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 
 // eventBound bounds the bytes e adds to an events chunk after prev (the
 // chunk's previous event, or a zero Event), for the writer's flush
-// threshold; m follows the chunk's state, which it moves past e.
-func eventBound(sp *[32]field, e, prev *Event, m *chunkModel) int {
-	// A uvarint time delta is no longer than its zigzag, nor a delta in
-	// a unit longer than the delta.
-	n := 1 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
-	f, extra, ref, delta := m.code(sp, e, prev)
-	if f&(fieldRef|fieldAddr|fieldSize) == fieldRef {
-		n += uvarintLen(ref)
-	}
+// threshold; maxAddr is the largest address of the chunk's events so far
+// (zero at its start), which it updates. It knows nothing of the version's
+// delta state: an address's delta, from a register holding an earlier
+// address, is no larger than the largest address; a ring reference (below
+// 2^14) takes no more than the address and size it replaces.
+func eventBound(e, prev *Event, maxAddr *uint64) int {
+	// The type byte, the extra mask of a free (repeats and references
+	// spared), the time delta (a uvarint delta is no longer than its
+	// zigzag, nor a delta in a unit longer than the delta).
+	n := 2 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
+	f := kindFields[e.Kind&kindMask] | fieldsOf(e)
 	if f&fieldAddr != 0 {
-		n += uvarintLen(zigzag(delta))
+		*maxAddr = max(*maxAddr, e.Addr)
+		if *maxAddr >= 1<<62 {
+			n += binary.MaxVarintLen64
+		} else {
+			n += uvarintLen(*maxAddr<<1 | 1)
+		}
 	}
 	if f&fieldSize != 0 {
 		n += uvarintLen(e.SizeBytes)
@@ -372,7 +373,7 @@ func eventBound(sp *[32]field, e, prev *Event, m *chunkModel) int {
 	if e.Device != prev.Device || e.Stream != prev.Stream {
 		n += 2 * binary.MaxVarintLen64
 	}
-	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack)|uint64(extra) != 0 {
+	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack) != 0 || f&^kindFields[e.Kind&kindMask] != 0 {
 		n += 4*binary.MaxVarintLen64 + 1
 	}
 	return n

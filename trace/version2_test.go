@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -287,5 +288,19 @@ func TestVersion2RingCorrupt(t *testing.T) {
 	n, err := d.next(out)
 	if err == nil || n != 2 || err.event != 2 || err.msg != "allocation reference beyond the chunk's latest allocations: 2" {
 		t.Errorf("decoded %d events, error %v (event %d)", n, err, err.event)
+	}
+}
+
+// TestUvarintLen checks uvarintLen against the encoder at every bit length.
+func TestUvarintLen(t *testing.T) {
+	for s := range 64 {
+		for _, v := range []uint64{1 << s, 1<<s - 1, 1<<s + 1} {
+			if got, want := uvarintLen(v), len(binary.AppendUvarint(nil, v)); got != want {
+				t.Fatalf("uvarintLen(%d) = %d, want %d", v, got, want)
+			}
+		}
+	}
+	if uvarintLen(0) != 1 || uvarintLen(^uint64(0)) != binary.MaxVarintLen64 {
+		t.Fatalf("uvarintLen(0) = %d, uvarintLen(max) = %d", uvarintLen(0), uvarintLen(^uint64(0)))
 	}
 }

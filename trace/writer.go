@@ -66,9 +66,9 @@ type Writer struct {
 	done bool
 
 	events   []Event
-	estBytes int         // bound on the encoded size of events
-	estModel *chunkModel // the chunk's delta state, for estBytes
-	tab      []byte      // table records not yet written
+	estBytes int    // bound on the encoded size of events
+	estAddr  uint64 // the chunk's largest address, for estBytes
+	tab      []byte // table records not yet written
 
 	strings map[string]StringID
 	stacks  map[string]StackID
@@ -113,16 +113,14 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 		return nil, err
 	}
 	wr := &Writer{
-		w:        w,
-		opts:     o,
-		strings:  map[string]StringID{},
-		stacks:   map[string]StackID{},
-		nStr:     1,
-		nStk:     1,
-		enc:      enc,
-		estModel: new(chunkModel),
+		w:       w,
+		opts:    o,
+		strings: map[string]StringID{},
+		stacks:  map[string]StackID{},
+		nStr:    1,
+		nStk:    1,
+		enc:     enc,
 	}
-	wr.estModel.reset(o.version)
 	// The chunk's whole event buffer at once: grown by copying, it cost a
 	// small import a third of its time (copies into fresh pages).
 	if b := takeBuffers(wr.opts.chunkEvents); b != nil {
@@ -164,7 +162,7 @@ func (w *Writer) WriteEvent(e Event) error {
 	if len(w.events) > 1 {
 		prev = &w.events[len(w.events)-2]
 	}
-	w.estBytes += eventBound(&spec[w.opts.version], &w.events[len(w.events)-1], prev, w.estModel)
+	w.estBytes += eventBound(&w.events[len(w.events)-1], prev, &w.estAddr)
 	if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
 		return w.endChunk()
 	}
@@ -268,8 +266,7 @@ func (w *Writer) endChunk() error {
 		}
 		w.nEvents += int64(len(w.events))
 		w.events = w.events[:0]
-		w.estBytes = 0
-		w.estModel.reset(w.opts.version)
+		w.estBytes, w.estAddr = 0, 0
 	}
 	return nil
 }
