@@ -1,0 +1,90 @@
+package pytorch
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
+)
+
+// TestRealStackedSnapshot imports a snapshot PyTorch 2.11 wrote on an H200
+// with Python stacks on every entry (traces/workloads/stacks.py), whose
+// frame dicts are shared between entries through the memo, and checks
+// every event's stack against the entry's frames as pickle.Decode reads
+// them.
+func TestRealStackedSnapshot(t *testing.T) {
+	data := gunzip(t, "testdata/real/stacks.pickle.gz")
+	v, err := pickle.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv, _ := v.(*pickle.Dict).Get("device_traces")
+	entries := dv.(*pickle.List).Items[0].(*pickle.List).Items
+	var want []string
+	for _, e := range entries {
+		fv, _ := e.(*pickle.Dict).Get("frames")
+		s := ""
+		for _, f := range fv.(*pickle.List).Items {
+			fd := f.(*pickle.Dict)
+			name, _ := getString(fd, "name")
+			file, _ := getString(fd, "filename")
+			line, _ := getInt(fd, "line")
+			s += fmt.Sprintf("%s@%s:%d;", name, file, line)
+		}
+		want = append(want, s)
+	}
+
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	sink := &stackSink{}
+	if err := s.Emit(sink, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range sink.events {
+		if e.Kind == trace.KindEmptyCache {
+			continue
+		}
+		str := ""
+		for _, f := range sink.stacks[e.Stack] {
+			str += fmt.Sprintf("%s@%s:%d;", sink.strs[f.Func], sink.strs[f.File], f.Line)
+		}
+		got = append(got, str)
+	}
+	if len(got) != 783 || len(got) != len(want) || s.Summary().Stacks != 783 {
+		t.Fatalf("%d events (%d with stacks), %d entries", len(got), s.Summary().Stacks, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] || want[i] == "" {
+			t.Fatalf("event %d: stack %q, entry's frames %q", i, got[i], want[i])
+		}
+	}
+}
+
+// stackSink is a trace.Sink that keeps the events, strings and stacks.
+type stackSink struct {
+	events []trace.Event
+	strs   []string
+	stacks [][]trace.Frame
+}
+
+func (s *stackSink) WriteEvent(e trace.Event) error { s.events = append(s.events, e); return nil }
+
+func (s *stackSink) String(str string) trace.StringID {
+	if len(s.strs) == 0 {
+		s.strs = append(s.strs, "")
+	}
+	s.strs = append(s.strs, str)
+	return trace.StringID(len(s.strs) - 1)
+}
+
+func (s *stackSink) Stack(frames []trace.Frame) trace.StackID {
+	if len(s.stacks) == 0 {
+		s.stacks = append(s.stacks, nil)
+	}
+	s.stacks = append(s.stacks, append([]trace.Frame(nil), frames...))
+	return trace.StackID(len(s.stacks) - 1)
+}
