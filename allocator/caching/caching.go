@@ -26,12 +26,20 @@ type block struct {
 	// bnext and bprev link the block in its free set's bin (see freeSet).
 	bnext, bprev int32
 	pool         uint8
-	used         bool // the arena slot holds a block
-	allocated    bool // handed out and not freed by the program
-	pending      bool // freed by the program, waiting for its free to complete
-	mapped       bool // backed by memory (always true outside expandable segments)
-	inSet        bool // in its pool's free set
+	flags        uint8 // fUsed, fAllocated, fPending, fMapped, fInSet
 }
+
+// Block flags (one byte, so that a block takes 64 bytes).
+const (
+	fUsed      uint8 = 1 << iota // the arena slot holds a block
+	fAllocated                   // handed out and not freed by the program
+	fPending                     // freed by the program, waiting for its free to complete
+	fMapped                      // backed by memory (always true outside expandable segments)
+	fInSet                       // in its pool's free set
+)
+
+// has reports whether b has any of the flags f.
+func (b *block) has(f uint8) bool { return b.flags&f != 0 }
 
 // streamPool holds the free blocks of one (pool, stream).
 type streamPool struct {
@@ -168,7 +176,7 @@ func (a *Allocator) insertFree(id int32) {
 	b := &a.blocks[id]
 	bp := &a.pools[b.pool]
 	b.gcBase = bp.gcCalls
-	b.inSet = true
+	b.flags |= fInSet
 	sp := bp.last // streamPool, inlined
 	if sp == nil || sp.stream != b.stream {
 		sp = a.findStreamPool(b.pool, b.stream)
@@ -178,10 +186,10 @@ func (a *Allocator) insertFree(id int32) {
 
 func (a *Allocator) eraseFree(id int32) {
 	b := &a.blocks[id]
-	if !b.inSet {
+	if !b.has(fInSet) {
 		panic(fmt.Sprintf("caching: block %#x not in its free set", b.addr))
 	}
-	b.inSet = false
+	b.flags &^= fInSet
 	sp := a.pools[b.pool].last // streamPool, inlined
 	if sp == nil || sp.stream != b.stream {
 		sp = a.findStreamPool(b.pool, b.stream)
@@ -306,7 +314,7 @@ func (a *Allocator) getFreeBlock(pool uint8, stream trace.StreamID, s uint64) (i
 
 func (a *Allocator) expandableSize(id int32) uint64 {
 	b := &a.blocks[id]
-	if b.next != none && !a.blocks[b.next].mapped {
+	if b.next != none && !a.blocks[b.next].has(fMapped) {
 		return b.size + a.blocks[b.next].size
 	}
 	return b.size
@@ -330,7 +338,7 @@ func (a *Allocator) allocBlock(pool uint8, stream trace.StreamID, s, allocSize u
 	a.reserved += allocSize
 	id := a.newBlock()
 	a.blocks[id] = block{addr: addr, size: allocSize, stream: stream, prev: none, next: none, seg: none,
-		pool: pool, used: true, mapped: true}
+		pool: pool, flags: fUsed | fMapped}
 	return id, true
 }
 
@@ -352,13 +360,13 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 	expandable := a.blocks[id].seg != none
 	if fs != nil {
 		fs.remove(a.blocks, id)
-		a.blocks[id].inSet = false
+		a.blocks[id].flags &^= fInSet
 	}
 	if split {
 		nid := a.newBlock()
 		rem := &a.blocks[id]
 		a.blocks[nid] = block{addr: rem.addr, size: s, stream: rem.stream, prev: rem.prev, next: id,
-			seg: rem.seg, pool: rem.pool, used: true, mapped: true}
+			seg: rem.seg, pool: rem.pool, flags: fUsed | fMapped}
 		if rem.prev != none {
 			a.blocks[rem.prev].next = nid
 		}
@@ -383,7 +391,7 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 		}
 	}
 	b := &a.blocks[id]
-	b.allocated = true
+	b.flags |= fAllocated
 	b.requested = orig
 	return replay.Block{Addr: b.addr, SizeBytes: b.size, Handle: uint32(id) + 1}
 }
@@ -393,7 +401,7 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 func (a *Allocator) find(blk replay.Block) (int32, bool) {
 	if h := blk.Handle; h != 0 && int(h) <= len(a.blocks) {
 		b := &a.blocks[h-1]
-		if b.addr == blk.Addr && b.used && (b.allocated || b.pending) {
+		if b.addr == blk.Addr && b.has(fUsed) && b.has(fAllocated|fPending) {
 			return int32(h - 1), true
 		}
 	}
@@ -402,7 +410,7 @@ func (a *Allocator) find(blk replay.Block) (int32, bool) {
 	}
 	for id := range a.blocks {
 		b := &a.blocks[id]
-		if b.addr == blk.Addr && b.used && (b.allocated || b.pending) {
+		if b.addr == blk.Addr && b.has(fUsed) && b.has(fAllocated|fPending) {
 			return int32(id), true
 		}
 	}
@@ -417,8 +425,7 @@ func (a *Allocator) FreeRequested(blk replay.Block) {
 		return
 	}
 	b := &a.blocks[id]
-	b.allocated = false
-	b.pending = true
+	b.flags = b.flags&^fAllocated | fPending
 }
 
 // FreeCompleted returns block blk to its free list. When the device's
@@ -433,9 +440,8 @@ func (a *Allocator) FreeCompleted(blk replay.Block) {
 	if a.seeded.Len() > 0 {
 		a.seeded.Delete(blk.Addr)
 	}
-	if a.blocks[id].allocated {
-		a.blocks[id].allocated = false
-		a.blocks[id].pending = true
+	if b := &a.blocks[id]; b.has(fAllocated) {
+		b.flags = b.flags&^fAllocated | fPending
 	}
 	if len(a.completions) > 0 || recordedRelease(a.dev.Recorded()) {
 		a.completions = append(a.completions, id)
@@ -471,8 +477,7 @@ func (a *Allocator) applyCompletions(k int) {
 // freeBlock is free_block: merge with prev, then next, and back to the free set.
 func (a *Allocator) freeBlock(id int32) {
 	b := &a.blocks[id]
-	b.allocated = false
-	b.pending = false
+	b.flags &^= fAllocated | fPending
 	b.requested = 0
 	expandable := b.seg != none
 	var netCount int64
@@ -509,7 +514,7 @@ func (a *Allocator) tryMerge(dst, src int32) uint64 {
 // merge is try_merge_blocks once mergeable(dst, src) holds: dst absorbs
 // src, which leaves its set. It returns the bytes absorbed.
 func (a *Allocator) merge(dst, src int32) uint64 {
-	if a.blocks[src].mapped {
+	if a.blocks[src].has(fMapped) {
 		a.eraseFree(src)
 	} else {
 		a.eraseUnmapped(src)
@@ -524,7 +529,7 @@ func (a *Allocator) mergeable(dst, src int32) bool {
 		return false
 	}
 	s := &a.blocks[src]
-	return !s.allocated && !s.pending && s.mapped == a.blocks[dst].mapped
+	return !s.has(fAllocated|fPending) && (s.flags^a.blocks[dst].flags)&fMapped == 0
 }
 
 // absorb gives dst the range of its neighbour src, which is out of every
@@ -553,7 +558,7 @@ func (a *Allocator) absorb(dst, src int32) uint64 {
 // releaseBlock is release_block: cudaFree of a whole free block.
 func (a *Allocator) releaseBlock(id int32) {
 	b := &a.blocks[id]
-	if b.inSet {
+	if b.has(fInSet) {
 		a.eraseFree(id)
 	}
 	a.dev.Free(b.addr, b.size)
@@ -678,7 +683,7 @@ func (a *Allocator) releaseCached() {
 		for _, id := range unmap {
 			a.unmapBlock(id)
 			b := &a.blocks[id]
-			if !b.mapped && b.prev == none && b.next == none {
+			if !b.has(fMapped) && b.prev == none && b.next == none {
 				a.eraseUnmapped(id)
 				a.segs[b.seg].alive = false
 				a.dropBlock(id)

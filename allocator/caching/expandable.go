@@ -9,7 +9,7 @@ func (a *Allocator) allocatable(id int32) bool {
 		return false
 	}
 	b := &a.blocks[id]
-	return !b.allocated && !b.pending
+	return !b.has(fAllocated | fPending)
 }
 
 // findExpandable is find_expandable_block: the lowest-address place in a
@@ -41,7 +41,7 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 	a.segs = append(a.segs, expSeg{base: base, size: size, page: page, stream: stream, pool: pool, alive: true})
 	id := a.newBlock()
 	a.blocks[id] = block{addr: base, size: size, stream: stream, prev: none, next: none,
-		seg: int32(len(a.segs) - 1), pool: pool, used: true}
+		seg: int32(len(a.segs) - 1), pool: pool, flags: fUsed}
 	a.insertUnmapped(id)
 	return id
 }
@@ -49,7 +49,7 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 // tryAllocateExpandable is try_allocate_expandable_block.
 func (a *Allocator) tryAllocateExpandable(pool uint8, stream trace.StreamID, s uint64) (int32, bool) {
 	c := a.findExpandable(pool, stream, s)
-	if !a.blocks[c].mapped {
+	if !a.blocks[c].has(fMapped) {
 		if !a.mapBlock(c, min(a.blocks[c].size, s)) {
 			return none, false
 		}
@@ -79,12 +79,12 @@ func (a *Allocator) mapBlock(id int32, size uint64) bool {
 	}
 	a.eraseUnmapped(id)
 	b = &a.blocks[id]
-	b.mapped = true
+	b.flags |= fMapped
 	if bytes < b.size {
 		rid := a.newBlock()
 		b = &a.blocks[id]
 		a.blocks[rid] = block{addr: b.addr + bytes, size: b.size - bytes, stream: b.stream, prev: id, next: b.next,
-			seg: b.seg, pool: b.pool, used: true}
+			seg: b.seg, pool: b.pool, flags: fUsed}
 		if b.next != none {
 			a.blocks[b.next].prev = rid
 		}
@@ -117,7 +117,7 @@ func (a *Allocator) unmapBlock(id int32) {
 		nid := a.newBlock()
 		b = &a.blocks[id]
 		a.blocks[nid] = block{addr: b.addr, size: before, stream: b.stream, prev: b.prev, next: id,
-			seg: b.seg, pool: b.pool, used: true, mapped: true}
+			seg: b.seg, pool: b.pool, flags: fUsed | fMapped}
 		if b.prev != none {
 			a.blocks[b.prev].next = nid
 		}
@@ -129,7 +129,7 @@ func (a *Allocator) unmapBlock(id int32) {
 		nid := a.newBlock()
 		b = &a.blocks[id]
 		a.blocks[nid] = block{addr: ua + us, size: after, stream: b.stream, prev: id, next: b.next,
-			seg: b.seg, pool: b.pool, used: true, mapped: true}
+			seg: b.seg, pool: b.pool, flags: fUsed | fMapped}
 		if b.next != none {
 			a.blocks[b.next].prev = nid
 		}
@@ -139,7 +139,7 @@ func (a *Allocator) unmapBlock(id int32) {
 	b = &a.blocks[id]
 	b.addr = ua
 	b.size = us
-	b.mapped = false
+	b.flags &^= fMapped
 	a.tryMerge(id, a.blocks[id].prev)
 	a.tryMerge(id, a.blocks[id].next)
 	a.insertUnmapped(id)

@@ -21,7 +21,7 @@ func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
 	var heads []int32
 	for i := range a.blocks {
 		b := &a.blocks[i]
-		if b.used && b.prev == none {
+		if b.has(fUsed) && b.prev == none {
 			heads = append(heads, int32(i))
 		}
 	}
@@ -30,7 +30,7 @@ func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
 		var cur *trace.Segment
 		for id := h; id != none; id = a.blocks[id].next {
 			b := &a.blocks[id]
-			if !b.mapped {
+			if !b.has(fMapped) {
 				if cur != nil {
 					if !fn(*cur) {
 						return
@@ -45,9 +45,9 @@ func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
 			st := trace.BlockInactive
 			var req uint64
 			switch {
-			case b.allocated:
+			case b.has(fAllocated):
 				st, req = trace.BlockAllocated, b.requested
-			case b.pending:
+			case b.has(fPending):
 				st, req = trace.BlockPendingFree, b.requested
 			}
 			cur.SizeBytes += b.size
@@ -118,7 +118,7 @@ func (a *Allocator) Seed(segs []trace.Segment) error {
 				return
 			}
 			id := a.newBlock()
-			a.blocks[id] = block{addr: pos, size: to - pos, stream: k.stream, prev: last, next: none, seg: si, pool: k.pool, used: true}
+			a.blocks[id] = block{addr: pos, size: to - pos, stream: k.stream, prev: last, next: none, seg: si, pool: k.pool, flags: fUsed}
 			if last != none {
 				a.blocks[last].next = id
 			}
@@ -147,17 +147,17 @@ func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int
 	for _, bl := range sg.Blocks {
 		id := a.newBlock()
 		a.blocks[id] = block{addr: bl.Addr, size: bl.SizeBytes, stream: sg.Stream, prev: last, next: none,
-			seg: seg, pool: pool, used: true, mapped: true}
+			seg: seg, pool: pool, flags: fUsed | fMapped}
 		if last != none {
 			a.blocks[last].next = id
 		}
 		switch bl.State {
 		case trace.BlockAllocated:
-			a.blocks[id].allocated = true
+			a.blocks[id].flags |= fAllocated
 			a.blocks[id].requested = bl.RequestedBytes
 			a.seeded.Set(bl.Addr, id)
 		case trace.BlockPendingFree:
-			a.blocks[id].pending = true
+			a.blocks[id].flags |= fPending
 			a.blocks[id].requested = bl.RequestedBytes
 			a.seeded.Set(bl.Addr, id)
 		}
@@ -167,7 +167,7 @@ func (a *Allocator) seedChain(sg trace.Segment, pool uint8, seg, last int32) int
 	_ = first
 	for _, id := range ids {
 		b := &a.blocks[id]
-		if b.allocated || b.pending {
+		if b.has(fAllocated | fPending) {
 			continue
 		}
 		a.insertFree(id)

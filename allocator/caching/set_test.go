@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+	"unsafe"
 )
 
 // TestFreeSetMatchesSortedSlice checks the binned set against a plain
@@ -120,5 +121,12 @@ func TestFreeSetMatchesSortedSlice(t *testing.T) {
 	}
 	if p, _ := s.last(bl); len(ref) > 0 && at(p) != ref[len(ref)-1] {
 		t.Fatal("clone shares its heads")
+	}
+}
+
+// TestBlockSize checks that a block fills one 64-byte cache line.
+func TestBlockSize(t *testing.T) {
+	if s := unsafe.Sizeof(block{}); s != 64 {
+		t.Fatalf("block is %d bytes, want 64", s)
 	}
 }
