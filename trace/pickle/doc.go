@@ -577,12 +577,16 @@ type Decoder struct {
 	// Streaming (see StreamEntries).
 	entries   EntryHandler
 	entryKey  string
-	outer     Value   // the list stored under entryKey, or noValue
-	cur       Value   // the latest list created as an item of outer, or noValue
-	nEntries  uint32  // entries created
-	lastEntry Value   // the latest entry created
-	lastPos   int     // its stack position, or -1 once it may be elsewhere
-	lastLen   int     // the value table's length when it was created
+	outer     Value  // the list stored under entryKey, or noValue
+	cur       Value  // the latest list created as an item of outer, or noValue
+	nEntries  uint32 // entries created
+	lastEntry Value  // the latest entry created
+	lastPos   int    // its stack position, or -1 once it may be elsewhere
+	lastLen   int    // the value table's length when it was created
+	lastKeep  int    // keep, the items' and the memo's length then
+	lastItems int
+	lastMemo  uint64
+	takes     []take  // what the handler took of the entry being set (Take)
 	kv        []Value // fastEntry's pairs
 	noFast    bool    // decode every entry through the general path (tests)
 
@@ -705,6 +709,10 @@ func (d *Decoder) atEntryKey(stack []Value, kinds []Kind) bool {
 
 // setEntry hands kv, set on the entry v, to the handler.
 func (d *Decoder) setEntry(v Value, kv []Value) error {
+	d.takes = d.takes[:0]
+	if _, ok := TicketID(v); ok {
+		return ErrNotStreamable // a taken list used as a dict
+	}
 	if len(kv)%2 != 0 {
 		return ErrNotStreamable
 	}
@@ -717,6 +725,96 @@ func (d *Decoder) setEntry(v Value, kv []Value) error {
 	}
 	n, _ := d.doc.Entry(v)
 	return d.entries.SetEntry(n, kv)
+}
+
+// take is a container the handler took: its Value and the handler's id.
+type take struct {
+	v  Value
+	id uint32
+}
+
+// Take tells the decoder, from EntryHandler.SetEntry, that the handler
+// has kept what it needs of the list v, a value of the entry being set
+// (a snapshot's frames list, interned as the handler's stack id), so that
+// the list need not be kept. When the list was made by that entry and
+// nothing but the memo refers to it, the decoder drops it and puts, in
+// its memo entry, the Value Ticket(id) returns: the handler gets that
+// Value back where the pickle fetches the list again (PyTorch shares a
+// frames list between entries), and anything else that gets it fails
+// (Doc.ToAny, as for an entry), so that the caller decodes again without
+// streaming. Otherwise the list stays as it is. id must be below 2^28.
+func (d *Decoder) Take(v Value, id uint32) {
+	if id < maxTickets {
+		d.takes = append(d.takes, take{v, id})
+	}
+}
+
+// maxTickets bounds Take's ids; tickets are the entry numbers from
+// maxEntries-1 down, which no entry reaches while fewer than
+// maxEntries-maxTickets entries exist.
+const maxTickets = 1 << 28
+
+// Ticket returns the Value that stands for the list taken with id.
+func Ticket(id uint32) Value { return tagMask | Value(maxEntries-1-id) }
+
+// TicketID reports whether v is a Ticket, and its id.
+func TicketID(v Value) (uint32, bool) {
+	if v&tagMask != tagMask {
+		return 0, false
+	}
+	n := uint32(v &^ tagMask)
+	if n < maxEntries-maxTickets || n >= maxEntries {
+		return 0, false
+	}
+	return maxEntries - 1 - n, true
+}
+
+// reclaim drops the list the handler took of the entry just set, when it
+// is safe: the entry made the list, no other value it made is kept (only
+// scalars besides the list, no other container memoized), the items it
+// added are the list's alone, the list is memoized once, in this entry,
+// and the stack below the entry does not hold it. below is that stack.
+func (d *Decoder) reclaim(below []Value, kinds []Kind, memo []Value, mbase uint64) {
+	t := d.takes[0]
+	v := t.v
+	doc := d.doc
+	if v >= inlineBit || int(v) < d.lastLen || int(v) >= len(kinds) || kinds[v] != KindList ||
+		d.nEntries >= maxEntries-maxTickets || d.lastMemo < mbase || d.sparse != nil {
+		return
+	}
+	for i := d.lastLen; i < len(kinds); i++ {
+		if Value(i) != v && kinds[i] >= KindList {
+			return // another container
+		}
+	}
+	x := doc.xs[v]
+	start, n := int(x>>32), int(uint32(x)&lowMask)
+	if x&chainedBit != 0 || (n > 0 && start != d.lastItems) || d.lastItems+n != len(doc.items) {
+		return
+	}
+	slot := -1
+	for i := int(d.lastMemo - mbase); i < len(memo); i++ {
+		switch m := memo[i]; {
+		case m == v:
+			if slot >= 0 {
+				return
+			}
+			slot = i
+		case m < inlineBit:
+			return // a value of the table memoized
+		}
+	}
+	if slot < 0 {
+		return
+	}
+	for _, b := range below {
+		if b == v {
+			return
+		}
+	}
+	memo[slot] = Ticket(t.id)
+	doc.items = doc.items[:d.lastItems]
+	d.keep = d.lastKeep
 }
 
 // Partial returns, after DecodeDoc failed, the values decoded so far and
@@ -1166,6 +1264,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					d.entries.NewEntry(d.nEntries, pos)
 					d.nEntries++
 					d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
+					d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))
 					stack = append(stack, v)
 					pos++
 					// The usual entry, MEMOIZE MARK (key value)* SETITEMS
@@ -1277,6 +1376,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 						return nil, err
 					}
 					if e == d.lastEntry && m-1 == d.lastPos {
+						if len(d.takes) == 1 {
+							d.reclaim(stack[:m-1], kinds, memo, mbase)
+						}
 						if n := max(d.keep, d.lastLen); n < len(kinds) {
 							kinds, xs = kinds[:n], xs[:n]
 						}

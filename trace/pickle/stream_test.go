@@ -523,3 +523,95 @@ func TestEntryRuns(t *testing.T) {
 		}
 	}
 }
+
+// taker is an EntryHandler that takes every list value (as an importer
+// takes a frames list), naming it by the entry that first had it, and
+// renders each entry's list values: "L<len>" for a list, "T<id>" for a
+// ticket.
+type taker struct {
+	dec     *Decoder
+	entries []string
+}
+
+func (r *taker) NewEntry(n uint32, off int) { r.entries = append(r.entries, "") }
+
+func (r *taker) SetEntry(n uint32, kv []Value) error {
+	doc := r.dec.Doc()
+	for i := 1; i < len(kv); i += 2 {
+		v := kv[i]
+		if id, ok := TicketID(v); ok {
+			r.entries[n] += fmt.Sprintf("T%d ", id)
+		} else if doc.Kind(v) == KindList {
+			r.entries[n] += fmt.Sprintf("L%d ", doc.Len(v))
+			r.dec.Take(v, n)
+		}
+	}
+	return nil
+}
+
+// TestTake checks that a list an entry made and the handler took is
+// dropped, its memo entry becoming a ticket that later entries get back,
+// and that a list something else refers to is kept.
+func TestTake(t *testing.T) {
+	head := func() pk {
+		p := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+		return p.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // memo 0..3
+	}
+	// Entry 0 makes a list of two ints (memo 6 after the entry's 4 and
+	// the key's 5); entry 1 fetches it again; entry 2 makes one that the
+	// stack below the entries also holds (DUP'd before the entry is set)
+	// and so is kept.
+	p := head().op(opEmptyDict, opMemoize, opMark).str("frames").op(opMemoize)                  // 4, 5
+	p = p.op(opEmptyList, opMemoize, opMark, opBinInt1, 1, opBinInt1, 2, opAppends, opSetItems) // 6
+	p = p.op(opEmptyDict, opMemoize, opMark, opBinGet, 5, opBinGet, 6, opSetItems)              // 7
+	p = p.op(opAppends)
+	ok := append(pk{}, p...).op(opAppend, opSetItems, opStop)
+
+	d := NewDecoder(ok)
+	r := &taker{dec: d}
+	d.StreamEntries("device_traces", r)
+	doc, err := d.DecodeDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"L2 ", "T0 "}; !reflect.DeepEqual(r.entries, want) {
+		t.Errorf("entries %q, want %q", r.entries, want)
+	}
+	if n := doc.NumValues(); n != 3 {
+		t.Errorf("%d values kept, want 3 (the root and the two lists of device_traces)", n)
+	}
+	// The ticket anywhere else fails the decode's reading.
+	bad := append(pk{}, p...).op(opAppend).str("other").op(opBinGet, 6, opSetItems, opStop)
+	d = NewDecoder(bad)
+	r = &taker{dec: d}
+	d.StreamEntries("device_traces", r)
+	if doc, err = d.DecodeDoc(); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := doc.Get(doc.Root(), "other")
+	if _, err := doc.ToAny(other); err == nil {
+		t.Error("ToAny of a ticket did not fail")
+	}
+	// A list another container also took during the entry is kept whole:
+	// "keep" (memo 4, made before the entries' list) gets it as an item.
+	q := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+	q = q.str("keep").op(opMemoize, opEmptyList, opMemoize)                                           // 0 root, 1, 2
+	q = q.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark)  // 3, 4, 5
+	q = q.op(opEmptyDict, opMemoize, opMark).str("frames").op(opMemoize)                              // 6, 7
+	q = q.op(opEmptyList, opMemoize, opMark, opBinInt1, 3, opAppends)                                 // 8
+	q = q.op(opBinGet, 2, opBinGet, 8, opAppend, opPop, opSetItems, opAppends, opAppend) // keep gets it
+	q = q.op(opSetItems, opStop)
+	d = NewDecoder(q)
+	r = &taker{dec: d}
+	d.StreamEntries("device_traces", r)
+	if doc, err = d.DecodeDoc(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := d.memoGet(8); v&tagMask == tagMask {
+		t.Errorf("a list another container holds was taken: memo 8 is %#x", v)
+	}
+	keep, _ := doc.Get(doc.Root(), "keep")
+	if got, err := doc.ToAny(keep); err != nil || fmt.Sprint(plain(t, got)) != "[[3]]" {
+		t.Errorf("keep = %v (%v), want [[3]]", plain(t, got), err)
+	}
+}
