@@ -99,7 +99,7 @@ func (c *converter) entries() error {
 					}
 				case keys.frames:
 					if doc.Len(v) > 0 && doc.Kind(v) == pickle.KindList {
-						e.frames = v
+						e.frames = pickle.Value(c.snap.stacks.intern(doc, v))
 					}
 				case keys.deviceFree:
 					n, _ := doc.Int(v)

@@ -163,6 +163,8 @@ type Snapshot struct {
 	texts   []string
 	annot   map[int32]int32 // user_metadata string index + 1 -> its annotate text in texts
 	doc     *pickle.Doc
+	// stacks holds the events' stacks: an event's frames is its id there.
+	stacks  *stackTable
 	summary Summary
 }
 
@@ -227,7 +229,7 @@ func (s *Snapshot) entry(e *event, dev trace.DeviceID, t *int64) bool {
 
 // entryRest is entry for an entry with frames, a snapshot or an annotate.
 func (s *Snapshot) entryRest(e *event) {
-	if e.frames != noFrames && s.doc.Len(e.frames) == 0 {
+	if e.frames != noFrames && len(s.stacks.stacks[e.frames]) == 0 {
 		e.frames = noFrames
 	}
 	switch e.Kind {
@@ -450,7 +452,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	}
 	var st *streamer
 	if stream {
-		st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: math.MaxInt}
+		st = &streamer{doc: dec.Doc(), dec: dec, size: len(data), prepareAt: math.MaxInt}
 		st.log.dir = opt.SpillDir
 		defer func() {
 			if st.log.err != nil || err != nil {
@@ -503,7 +505,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	if convErr != nil {
 		return nil, convErr
 	}
-	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: traces, stream: st}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}}, doc: doc, traces: traces, stream: st}
 	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {
@@ -557,7 +559,7 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 	if n == 0 {
 		return nil
 	}
-	c := &converter{opt: opt, snap: &Snapshot{doc: doc}, doc: doc, traces: noFrames, salvaged: devs}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}}, doc: doc, traces: noFrames, salvaged: devs}
 	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(size)
 	c.note("the snapshot is cut short (%v): only the %d trace entries before the cut are kept, and the allocator state at the first entry is unknown", cause, n)
@@ -575,9 +577,6 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events)}
 	if doc := s.doc; doc != nil {
 		w.strIDs = make([]uint32, doc.NumStrings())
-		w.kFile, w.okFile = doc.LookupStr("filename")
-		w.kName, w.okName = doc.LookupStr("name")
-		w.kLine, w.okLine = doc.LookupStr("line")
 	}
 	return s.each(w)
 }
@@ -592,9 +591,6 @@ type eventWriter struct {
 	i        int
 	frames   []trace.Frame
 	strIDs   []uint32 // doc string index -> sink StringID + 1
-
-	kFile, kName, kLine    uint32
-	okFile, okName, okLine bool
 
 	collect bool
 	out     []event
@@ -624,28 +620,18 @@ func (w *eventWriter) put(e *event) error {
 	}
 	ev := e.Event()
 	if e.frames != noFrames {
-		doc := w.s.doc
 		w.frames = w.frames[:0]
-		for _, f := range doc.Slice(e.frames) {
-			if doc.Kind(f) != pickle.KindDict {
-				continue
+		for _, f := range w.s.stacks.stacks[e.frames] {
+			fr := trace.Frame{Line: f.line}
+			// The strings go to the sink in the order of the frame's keys.
+			if f.nameFirst && f.name != noFrames {
+				fr.Func = w.str(f.name)
 			}
-			var fr trace.Frame
-			ps := doc.PairSlice(f)
-			for j := 0; j+1 < len(ps); j += 2 {
-				k, v := ps[j], ps[j+1]
-				id, ok := doc.StrID(k)
-				switch {
-				case !ok:
-				case w.okFile && id == w.kFile:
-					fr.File = w.str(v)
-				case w.okName && id == w.kName:
-					fr.Func = w.str(v)
-				case w.okLine && id == w.kLine:
-					if n, ok := doc.Int(v); ok && n >= 0 && n <= math.MaxUint32 {
-						fr.Line = uint32(n)
-					}
-				}
+			if f.file != noFrames {
+				fr.File = w.str(f.file)
+			}
+			if !f.nameFirst && f.name != noFrames {
+				fr.Func = w.str(f.name)
 			}
 			w.frames = append(w.frames, fr)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -418,14 +419,16 @@ func textOf(s *Snapshot, i int32) string {
 	return s.texts[i]
 }
 
-// frameText renders the frames list f of s's decoded pickle ("" for none).
+// frameText renders the stack f of s ("" for none).
 func frameText(s *Snapshot, f pickle.Value) string {
 	if f == noFrames {
 		return ""
 	}
-	v, err := s.doc.ToAny(f)
-	if err != nil {
-		return "error: " + err.Error()
+	out := ""
+	for _, fr := range s.stacks.stacks[f] {
+		file, _ := s.doc.Str(fr.file)
+		name, _ := s.doc.Str(fr.name)
+		out += fmt.Sprintf("%s:%s:%d;", file, name, fr.line)
 	}
-	return pyString(v, 0)
+	return out
 }

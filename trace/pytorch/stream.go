@@ -60,6 +60,8 @@ func entryKey(s string) uint8 {
 // (an older one sends the snapshot to the general path).
 type streamer struct {
 	doc     *pickle.Doc
+	dec     *pickle.Decoder // takes the frames lists (see stackTable)
+	stacks  stackTable
 	log     evlog
 	keyOf   []uint8           // string index -> entry key, 0 when not yet known
 	kindOf  []uint8           // string index -> action kind + 1 (1: unknown), 0 when not yet known
@@ -165,8 +167,16 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 				e.set |= setTimeOK
 			}
 		case keyFrames:
-			if doc.Kind(v) == pickle.KindList {
-				e.frames = v // a container: it stays valid
+			// The stack's id in the table: a list shared by entries comes
+			// back as the decoder's ticket for it once taken.
+			if id, ok := pickle.TicketID(v); ok && int(id) < len(s.stacks.stacks) {
+				e.frames = pickle.Value(id)
+			} else if doc.Kind(v) == pickle.KindList {
+				id := s.stacks.intern(doc, v)
+				e.frames = pickle.Value(id)
+				if s.dec != nil {
+					s.dec.Take(v, id)
+				}
 			}
 		case keyDeviceFree:
 			// Kept in Addr for an OOM, which has no address: the action
@@ -258,6 +268,7 @@ func (c *converter) streamEntries() error {
 		return err
 	}
 	c.snap.raw, c.snap.unknown, c.snap.seqs = &st.log, st.unknown, seqs
+	c.snap.stacks = &st.stacks
 	if c.opt.Progress != nil {
 		c.opt.Progress("convert", int64(next), int64(next))
 	}

@@ -2,8 +2,10 @@ package pytorch
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,6 +255,12 @@ func TestImportFileReleasesInput(t *testing.T) {
 func FuzzStreamed(f *testing.F) {
 	for _, name := range []string{"basic.p2.pickle", "basic.p5.pickle", "midrun.p4.pickle", "empty_cache.p4.pickle", "old.p2.pickle"} {
 		f.Add(mustReadF(f, name))
+	}
+	// A real snapshot with stacks (frames lists taken by the decoder).
+	if zr, err := gzip.NewReader(bytes.NewReader(mustReadF(f, "real/stacks.pickle.gz"))); err == nil {
+		if data, err := io.ReadAll(zr); err == nil {
+			f.Add(data)
+		}
 	}
 	alloc := entryPickle("action", "alloc", "addr", 4096, "size", 512, "time_us", 1)
 	f.Add(snapshotPickle([][]byte{alloc, {'h', 4}}, nil))

@@ -6,12 +6,15 @@
 // in Python first, it needs no memory for the entries, so snapshots of a
 // hundred million entries can be written for the import benchmarks.
 //
-// The workload is gen_snapshot.py's without stacks: a steady stream of
-// allocs and frees (free_requested then free_completed) of at most 2,000
-// live blocks of five sizes, a segment_alloc now and then, times growing by
-// 1-49 µs.
+// The workload is gen_snapshot.py's: a steady stream of allocs and frees
+// (free_requested then free_completed) of at most 2,000 live blocks of
+// five sizes, a segment_alloc now and then, times growing by 1-49 µs.
+// With -frames K every entry has a Python stack of K frames, one of 300,
+// written as PyTorch 2.11 writes them with context="all": each distinct
+// frame dict once, then fetched from the memo; a new frames list for each
+// entry but a free_completed, which shares its free_requested's.
 //
-//	genpickle -o OUT.pickle [-n ENTRIES] [-seed S]
+//	genpickle -o OUT.pickle [-n ENTRIES] [-seed S] [-frames K]
 package main
 
 import (
@@ -124,18 +127,19 @@ func main() {
 	out := flag.String("o", "", "output pickle (required)")
 	n := flag.Int64("n", 1_000_000, "trace entries")
 	seed := flag.Uint64("seed", 1, "random seed")
+	frames := flag.Int("frames", 0, "Python stack frames per entry (0: no stacks)")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "genpickle: -o OUT.pickle is required")
 		os.Exit(2)
 	}
-	if err := write(*out, *n, *seed); err != nil {
+	if err := write(*out, *n, *seed, *frames); err != nil {
 		fmt.Fprintln(os.Stderr, "genpickle:", err)
 		os.Exit(1)
 	}
 }
 
-func write(path string, n int64, seed uint64) error {
+func write(path string, n int64, seed uint64, depth int) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -165,6 +169,52 @@ func write(path string, n int64, seed uint64) error {
 	liveSize := map[int64]int64{}
 	next, seg := int64(base), int64(base)
 	var k int64
+	// Stacks: 300 of depth frames drawn from 600 frames.
+	type frame struct {
+		file, name string
+		line       int64
+	}
+	var pool []frame
+	for i := range 600 {
+		pool = append(pool, frame{fmt.Sprintf("/usr/lib/python3/site-packages/torch/nn/modules/module%d.py", i%40),
+			fmt.Sprintf("forward_%d", i%120), 1 + rng.Int64N(3000)})
+	}
+	stacks := make([][]int, 300)
+	for i := range stacks {
+		for range depth {
+			stacks[i] = append(stacks[i], rng.IntN(len(pool)))
+		}
+	}
+	frameMemo := map[int]uint64{}
+	var lastList uint64
+	framesOf := func(action string) {
+		if action == "free_completed" {
+			p.get(lastList) // the free_requested's list
+			return
+		}
+		p.op(opEmptyList)
+		lastList = p.memo
+		p.memoize()
+		p.op(opMark)
+		for _, f := range stacks[rng.IntN(len(stacks))] {
+			if i, ok := frameMemo[f]; ok {
+				p.get(i)
+				continue
+			}
+			frameMemo[f] = p.memo
+			p.op(opEmptyDict)
+			p.memoize()
+			p.op(opMark)
+			p.str("name", true)
+			p.str(pool[f].name, true)
+			p.str("filename", true)
+			p.str(pool[f].file, true)
+			p.str("line", true)
+			p.int(pool[f].line)
+			p.op(opSetItems)
+		}
+		p.op(opAppends)
+	}
 	entry := func(action string, addr, size int64) error {
 		if k%1000 == 0 {
 			p.op(opMark)
@@ -183,6 +233,10 @@ func write(path string, n int64, seed uint64) error {
 		p.int(0)
 		p.str("time_us", true)
 		p.int(t)
+		if depth > 0 {
+			p.str("frames", true)
+			framesOf(action)
+		}
 		p.str("compile_context", true)
 		p.str("N/A", false) // a new string in every entry, as PyTorch writes
 		p.str("user_metadata", true)

@@ -14,7 +14,7 @@ func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "s.pickle"), filepath.Join(dir, "s.fst")
 	const n = 20_000
-	if err := write(in, n, 1); err != nil {
+	if err := write(in, n, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	sum, err := pytorch.ImportFile(in, out, pytorch.Options{})
