@@ -554,9 +554,12 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	var ec decodeFault
 	fs := d.fs[:len(kinds)]
 	sp := d.sp
+	// The device, stream and kind count in locals: the stores to dst
+	// would make the loop load them again event by event.
+	nk, dev, stream := d.nk, d.dev, d.stream
 	for n, tb := range kinds {
 		k := Kind(tb & kindMask)
-		if k-1 >= d.nk-1 { // k == KindInvalid wraps around
+		if k-1 >= nk-1 { // k == KindInvalid wraps around
 			d.errVal = uint64(k)
 			ec.set(n, rankPrefix, errKind)
 			lim = n
@@ -571,12 +574,13 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 				lim = n
 				break
 			}
+			dev, stream = d.dev, d.stream
 		}
 		fs[n] = f
 		// Field by field: a struct literal is built on the stack and
 		// copied in wide moves that stall on store forwarding.
 		e := &dst[n]
-		e.Kind, e.Marker, e.Device, e.Stream = k, 0, d.dev, d.stream
+		e.Kind, e.Marker, e.Device, e.Stream = k, 0, dev, stream
 		e.Aux, e.Text, e.Stack = 0, 0, stack
 		if f&(fieldAux|fieldText|fieldMarker) != 0 {
 			if errc := d.suffix(f, e); errc != errNone {
@@ -591,9 +595,10 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 		lim = d.timeUnsigned(dst, lim, &ec)
 	} else {
 		tc, ti, t, tu := d.tc, d.ti, d.t, int64(d.tu)
-		for n := 0; n < lim; n++ {
+		dl := dst[:lim]
+		for n := range dl {
 			var v uint64
-			if ti < len(tc) && tc[ti] < 0x80 {
+			if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
 				v = uint64(tc[ti])
 				ti++
 			} else if v, ti = uvarint(tc, ti); ti < 0 {
@@ -602,7 +607,7 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 				break
 			}
 			t += uint64(unzigzag(v) * tu)
-			dst[n].TimeNS = int64(t)
+			dl[n].TimeNS = int64(t)
 		}
 		d.ti, d.t = ti, t
 	}
@@ -611,13 +616,14 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	} else {
 		// address
 		ac, ai, a, au := d.ac, d.ai, d.a, int64(d.au)
-		for n := 0; n < lim; n++ {
-			if fs[n]&fieldAddr == 0 {
-				dst[n].Addr = 0
+		dl := dst[:lim]
+		for n, f := range fs[:len(dl)] {
+			if f&fieldAddr == 0 {
+				dl[n].Addr = 0
 				continue
 			}
 			var v uint64
-			if ai < len(ac) && ac[ai] < 0x80 {
+			if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
 				v = uint64(ac[ai])
 				ai++
 			} else if v, ai = uvarint(ac, ai); ai < 0 {
@@ -626,18 +632,19 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 				break
 			}
 			a += uint64(unzigzag(v) * au)
-			dst[n].Addr = a
+			dl[n].Addr = a
 		}
 		d.ai, d.a = ai, a
 		// size
 		sc, si, su := d.sc, d.si, d.su
-		for n := 0; n < lim; n++ {
-			if fs[n]&fieldSize == 0 {
-				dst[n].SizeBytes = 0
+		dl = dst[:lim]
+		for n, f := range fs[:len(dl)] {
+			if f&fieldSize == 0 {
+				dl[n].SizeBytes = 0
 				continue
 			}
 			var v uint64
-			if si < len(sc) && sc[si] < 0x80 {
+			if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
 				v = uint64(sc[si])
 				si++
 			} else if v, si = uvarint(sc, si); si < 0 {
@@ -645,7 +652,7 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 				lim = n
 				break
 			}
-			dst[n].SizeBytes = v * su
+			dl[n].SizeBytes = v * su
 		}
 		d.si = si
 	}
@@ -683,9 +690,10 @@ const (
 // deltas (version 2's timeUnsigned mode); it returns the new limit.
 func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 	tc, ti, t, tu := d.tc, d.ti, d.t, d.tu
-	for n := 0; n < lim; n++ {
+	dl := dst[:lim]
+	for n := range dl {
 		var v uint64
-		if ti < len(tc) && tc[ti] < 0x80 {
+		if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
 			v = uint64(tc[ti])
 			ti++
 		} else if v, ti = uvarint(tc, ti); ti < 0 {
@@ -694,7 +702,7 @@ func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 			break
 		}
 		t += v * tu
-		dst[n].TimeNS = int64(t)
+		dl[n].TimeNS = int64(t)
 	}
 	d.ti, d.t = ti, t
 	return lim
@@ -712,10 +720,11 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 	ps, pa, pos := d.prevSize, d.prevAddr, d.pos
 	regs := d.regs
 	ring := &d.ring
-	for n, f := range fs[:lim] {
+	dl := dst[:lim]
+	for n, f := range fs[:len(dl)] {
 		if f&(fieldRef|fieldAddr|fieldSize) == fieldRef {
 			var j uint64
-			if ri < len(rc) && rc[ri] < 0x80 {
+			if uint(ri) < uint(len(rc)) && rc[ri] < 0x80 {
 				j = uint64(rc[ri])
 				ri++
 			} else if j, ri = uvarint(rc, ri); ri < 0 {
@@ -736,7 +745,7 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				ps &= -uint64(f & fieldRepeat >> 5) // kept by a repeat, else zero
 			} else {
 				var v uint64
-				if si < len(sc) && sc[si] < 0x80 {
+				if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
 					v = uint64(sc[si])
 					si++
 				} else if v, si = uvarint(sc, si); si < 0 {
@@ -750,7 +759,7 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				pa &= -uint64(f & fieldRepeat >> 5)
 			} else {
 				var v uint64
-				if ai < len(ac) && ac[ai] < 0x80 {
+				if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
 					v = uint64(ac[ai])
 					ai++
 				} else if v, ai = uvarint(ac, ai); ai < 0 {
@@ -763,7 +772,7 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				regs[r] = pa
 			}
 		}
-		dst[n].SizeBytes, dst[n].Addr = ps, pa
+		dl[n].SizeBytes, dl[n].Addr = ps, pa
 		// Every event writes the ring's next entry, which only a push
 		// keeps (the entry ringSize back is out of reach).
 		ring[pos%ringSize] = [2]uint64{ps, pa}

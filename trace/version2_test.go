@@ -304,3 +304,38 @@ func TestUvarintLen(t *testing.T) {
 		t.Fatalf("uvarintLen(0) = %d, uvarintLen(max) = %d", uvarintLen(0), uvarintLen(^uint64(0)))
 	}
 }
+
+// TestUvarintMatchesBinary checks uvarint against encoding/binary on every
+// length, at the end of a buffer and away from it, and on overlong and
+// overflowing encodings.
+func TestUvarintMatchesBinary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for k := 0; k < 20000; k++ {
+		var buf []byte
+		switch k % 3 {
+		case 0:
+			buf = binary.AppendUvarint(nil, rng.Uint64()>>rng.IntN(64))
+		case 1: // arbitrary bytes, often with continuation bits
+			buf = make([]byte, 1+rng.IntN(12))
+			for j := range buf {
+				buf[j] = byte(rng.Uint32()) | byte(rng.IntN(2)<<7)
+			}
+		case 2: // ten continuation bytes and more
+			buf = bytes.Repeat([]byte{0xff}, 9+rng.IntN(3))
+			buf = append(buf, byte(rng.IntN(4)))
+		}
+		pad := rng.IntN(12)
+		b := append(append([]byte{}, buf...), make([]byte, pad)...)
+		want, n := binary.Uvarint(b)
+		got, i := uvarint(b, 0)
+		if n <= 0 {
+			if i >= 0 {
+				t.Fatalf("% x: uvarint = %d, %d; binary.Uvarint fails", b, got, i)
+			}
+			continue
+		}
+		if i != n || got != want {
+			t.Fatalf("% x: uvarint = %d, %d; binary.Uvarint = %d, %d", b, got, i, want, n)
+		}
+	}
+}
