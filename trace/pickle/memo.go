@@ -1,5 +1,7 @@
 package pickle
 
+import "math/bits"
+
 // The memo of a large pickle is mostly the entries of a memory snapshot's
 // trace: each entry dict and its "N/A" string are memoized, so the memo
 // grows by two Values an entry (800 MB for a hundred million entries)
@@ -8,7 +10,10 @@ package pickle
 // older ones, every consumedEvery bytes once there are memoCompactAt of
 // them, into blocks of 2^memoBlockShift that take a few words when their
 // values follow a short periodic pattern (entry n, string, entry n+1,
-// string...), and their values otherwise. Lookups below memoBase cost a
+// string...), in about a quarter of their size when they are entries in
+// order, one other value again and again and tickets (a snapshot with
+// stacks: entry, ticket, string, entry, string...), and their values
+// otherwise. Lookups below memoBase cost a
 // block's arithmetic; the memo holds the same values either way. (Tests
 // make the blocks, the threshold and the interval small: Decoder.memoShift,
 // compactAt and checkEvery.)
@@ -17,19 +22,26 @@ const (
 	memoCompactAt  = 1 << 18
 )
 
-// memoBlock holds a block of memo entries: raw, or, when raw is nil,
-// value j is base[p] + step[p]·(j >> shift) with p = j mod 2^shift.
+// memoBlock holds a block of memo entries: raw; or, when cls is set,
+// classed: two bits a value say whether it is the next of the entries in
+// order from base[0] (0), base[1] (1), the ticket of the next id of small
+// (2) or the next value of other (3); or else value j is
+// base[p] + step[p]·(j >> shift) with p = j mod 2^shift.
 type memoBlock struct {
 	raw   []Value
 	shift uint8
 	base  [4]Value
 	step  [4]Value
+	cls   []uint64
+	small []uint16
+	other []Value
 }
 
-// compress returns vs (a block's values, at least 8) as a patterned block
-// when they follow a pattern of period 1, 2 or 4.
+// compress returns vs (a block's values) as a patterned block when they
+// follow a pattern of period 1, 2 or 4 (at most half their length), else
+// classed or raw.
 func compress(vs []Value) memoBlock {
-	for shift := uint8(0); shift <= 2; shift++ {
+	for shift := uint8(0); shift <= 2 && 2<<shift <= len(vs); shift++ {
 		p := 1 << shift
 		var b memoBlock
 		b.shift = shift
@@ -49,12 +61,74 @@ func compress(vs []Value) memoBlock {
 			return b
 		}
 	}
+	if b, ok := classed(vs); ok {
+		return b
+	}
 	return memoBlock{raw: append([]Value(nil), vs...)}
+}
+
+// classed returns vs as a classed block when that is smaller than raw.
+func classed(vs []Value) (memoBlock, bool) {
+	b := memoBlock{cls: make([]uint64, (len(vs)+31)/32)}
+	haveE, haveC := false, false
+	var next Value
+	for j, v := range vs {
+		c := uint64(3)
+		id, ticket := TicketID(v)
+		switch {
+		case ticket && id < 1<<16:
+			c = 2
+			b.small = append(b.small, uint16(id))
+		case ticket:
+		case v&tagMask == tagMask && (!haveE || v == next):
+			if !haveE {
+				b.base[0], haveE = v, true
+			}
+			c, next = 0, v+1
+		case v&tagMask != tagMask && (!haveC || v == b.base[1]):
+			b.base[1], haveC, c = v, true, 1
+		}
+		if c == 3 {
+			b.other = append(b.other, v)
+		}
+		b.cls[j/32] |= c << (2 * (j % 32))
+	}
+	if 8*len(b.cls)+2*len(b.small)+4*len(b.other) >= 4*len(vs) {
+		return memoBlock{}, false
+	}
+	return b, true
+}
+
+// rank counts the values before j of class c in a classed block.
+func (b *memoBlock) rank(j uint64, c uint64) int {
+	pat := c * 0x5555555555555555 // c in every 2-bit field
+	n := 0
+	for w := uint64(0); w <= j/32 && w < uint64(len(b.cls)); w++ {
+		x := b.cls[w] ^ pat
+		m := ^(x | x>>1) & 0x5555555555555555 // a bit per matching field
+		if w == j/32 {
+			m &= 1<<(2*(j%32)) - 1
+		}
+		n += bits.OnesCount64(m)
+	}
+	return n
 }
 
 func (b *memoBlock) at(j uint64) Value {
 	if b.raw != nil {
 		return b.raw[j]
+	}
+	if b.cls != nil {
+		switch c := b.cls[j/32] >> (2 * (j % 32)) & 3; c {
+		case 0:
+			return b.base[0] + Value(b.rank(j, 0))
+		case 1:
+			return b.base[1]
+		case 2:
+			return Ticket(uint32(b.small[b.rank(j, 2)]))
+		default:
+			return b.other[b.rank(j, 3)]
+		}
 	}
 	ph := j & (1<<b.shift - 1)
 	return b.base[ph] + b.step[ph]*Value(j>>b.shift)
@@ -93,7 +167,7 @@ func (d *Decoder) memoSetOld(idx uint64, v Value) {
 		for j := range raw {
 			raw[j] = b.at(uint64(j))
 		}
-		b.raw = raw
+		*b = memoBlock{raw: raw}
 	}
 	b.raw[idx&(1<<d.memoShift-1)] = v
 }

@@ -595,11 +595,11 @@ func TestTake(t *testing.T) {
 	// A list another container also took during the entry is kept whole:
 	// "keep" (memo 4, made before the entries' list) gets it as an item.
 	q := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
-	q = q.str("keep").op(opMemoize, opEmptyList, opMemoize)                                           // 0 root, 1, 2
-	q = q.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark)  // 3, 4, 5
-	q = q.op(opEmptyDict, opMemoize, opMark).str("frames").op(opMemoize)                              // 6, 7
-	q = q.op(opEmptyList, opMemoize, opMark, opBinInt1, 3, opAppends)                                 // 8
-	q = q.op(opBinGet, 2, opBinGet, 8, opAppend, opPop, opSetItems, opAppends, opAppend) // keep gets it
+	q = q.str("keep").op(opMemoize, opEmptyList, opMemoize)                                          // 0 root, 1, 2
+	q = q.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // 3, 4, 5
+	q = q.op(opEmptyDict, opMemoize, opMark).str("frames").op(opMemoize)                             // 6, 7
+	q = q.op(opEmptyList, opMemoize, opMark, opBinInt1, 3, opAppends)                                // 8
+	q = q.op(opBinGet, 2, opBinGet, 8, opAppend, opPop, opSetItems, opAppends, opAppend)             // keep gets it
 	q = q.op(opSetItems, opStop)
 	d = NewDecoder(q)
 	r = &taker{dec: d}
@@ -613,5 +613,102 @@ func TestTake(t *testing.T) {
 	keep, _ := doc.Get(doc.Root(), "keep")
 	if got, err := doc.ToAny(keep); err != nil || fmt.Sprint(plain(t, got)) != "[[3]]" {
 		t.Errorf("keep = %v (%v), want [[3]]", plain(t, got), err)
+	}
+}
+
+// TestTakeReal decodes the real snapshot with stacks with every frames
+// list taken, the memo compacted at every occasion and not: the same
+// entries, and most lists taken.
+func TestTakeReal(t *testing.T) {
+	zf, err := os.Open("../pytorch/testdata/real/stacks.pickle.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zf.Close()
+	zr, err := gzip.NewReader(zf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [2][]string
+	for i, tiny := range []bool{false, true} {
+		d := NewDecoder(data)
+		if tiny {
+			tinyMemo(d)
+		}
+		r := &taker{dec: d}
+		d.StreamEntries("device_traces", r)
+		if _, err := d.DecodeDoc(); err != nil {
+			t.Fatal(err)
+		}
+		got[i] = r.entries
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Fatal("the entries differ with the memo compacted")
+	}
+	tickets := 0
+	for _, e := range got[0] {
+		if strings.Contains(e, "T") {
+			tickets++
+		}
+	}
+	if len(got[0]) != 783 || tickets < 200 {
+		t.Errorf("%d entries, %d got a taken list back", len(got[0]), tickets)
+	}
+}
+
+// TestMemoBlocks checks every block encoding against the values it was made
+// of: patterns, classed blocks (entries in order, a constant, tickets,
+// others), raw ones, and a store into each.
+func TestMemoBlocks(t *testing.T) {
+	e := func(n uint32) Value { return tagMask | Value(n) }
+	str := inlineBit | strBit | 7
+	var stacked []Value // entry, ticket, "N/A"; entry, "N/A"; ...
+	for i := range 4096 / 5 {
+		stacked = append(stacked, e(uint32(2*i)), Ticket(uint32(i%300)), str, e(uint32(2*i+1)), str)
+	}
+	stacked = stacked[:4096-1]
+	stacked = append(stacked, 12345) // a table value: one "other"
+	blocks := map[string][]Value{"stacked": stacked}
+	var pattern, raw []Value
+	for i := range 4096 {
+		pattern = append(pattern, e(uint32(i/2)))
+		if i%2 == 1 {
+			pattern[i] = str
+		}
+		raw = append(raw, Value(i*7919%4093))
+	}
+	blocks["pattern"], blocks["raw"] = pattern, raw
+	want := map[string]string{"stacked": "classed", "pattern": "pattern", "raw": "raw"}
+	for name, vs := range blocks {
+		b := compress(vs)
+		kind := "pattern"
+		switch {
+		case b.raw != nil:
+			kind = "raw"
+		case b.cls != nil:
+			kind = "classed"
+		}
+		if kind != want[name] {
+			t.Errorf("%s: a %s block, want %s", name, kind, want[name])
+		}
+		for j, v := range vs {
+			if got := b.at(uint64(j)); got != v {
+				t.Fatalf("%s: value %d is %#x, want %#x", name, j, got, v)
+			}
+		}
+		d := &Decoder{memoShift: memoBlockShift, memoOld: []memoBlock{b}}
+		d.memoSetOld(100, 42)
+		for j, v := range vs {
+			if j == 100 {
+				v = 42
+			}
+			if got := d.memoOldAt(uint64(j)); got != v {
+				t.Fatalf("%s after a store: value %d is %#x, want %#x", name, j, got, v)
+			}
+		}
 	}
 }
