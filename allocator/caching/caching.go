@@ -227,7 +227,9 @@ func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, er
 
 func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Block, error) {
 	// process_events: the frees that completed before the search.
-	a.applyCompletions(k)
+	if k > 0 {
+		a.applyCompletions(k)
+	}
 	s := a.cfg.RoundSize(orig)
 	pool := uint8(largePool)
 	if s <= SmallSize {
@@ -374,7 +376,14 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 		rem.addr += s
 		rem.size -= s
 		remSize := rem.size
-		a.insertFree(id)
+		if fs != nil {
+			// The remainder goes back to the set it came from.
+			rem.gcBase = a.pools[rem.pool].gcCalls
+			rem.flags |= fInSet
+			fs.insert(a.blocks, id)
+		} else {
+			a.insertFree(id)
+		}
 		if !expandable {
 			if alreadySplit {
 				a.stranded -= s
