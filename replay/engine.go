@@ -635,9 +635,11 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 					return i, err
 				}
 			} else {
-				if !ds.live.Insert(ev.Addr, live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}) {
+				l, ok := ds.live.Add(ev.Addr)
+				if !ok {
 					return i, fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 				}
+				*l = live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}
 				if len(ds.unserved) > 0 {
 					delete(ds.unserved, ev.Addr)
 				}
@@ -682,9 +684,10 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			e.allocated -= l.size
 			pol.FreeRequested(l.block())
 		case trace.KindFreeCompleted:
-			l, ok := ds.live.Take(ev.Addr)
+			// The block is read in its slot, and removed last.
+			l, slot, ok := ds.live.takeRef(ev.Addr)
 			if !ok {
-				return i, nil // step reports it
+				return i, nil // step replays it
 			}
 			e.index++
 			e.requests++
@@ -695,6 +698,7 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			e.active -= l.size
 			e.requested -= l.req
 			ds.fc = append(ds.fc, l.block())
+			ds.live.removeAt(slot)
 		default:
 			return i, nil
 		}

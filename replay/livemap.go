@@ -89,13 +89,24 @@ func (m *liveMap) Set(key uint64, l live) {
 // Insert sets the block at key when key is absent; it reports false,
 // changing nothing, when key is there.
 func (m *liveMap) Insert(key uint64, l live) bool {
+	p, ok := m.Add(key)
+	if ok {
+		*p = l
+	}
+	return ok
+}
+
+// Add makes a slot for key when key is absent and returns it, for the
+// caller to set every field (valid until the next Set, Insert, Add or
+// Take); it reports false, changing nothing, when key is there.
+func (m *liveMap) Add(key uint64) (*live, bool) {
 	k := key + 1
 	if k == 0 {
 		if m.hasTop {
-			return false
+			return nil, false
 		}
-		m.top, m.hasTop = l, true
-		return true
+		m.hasTop = true
+		return &m.top, true
 	}
 	if 2*(m.n+1) > len(m.keys) {
 		m.grow()
@@ -105,11 +116,10 @@ func (m *liveMap) Insert(key uint64, l live) bool {
 		switch m.keys[i] {
 		case 0:
 			m.keys[i] = k
-			m.vals[i] = l
 			m.n++
-			return true
+			return &m.vals[i], true
 		case k:
-			return false
+			return nil, false
 		}
 	}
 }
@@ -124,8 +134,20 @@ func (m *liveMap) Take(key uint64) (live, bool) {
 		m.hasTop = false
 		return m.top, true
 	}
-	if m.n == 0 {
+	i, ok := m.find(k)
+	if !ok {
 		return live{}, false
+	}
+	l := m.vals[i]
+	m.removeAt(i)
+	return l, true
+}
+
+// find returns the slot of key+1 k (not 0), looking first at the slot
+// that the last Get found.
+func (m *liveMap) find(k uint64) (int, bool) {
+	if m.n == 0 {
+		return 0, false
 	}
 	keys := m.keys
 	mask := len(keys) - 1
@@ -134,12 +156,33 @@ func (m *liveMap) Take(key uint64) (live, bool) {
 		i = m.slot(k)
 		for keys[i] != k {
 			if keys[i] == 0 {
-				return live{}, false
+				return 0, false
 			}
 			i = (i + 1) & mask
 		}
 	}
-	l := m.vals[i]
+	return i, true
+}
+
+// takeRef returns the block at key, to be read before the next change
+// to the map, and the slot that remove removes it from. It reports false
+// for key math.MaxUint64, which Take handles.
+func (m *liveMap) takeRef(key uint64) (*live, int, bool) {
+	k := key + 1
+	if k == 0 {
+		return nil, 0, false
+	}
+	i, ok := m.find(k)
+	if !ok {
+		return nil, 0, false
+	}
+	return &m.vals[i], i, true
+}
+
+// removeAt removes the block in slot i.
+func (m *liveMap) removeAt(i int) {
+	keys := m.keys
+	mask := len(keys) - 1
 	// backward-shift deletion keeps probe chains intact without tombstones
 	j := i
 	for {
@@ -158,5 +201,4 @@ func (m *liveMap) Take(key uint64) (live, bool) {
 	}
 	keys[i] = 0
 	m.n--
-	return l, true
 }
