@@ -639,7 +639,8 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				if !ok {
 					return i, fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
 				}
-				*l = live{addr: blk.Addr, size: blk.SizeBytes, req: ev.SizeBytes, h: blk.Handle}
+				// Field by field: a literal is built on the stack and copied.
+				l.addr, l.size, l.req, l.h, l.freed = blk.Addr, blk.SizeBytes, ev.SizeBytes, blk.Handle, false
 				if len(ds.unserved) > 0 {
 					delete(ds.unserved, ev.Addr)
 				}
@@ -708,7 +709,7 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			e.newPeak(idx)
 		}
 		e.measureTime(ev.TimeNS)
-		if e.cfg.Progress != nil && r.Events&(1<<20-1) == 0 {
+		if r.Events&(1<<20-1) == 0 && e.cfg.Progress != nil {
 			e.cfg.Progress(r.Events)
 		}
 	}
