@@ -405,15 +405,23 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 	return replay.Block{Addr: b.addr, SizeBytes: b.size, Handle: uint32(id) + 1}
 }
 
-// find returns the live (allocated or pending) block blk names: by its
-// Handle, else among the seeded blocks, else by a walk over all blocks.
-func (a *Allocator) find(blk replay.Block) (int32, bool) {
-	if h := blk.Handle; h != 0 && int(h) <= len(a.blocks) {
-		b := &a.blocks[h-1]
-		if b.addr == blk.Addr && b.has(fUsed) && b.has(fAllocated|fPending) {
-			return int32(h - 1), true
+// byHandle returns the live (allocated or pending) block blk names by
+// its Handle; findSlow finds the others. byHandle is small enough to be
+// inlined where blocks are freed.
+func (a *Allocator) byHandle(blk replay.Block) (int32, bool) {
+	// Handle 0 wraps around to the largest index.
+	if i := uint(blk.Handle) - 1; i < uint(len(a.blocks)) {
+		b := &a.blocks[i]
+		if b.addr == blk.Addr && b.flags&fUsed != 0 && b.flags&(fAllocated|fPending) != 0 {
+			return int32(i), true
 		}
 	}
+	return none, false
+}
+
+// findSlow returns the live block blk names when its Handle does not: a
+// seeded block, else by a walk over all blocks.
+func (a *Allocator) findSlow(blk replay.Block) (int32, bool) {
 	if id, ok := a.seeded.Get(blk.Addr); ok {
 		return id, true
 	}
@@ -429,9 +437,11 @@ func (a *Allocator) find(blk replay.Block) (int32, bool) {
 // FreeRequested marks block blk freed by the program; it stays active
 // until FreeCompleted.
 func (a *Allocator) FreeRequested(blk replay.Block) {
-	id, ok := a.find(blk)
+	id, ok := a.byHandle(blk)
 	if !ok {
-		return
+		if id, ok = a.findSlow(blk); !ok {
+			return
+		}
 	}
 	b := &a.blocks[id]
 	b.flags = b.flags&^fAllocated | fPending
@@ -442,9 +452,11 @@ func (a *Allocator) FreeRequested(blk replay.Block) {
 // held back until that request, which decides whether it completed before
 // the request's search or in its release (spec §12.3-12.4).
 func (a *Allocator) FreeCompleted(blk replay.Block) {
-	id, ok := a.find(blk)
+	id, ok := a.byHandle(blk)
 	if !ok {
-		return
+		if id, ok = a.findSlow(blk); !ok {
+			return
+		}
 	}
 	if a.seeded.Len() > 0 {
 		a.seeded.Delete(blk.Addr)
