@@ -219,10 +219,20 @@ func (a *Allocator) gcEnabled() bool {
 
 // Malloc serves a request as PyTorch's malloc does (§4 of the spec).
 func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, error) {
-	if len(a.completions) == 0 {
-		return a.malloc(size, stream, 0)
+	if len(a.completions) > 0 {
+		return a.malloc(size, stream, a.chooseReading(size, stream))
 	}
-	return a.malloc(size, stream, a.chooseReading(size, stream))
+	// malloc's path with no held-back frees and a cached block that fits,
+	// one call shallower.
+	s := a.cfg.RoundSize(size)
+	pool := uint8(largePool)
+	if s <= SmallSize {
+		pool = smallPool
+	}
+	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
+		return a.allocFound(id, s, size, fs), nil
+	}
+	return a.mallocNew(size, stream, s, pool)
 }
 
 func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Block, error) {
@@ -235,28 +245,33 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 	if s <= SmallSize {
 		pool = smallPool
 	}
-	var allocSize uint64
-	id, fs, ok := a.getFreeBlock(pool, stream, s)
-	if !ok {
-		allocSize = a.cfg.AllocationSize(s)
-		if a.gcEnabled() {
-			a.garbageCollect()
-		}
+	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
+		return a.allocFound(id, s, orig, fs), nil
+	}
+	return a.mallocNew(orig, stream, s, pool)
+}
+
+// mallocNew is malloc once no cached block fits the rounded size s:
+// a new segment, after garbage collection, release and retry as needed.
+func (a *Allocator) mallocNew(orig uint64, stream trace.StreamID, s uint64, pool uint8) (replay.Block, error) {
+	allocSize := a.cfg.AllocationSize(s)
+	if a.gcEnabled() {
+		a.garbageCollect()
+	}
+	id, ok := a.allocBlock(pool, stream, s, allocSize, false)
+	if !ok && a.releaseAvailable(pool, stream, s) {
 		id, ok = a.allocBlock(pool, stream, s, allocSize, false)
-		if !ok && a.releaseAvailable(pool, stream, s) {
-			id, ok = a.allocBlock(pool, stream, s, allocSize, false)
-		}
-		if !ok {
-			a.releaseCached()
-			id, ok = a.allocBlock(pool, stream, s, allocSize, true)
-		}
+	}
+	if !ok {
+		a.releaseCached()
+		id, ok = a.allocBlock(pool, stream, s, allocSize, true)
 	}
 	if !ok {
 		a.ooms++
 		return replay.Block{}, &replay.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
 			Reason: a.oomReason(allocSize)}
 	}
-	return a.allocFound(id, s, orig, fs), nil
+	return a.allocFound(id, s, orig, nil), nil
 }
 
 func (a *Allocator) oomReason(allocSize uint64) string {
