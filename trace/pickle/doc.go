@@ -402,13 +402,13 @@ func reserve[T any](s []T, pos, total int) []T {
 // MaxInputBytes is the largest pickle DecodeDoc accepts. (The tables it
 // decodes into are addressed by 32-bit indexes: a pickle that would fill
 // one fails with an error saying so, at the offset where it would.)
-const MaxInputBytes = 64 << 30
+const MaxInputBytes int64 = 64 << 30
 
 // maxValues and maxItems bound the value, string and chunk tables and
 // the items table.
 const (
 	maxValues = 1<<31 - 1
-	maxItems  = 1<<32 - 1
+	maxItems  = min(1<<32-1, math.MaxInt)
 )
 
 // PairSlice returns a dict's keys and values, alternating, without copying
@@ -1165,7 +1165,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	nextConsumed := d.checkEvery
 	next := min(nextProgress, sampleAt, nextConsumed)
 	doc := d.doc
-	if len(data) >= MaxInputBytes {
+	if int64(len(data)) >= MaxInputBytes {
 		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
 	}
 	// The opcodes a snapshot is made of are decoded inline on local copies
