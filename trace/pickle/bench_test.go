@@ -21,14 +21,7 @@ func BenchmarkDecodeValues(b *testing.B) {
 
 // BenchmarkDecodeDoc decodes the pickle named by $FRAGSIM_BENCH_SNAPSHOT.
 func BenchmarkDecodeDoc(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, data := benchSnapshot(b)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := NewDecoder(data).DecodeDoc(); err != nil {
@@ -57,14 +50,7 @@ func (h *countHandler) SetEntry(n uint32, kv []Value) error {
 // BenchmarkStreamEntries decodes $FRAGSIM_BENCH_SNAPSHOT with its trace
 // entries streamed, through fastEntry ("fast") or the general path only.
 func BenchmarkStreamEntries(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, data := benchSnapshot(b)
 	for _, mode := range []string{"fast", "general"} {
 		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
@@ -78,4 +64,18 @@ func BenchmarkStreamEntries(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchSnapshot returns the path and bytes of the snapshot named by
+// $FRAGSIM_BENCH_SNAPSHOT, and skips the benchmark when it is not set.
+func benchSnapshot(b *testing.B) (string, []byte) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, data
 }

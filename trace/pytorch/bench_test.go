@@ -13,14 +13,7 @@ import (
 // BenchmarkImport imports the snapshot named by $FRAGSIM_BENCH_SNAPSHOT
 // (bench/import/gen_snapshot.py writes one) into a trace in memory.
 func BenchmarkImport(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	path, data := benchSnapshot(b)
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -43,14 +36,7 @@ func BenchmarkImport(b *testing.B) {
 
 // BenchmarkLoad decodes and converts $FRAGSIM_BENCH_SNAPSHOT without writing.
 func BenchmarkLoad(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, data := benchSnapshot(b)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := LoadPickle(data, Options{}); err != nil {
@@ -61,14 +47,7 @@ func BenchmarkLoad(b *testing.B) {
 
 // BenchmarkEmit writes the converted $FRAGSIM_BENCH_SNAPSHOT to a trace.
 func BenchmarkEmit(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, data := benchSnapshot(b)
 	s, err := LoadPickle(data, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -90,14 +69,7 @@ func BenchmarkEmit(b *testing.B) {
 // BenchmarkEmitConcurrent is BenchmarkEmit with the writer compressing
 // chunks on GOMAXPROCS goroutines.
 func BenchmarkEmitConcurrent(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, data := benchSnapshot(b)
 	s, err := LoadPickle(data, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -121,19 +93,26 @@ func BenchmarkEmitConcurrent(b *testing.B) {
 // without the process start: the figure to hold against Python's
 // pickle.loads of the same bytes in a running interpreter.
 func BenchmarkImportFile(b *testing.B) {
-	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
-	if path == "" {
-		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	path, data := benchSnapshot(b)
 	out := b.TempDir() + "/out.fst"
-	b.SetBytes(st.Size())
+	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := ImportFile(path, out, Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchSnapshot returns the path and bytes of the snapshot named by
+// $FRAGSIM_BENCH_SNAPSHOT, and skips the benchmark when it is not set.
+func benchSnapshot(b *testing.B) (string, []byte) {
+	path := os.Getenv("FRAGSIM_BENCH_SNAPSHOT")
+	if path == "" {
+		b.Skip("FRAGSIM_BENCH_SNAPSHOT not set")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, data
 }
