@@ -516,26 +516,50 @@ func (a *Allocator) freeBlock(id int32) {
 	b.flags &^= fAllocated | fPending
 	b.requested = 0
 	expandable := b.seg != none
+	// The block's free set, found once for its neighbours and itself
+	// (streamPool, inlined).
+	pool, stream := b.pool, b.stream
+	sp := a.pools[pool].last
+	if sp == nil || sp.stream != stream {
+		sp = a.findStreamPool(pool, stream)
+	}
 	var netCount int64
 	var netBytes int64
 	prev, next := b.prev, b.next
 	if a.mergeable(id, prev) {
 		netCount--
-		netBytes -= int64(a.merge(id, prev))
+		netBytes -= int64(a.mergeFrom(id, prev, sp))
 	}
 	if a.mergeable(id, next) {
 		netCount--
-		netBytes -= int64(a.merge(id, next))
+		netBytes -= int64(a.mergeFrom(id, next, sp))
 	}
-	a.insertFree(id)
-	if a.isSplit(id) {
+	b = &a.blocks[id]
+	b.gcBase = a.pools[pool].gcCalls
+	b.flags |= fInSet
+	sp.free.insert(a.blocks, id)
+	if b.prev != none || b.next != none { // isSplit
 		netCount++
-		netBytes += int64(a.blocks[id].size)
+		netBytes += int64(b.size)
 	}
 	if !expandable {
 		a.strandedCount += netCount
 		a.stranded = uint64(int64(a.stranded) + netBytes)
 	}
+}
+
+// mergeFrom is merge for a dst whose free set is sp's.
+func (a *Allocator) mergeFrom(dst, src int32, sp *streamPool) uint64 {
+	s := &a.blocks[src]
+	if s.flags&fMapped == 0 || s.stream != sp.stream || s.pool != a.blocks[dst].pool {
+		return a.merge(dst, src)
+	}
+	if s.flags&fInSet == 0 {
+		panic(fmt.Sprintf("caching: block %#x not in its free set", s.addr))
+	}
+	s.flags &^= fInSet
+	sp.free.remove(a.blocks, src)
+	return a.absorb(dst, src)
 }
 
 // tryMerge is try_merge_blocks: dst absorbs src when src is free and has
