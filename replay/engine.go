@@ -102,10 +102,9 @@ type engine struct {
 	cRes       uint64  // reserved bytes of the open count stretch
 	cN         int64   // its events
 	cA         float64 // its Σ active
-	prevTime   int64
-	prevActive uint64 // the state after the previous event
+	prevTime   int64   // the latest nonzero event time; 0 before one
+	prevActive uint64  // the state after the previous event
 	prevRes    uint64
-	haveTime   bool
 	stranded   uint64
 	sample     Sample
 	err        error
@@ -723,7 +722,7 @@ func (e *engine) measureTime(t int64) {
 	// to this one's. A zero or negative time step adds nothing, so it is
 	// added without a branch; a stretch is closed only on a positive one.
 	dt := t - e.prevTime
-	if dt < 0 || !e.haveTime {
+	if dt < 0 || e.prevTime == 0 {
 		dt = 0
 	}
 	if e.prevRes != e.tRes && dt > 0 {
@@ -734,7 +733,6 @@ func (e *engine) measureTime(t int64) {
 	e.tA += float64(int64(e.prevActive)) * float64(dt)
 	if t != 0 {
 		e.prevTime = t
-		e.haveTime = true
 	}
 	e.prevActive, e.prevRes = e.active, e.reserved
 	// The per-event sums are the fallback of a trace whose time never
