@@ -123,6 +123,7 @@ func (a *Allocator) Config() Config { return a.cfg }
 // Name returns "caching", or "expandable" in expandable-segments mode.
 func (a *Allocator) Name() string { return a.name }
 
+// newBlock returns the index of a zeroed block slot.
 func (a *Allocator) newBlock() int32 {
 	if n := len(a.spare); n > 0 {
 		id := a.spare[n-1]
@@ -382,8 +383,11 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 	if split {
 		nid := a.newBlock()
 		rem := &a.blocks[id]
-		a.blocks[nid] = block{addr: rem.addr, size: s, stream: rem.stream, prev: rem.prev, next: id,
-			seg: rem.seg, pool: rem.pool, flags: fUsed | fMapped}
+		// Field by field into the zeroed slot newBlock gives: a literal is
+		// built on the stack and copied.
+		nb := &a.blocks[nid]
+		nb.addr, nb.size, nb.stream, nb.prev, nb.next = rem.addr, s, rem.stream, rem.prev, id
+		nb.seg, nb.pool, nb.flags = rem.seg, rem.pool, fUsed|fMapped
 		if rem.prev != none {
 			a.blocks[rem.prev].next = nid
 		}
