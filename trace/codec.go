@@ -76,6 +76,15 @@ func uvarint(b []byte, i int) (uint64, int) {
 	return v | c<<63, i + 10
 }
 
+// uvarint4 decodes the uvarint of at most four bytes at the start of x, read
+// little-endian, without a branch; one of x's four high bits must be clear.
+// It returns the value and the uvarint's length.
+func uvarint4(x uint32) (uint64, int) {
+	l := bits.TrailingZeros32(^x&0x80808080) + 1 // 8 times the length
+	y := uint64(x) & (1<<l - 1)
+	return y&0x7f | y>>1&0x3f80 | y>>2&0x1fc000 | y>>3&0xfe00000, l >> 3
+}
+
 // uvarintTail decodes a uvarint near the end of b.
 func uvarintTail(b []byte, i int) (uint64, int) {
 	if i < 0 {
@@ -601,6 +610,10 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 			if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
 				v = uint64(tc[ti])
 				ti++
+			} else if ti >= 0 && ti <= len(tc)-4 && ^binary.LittleEndian.Uint32(tc[ti:])&0x80808080 != 0 {
+				var k int
+				v, k = uvarint4(binary.LittleEndian.Uint32(tc[ti:]))
+				ti += k
 			} else if v, ti = uvarint(tc, ti); ti < 0 {
 				ec.set(n, rankTime, errTime)
 				lim = n
@@ -626,6 +639,10 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 			if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
 				v = uint64(ac[ai])
 				ai++
+			} else if ai >= 0 && ai <= len(ac)-4 && ^binary.LittleEndian.Uint32(ac[ai:])&0x80808080 != 0 {
+				var k int
+				v, k = uvarint4(binary.LittleEndian.Uint32(ac[ai:]))
+				ai += k
 			} else if v, ai = uvarint(ac, ai); ai < 0 {
 				ec.set(n, rankAddr, errAddr)
 				lim = n
@@ -647,6 +664,10 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 			if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
 				v = uint64(sc[si])
 				si++
+			} else if si >= 0 && si <= len(sc)-4 && ^binary.LittleEndian.Uint32(sc[si:])&0x80808080 != 0 {
+				var k int
+				v, k = uvarint4(binary.LittleEndian.Uint32(sc[si:]))
+				si += k
 			} else if v, si = uvarint(sc, si); si < 0 {
 				ec.set(n, rankSize, errSize)
 				lim = n
@@ -696,6 +717,10 @@ func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 		if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
 			v = uint64(tc[ti])
 			ti++
+		} else if ti >= 0 && ti <= len(tc)-4 && ^binary.LittleEndian.Uint32(tc[ti:])&0x80808080 != 0 {
+			var k int
+			v, k = uvarint4(binary.LittleEndian.Uint32(tc[ti:]))
+			ti += k
 		} else if v, ti = uvarint(tc, ti); ti < 0 {
 			ec.set(n, rankTime, errTime)
 			lim = n
@@ -748,6 +773,10 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
 					v = uint64(sc[si])
 					si++
+				} else if si >= 0 && si <= len(sc)-4 && ^binary.LittleEndian.Uint32(sc[si:])&0x80808080 != 0 {
+					var k int
+					v, k = uvarint4(binary.LittleEndian.Uint32(sc[si:]))
+					si += k
 				} else if v, si = uvarint(sc, si); si < 0 {
 					ec.set(n, rankSizeV2, errSize)
 					lim = n
@@ -762,6 +791,10 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
 					v = uint64(ac[ai])
 					ai++
+				} else if ai >= 0 && ai <= len(ac)-4 && ^binary.LittleEndian.Uint32(ac[ai:])&0x80808080 != 0 {
+					var k int
+					v, k = uvarint4(binary.LittleEndian.Uint32(ac[ai:]))
+					ai += k
 				} else if v, ai = uvarint(ac, ai); ai < 0 {
 					ec.set(n, rankAddrV2, errAddr)
 					lim = n
