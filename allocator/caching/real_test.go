@@ -51,15 +51,7 @@ func (r realRun) path(dir, name string) string {
 // device event matched, and peak reserved, final reserved, peak active,
 // retries, OOMs and device calls equal to the real allocator's counters.
 func TestRealTraces(t *testing.T) {
-	dir := filepath.Join("testdata", "real")
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := map[string]realRun{}
-	if err := json.Unmarshal(raw, &runs); err != nil {
-		t.Fatal(err)
-	}
+	dir, runs := readRuns(t)
 	var names []string
 	for n := range runs {
 		names = append(names, n)
@@ -131,15 +123,7 @@ func TestRealTraces(t *testing.T) {
 // events/cpu-s the rate per CPU-second (with -cpu 1, the rate of one core,
 // unskewed by other load on the machine).
 func BenchmarkReplayReal(b *testing.B) {
-	dir := filepath.Join("testdata", "real")
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	runs := map[string]realRun{}
-	if err := json.Unmarshal(raw, &runs); err != nil {
-		b.Fatal(err)
-	}
+	dir, runs := readRuns(b)
 	type tr struct {
 		data []byte
 		run  realRun
@@ -189,15 +173,7 @@ func BenchmarkReplayReal(b *testing.B) {
 // Result as one without, which replays allocs and frees through its fast
 // path, on every real trace.
 func TestRealTracesObserved(t *testing.T) {
-	dir := filepath.Join("testdata", "real")
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := map[string]realRun{}
-	if err := json.Unmarshal(raw, &runs); err != nil {
-		t.Fatal(err)
-	}
+	dir, runs := readRuns(t)
 	f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
 		cfg, err := caching.FromHeader(h)
 		if err != nil {
@@ -227,4 +203,20 @@ func TestRealTracesObserved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readRuns reads testdata/real/manifest.json: the real traces and their
+// recorded runs, and the directory their paths are relative to.
+func readRuns(tb testing.TB) (string, map[string]realRun) {
+	tb.Helper()
+	dir := filepath.Join("testdata", "real")
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	runs := map[string]realRun{}
+	if err := json.Unmarshal(raw, &runs); err != nil {
+		tb.Fatal(err)
+	}
+	return dir, runs
 }
