@@ -55,10 +55,7 @@ func TestAddrMapMatchesGoMap(t *testing.T) {
 
 func BenchmarkAddrMap(b *testing.B) {
 	var m AddrMap
-	keys := make([]uint64, 4096)
-	for i := range keys {
-		keys[i] = 0x7f0000000000 + uint64(i)*1536
-	}
+	keys := benchKeys(false)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := keys[i&4095]
@@ -70,10 +67,7 @@ func BenchmarkAddrMap(b *testing.B) {
 
 func BenchmarkGoMap(b *testing.B) {
 	m := map[uint64]int32{}
-	keys := make([]uint64, 4096)
-	for i := range keys {
-		keys[i] = 0x7f0000000000 + uint64(i)*1536
-	}
+	keys := benchKeys(false)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := keys[i&4095]
@@ -138,11 +132,7 @@ func sameLive(a, b live) bool { return a == b }
 
 func BenchmarkLiveMap(b *testing.B) {
 	var m liveMap
-	keys := make([]uint64, 4096)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i := range keys {
-		keys[i] = 0x7f0000000000 + uint64(rng.IntN(1<<24))*512
-	}
+	keys := benchKeys(true)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := keys[i&4095]
@@ -158,11 +148,7 @@ func BenchmarkAddrMapSlab(b *testing.B) {
 	var m AddrMap
 	var slab []live
 	var spare []int32
-	keys := make([]uint64, 4096)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i := range keys {
-		keys[i] = 0x7f0000000000 + uint64(rng.IntN(1<<24))*512
-	}
+	keys := benchKeys(true)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := keys[i&4095]
@@ -188,4 +174,19 @@ func BenchmarkAddrMapSlab(b *testing.B) {
 			_ = slab[j]
 		}
 	}
+}
+
+// benchKeys returns 4,096 addresses for the map benchmarks: 1,536 bytes
+// apart, or random 512-byte-aligned ones in an 8 GiB range.
+func benchKeys(random bool) []uint64 {
+	keys := make([]uint64, 4096)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range keys {
+		if random {
+			keys[i] = 0x7f0000000000 + uint64(rng.IntN(1<<24))*512
+		} else {
+			keys[i] = 0x7f0000000000 + uint64(i)*1536
+		}
+	}
+	return keys
 }
