@@ -87,19 +87,8 @@ func loadBoth(t *testing.T, name string, data []byte, opt Options, dir string, e
 // three (a thousand for the real ones): the traces are byte for byte the
 // same, and no file is left.
 func TestSpilledMatchesMemory(t *testing.T) {
-	names, _ := filepath.Glob("testdata/*.pickle")
-	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
-	if len(names) < 5 || len(real) < 5 {
-		t.Fatalf("found %d and %d test snapshots", len(names), len(real))
-	}
 	dir := t.TempDir()
-	for _, name := range append(names, real...) {
-		var data []byte
-		if strings.HasSuffix(name, ".gz") {
-			data = gunzip(t, name)
-		} else {
-			data = mustRead(t, filepath.Base(name))
-		}
+	for name, data := range testSnapshots(t) {
 		// Blocks of three for the hand-made snapshots; of a thousand,
 		// and less often, for the real ones (a hundred thousand entries).
 		events, block, opts := 5, 3, []Options{{}, {NoInferEmptyCache: true}, {MemoryCapBytes: 1 << 30}}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
 
@@ -88,18 +87,7 @@ func sameAsWhole(t *testing.T, name string, data []byte, opt Options, streamed b
 // real, streamed and as a whole: the traces are byte for byte the same,
 // and the streamed decode keeps no value per entry.
 func TestStreamedMatchesWhole(t *testing.T) {
-	names, _ := filepath.Glob("testdata/*.pickle")
-	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
-	if len(names) < 5 || len(real) < 5 {
-		t.Fatalf("found %d and %d test snapshots", len(names), len(real))
-	}
-	for _, name := range append(names, real...) {
-		var data []byte
-		if strings.HasSuffix(name, ".gz") {
-			data = gunzip(t, name)
-		} else {
-			data = mustRead(t, filepath.Base(name))
-		}
+	for name, data := range testSnapshots(t) {
 		s, whole := sameAsWhole(t, name, data, Options{}, true)
 		// Decoded whole, each entry is at least a dict in the value table.
 		n := 0
@@ -324,4 +312,23 @@ func TestPrepareCalledOnce(t *testing.T) {
 	if _, err := dec.DecodeDoc(); err != nil || calls != 0 {
 		t.Fatalf("prepare called %d times (%v) before its offset", calls, err)
 	}
+}
+
+// testSnapshots returns every test snapshot, hand-made (testdata/*.pickle)
+// and real (testdata/real/*.pickle.gz, decompressed), by file name.
+func testSnapshots(t *testing.T) map[string][]byte {
+	t.Helper()
+	names, _ := filepath.Glob("testdata/*.pickle")
+	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
+	if len(names) < 5 || len(real) < 5 {
+		t.Fatalf("found %d and %d test snapshots", len(names), len(real))
+	}
+	out := map[string][]byte{}
+	for _, name := range names {
+		out[name] = mustRead(t, filepath.Base(name))
+	}
+	for _, name := range real {
+		out[name] = gunzip(t, name)
+	}
+	return out
 }
