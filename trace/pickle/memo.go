@@ -33,6 +33,7 @@ type memoBlock struct {
 	base  [4]Value
 	step  [4]Value
 	cls   []uint64
+	pre   [][3]uint16 // per word of cls: the values of classes 0, 2 and 3 before it
 	small []uint16
 	other []Value
 }
@@ -93,25 +94,32 @@ func classed(vs []Value) (memoBlock, bool) {
 		}
 		b.cls[j/32] |= c << (2 * (j % 32))
 	}
-	if 8*len(b.cls)+2*len(b.small)+4*len(b.other) >= 4*len(vs) {
+	if 14*len(b.cls)+2*len(b.small)+4*len(b.other) >= 4*len(vs) {
 		return memoBlock{}, false
+	}
+	b.pre = make([][3]uint16, len(b.cls))
+	var n [3]uint16
+	for w, x := range b.cls {
+		b.pre[w] = n
+		for k, c := range [3]uint64{0, 2, 3} {
+			n[k] += uint16(bits.OnesCount64(matches(x, c)))
+		}
 	}
 	return b, true
 }
 
-// rank counts the values before j of class c in a classed block.
-func (b *memoBlock) rank(j uint64, c uint64) int {
-	pat := c * 0x5555555555555555 // c in every 2-bit field
-	n := 0
-	for w := uint64(0); w <= j/32 && w < uint64(len(b.cls)); w++ {
-		x := b.cls[w] ^ pat
-		m := ^(x | x>>1) & 0x5555555555555555 // a bit per matching field
-		if w == j/32 {
-			m &= 1<<(2*(j%32)) - 1
-		}
-		n += bits.OnesCount64(m)
-	}
-	return n
+// matches returns a bit per 2-bit field of x that holds class c.
+func matches(x, c uint64) uint64 {
+	x ^= c * 0x5555555555555555 // c in every 2-bit field
+	return ^(x | x>>1) & 0x5555555555555555
+}
+
+// rank counts the values before j of class c (0, 2 or 3; k its index in
+// pre) in a classed block: the count before j's word, from pre, and those
+// before j in the word.
+func (b *memoBlock) rank(j uint64, c uint64, k int) int {
+	w := j / 32
+	return int(b.pre[w][k]) + bits.OnesCount64(matches(b.cls[w], c)&(1<<(2*(j%32))-1))
 }
 
 func (b *memoBlock) at(j uint64) Value {
@@ -121,13 +129,13 @@ func (b *memoBlock) at(j uint64) Value {
 	if b.cls != nil {
 		switch c := b.cls[j/32] >> (2 * (j % 32)) & 3; c {
 		case 0:
-			return b.base[0] + Value(b.rank(j, 0))
+			return b.base[0] + Value(b.rank(j, 0, 0))
 		case 1:
 			return b.base[1]
 		case 2:
-			return Ticket(uint32(b.small[b.rank(j, 2)]))
+			return Ticket(uint32(b.small[b.rank(j, 2, 1)]))
 		default:
-			return b.other[b.rank(j, 3)]
+			return b.other[b.rank(j, 3, 2)]
 		}
 	}
 	ph := j & (1<<b.shift - 1)
