@@ -46,7 +46,8 @@ func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Han
 type devState struct {
 	id       trace.DeviceID
 	policy   Policy
-	strand   strander // the policy, when it implements strander
+	strand   strander  // the policy, when it implements strander
+	comp     Completer // the policy, when it implements Completer
 	dev      *device
 	live     liveMap             // live blocks by recorded address
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
@@ -491,6 +492,7 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 	}
 	ds.policy = p
 	ds.strand, _ = p.(strander)
+	ds.comp, _ = p.(Completer)
 	if e.res.Policy == "" {
 		e.res.Policy = p.Name()
 		if rp, ok := p.(Reproducer); ok {
@@ -609,7 +611,8 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 		}
 		e.fastEvs = nil
 	}()
-	for i := range evs {
+	comp := ds.comp
+	for i := 0; i < len(evs); i++ {
 		ev := &evs[i]
 		if ev.Device != id {
 			return i, nil
@@ -620,10 +623,23 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			e.index++
 			e.requests++
 			e.fastI = i
-			if len(ds.fc) > 0 {
-				e.dispatch(ds)
+			var blk Block
+			var st uint64
+			var err error
+			if comp != nil {
+				blk, st, err = comp.MallocAfter(ds.fc, ev.SizeBytes, ev.Stream)
+				ds.fc = ds.fc[:0]
+			} else {
+				if len(ds.fc) > 0 {
+					e.dispatch(ds)
+				}
+				blk, err = pol.Malloc(ev.SizeBytes, ev.Stream)
+				if ds.strand != nil {
+					st = ds.strand.StrandedBytes()
+				} else {
+					st = pol.Stats().StrandedBytes
+				}
 			}
-			blk, err := pol.Malloc(ev.SizeBytes, ev.Stream)
 			if len(dev.rec) > 0 {
 				e.endRequest(ds)
 			}
@@ -653,12 +669,6 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 					e.misplaced(ds, ev, idx, blk)
 				}
 			}
-			var st uint64
-			if ds.strand != nil {
-				st = ds.strand.StrandedBytes()
-			} else {
-				st = pol.Stats().StrandedBytes
-			}
 			e.stranded = st
 			if st > r.Fragmentation.MaxStrandedBytes {
 				r.Fragmentation.MaxStrandedBytes = st
@@ -674,14 +684,42 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				r.PeakRequestedBytes = e.requested
 			}
 		case trace.KindFreeRequested:
-			l, ok := ds.live.Get(ev.Addr)
+			l, slot, ok := ds.live.ref(ev.Addr)
 			if !ok || l.freed {
 				return i, nil // step reports it
 			}
 			e.index++
 			e.requests++
-			l.freed = true
 			e.allocated -= l.size
+			if j := i + 1; j < len(evs) && evs[j].Kind == trace.KindFreeCompleted && evs[j].Addr == ev.Addr && evs[j].Device == id {
+				// The free completes at the next event, as it nearly
+				// always does: both are replayed here, with one lookup.
+				// The policy sees no call until the next request, which
+				// the block's free completes before.
+				if comp == nil {
+					pol.FreeRequested(l.block())
+				}
+				e.reserved = dev.reserved
+				r.Events++
+				if e.reserved > e.peakReserved {
+					e.newPeak(idx)
+				}
+				e.measureTime(ev.TimeNS)
+				if r.Events&(1<<20-1) == 0 && e.cfg.Progress != nil {
+					e.cfg.Progress(r.Events)
+				}
+				i = j
+				ev = &evs[j]
+				idx = e.index
+				e.index++
+				e.requests++
+				e.active -= l.size
+				e.requested -= l.req
+				ds.fc = append(ds.fc, l.block())
+				ds.live.removeAt(slot)
+				break
+			}
+			l.freed = true
 			pol.FreeRequested(l.block())
 		case trace.KindFreeCompleted:
 			// The block is read in its slot, and removed last.

@@ -202,3 +202,24 @@ func (m *liveMap) removeAt(i int) {
 	keys[i] = 0
 	m.n--
 }
+
+// ref returns the block at key, valid until the next change to the map,
+// and its slot, for removeAt. It reports false for key math.MaxUint64,
+// which Get and Take handle.
+func (m *liveMap) ref(key uint64) (*live, int, bool) {
+	k := key + 1
+	if k == 0 || m.n == 0 {
+		return nil, 0, false
+	}
+	keys := m.keys
+	mask := len(keys) - 1
+	for i := m.slot(k); ; i = (i + 1) & mask {
+		switch keys[i] {
+		case k:
+			m.hint = i
+			return &m.vals[i], i, true
+		case 0:
+			return nil, 0, false
+		}
+	}
+}

@@ -56,6 +56,20 @@ type Stats struct {
 	AllocRetries int64
 }
 
+// Completer is implemented by policies that take a request together with
+// the frees completed before it, in one call, and for which a completed
+// free implies its request. The engine then passes the frees of a block
+// whose free_completed directly follows its free_requested to
+// FreeCompleted or MallocAfter alone, with no FreeRequested, and serves
+// the allocs of a one-device replay through MallocAfter.
+type Completer interface {
+	// MallocAfter does what FreeCompleted(b) for each b of freed, in
+	// order, then Malloc(sizeBytes, stream) do, and returns Malloc's
+	// results with Stats().StrandedBytes after them. A block of freed need
+	// not have been passed to FreeRequested.
+	MallocAfter(freed []Block, sizeBytes uint64, stream trace.StreamID) (b Block, strandedBytes uint64, err error)
+}
+
 // Seeder is implemented by policies that can start from a trace's initial
 // state (live blocks and segments at the first event).
 type Seeder interface {

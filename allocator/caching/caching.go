@@ -490,6 +490,57 @@ func (a *Allocator) FreeCompleted(blk replay.Block) {
 	a.freeBlock(id)
 }
 
+// MallocAfter is FreeCompleted of each block of freed, then Malloc; it
+// returns StrandedBytes too (replay.Completer). A completed free implies
+// its request, as in FreeCompleted.
+func (a *Allocator) MallocAfter(freed []replay.Block, size uint64, stream trace.StreamID) (replay.Block, uint64, error) {
+	if len(freed) > 0 {
+		a.completeAll(freed)
+	}
+	if len(a.completions) > 0 {
+		b, err := a.malloc(size, stream, a.chooseReading(size, stream))
+		return b, a.stranded, err
+	}
+	// As Malloc.
+	s := a.cfg.RoundSize(size)
+	pool := uint8(largePool)
+	if s <= SmallSize {
+		pool = smallPool
+	}
+	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
+		b := a.allocFound(id, s, size, fs)
+		return b, a.stranded, nil
+	}
+	b, err := a.mallocNew(size, stream, s, pool)
+	return b, a.stranded, err
+}
+
+// completeAll is FreeCompleted of each block of freed. Whether they are
+// held back is decided once: freeing blocks makes no device call, so the
+// recorded events do not change between them.
+func (a *Allocator) completeAll(freed []replay.Block) {
+	hold := len(a.completions) > 0 || recordedRelease(a.dev.Recorded())
+	for _, blk := range freed {
+		id, ok := a.byHandle(blk)
+		if !ok {
+			if id, ok = a.findSlow(blk); !ok {
+				continue
+			}
+		}
+		if a.seeded.Len() > 0 {
+			a.seeded.Delete(blk.Addr)
+		}
+		if hold {
+			if b := &a.blocks[id]; b.has(fAllocated) {
+				b.flags = b.flags&^fAllocated | fPending
+			}
+			a.completions = append(a.completions, id)
+			continue
+		}
+		a.freeBlock(id)
+	}
+}
+
 func recordedRelease(rec []trace.Event) bool {
 	for i := range rec {
 		if k := rec[i].Kind; k == trace.KindSegmentFree || k == trace.KindSegmentUnmap {
