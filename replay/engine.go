@@ -151,6 +151,7 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	} else {
 		err = e.runSerial(r)
 	}
+	defer e.release()
 	if err != nil {
 		// A trace cut short still gives the result of every event read.
 		if errors.Is(err, trace.ErrTruncated) && e.finish() == nil {
@@ -162,6 +163,14 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 		return e.partial(), err
 	}
 	return &e.res, nil
+}
+
+// release gives the devices' live maps to later replays, once the
+// replay is over.
+func (e *engine) release() {
+	for _, d := range e.devs {
+		d.live.release()
+	}
 }
 
 // batchLen is the number of events decoded at a time.
@@ -485,6 +494,7 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 		frac = 0
 	}
 	ds := &devState{id: id, unserved: map[uint64]struct{}{}}
+	ds.live.reuse()
 	ds.dev = newDevice(e, id, total, e.cfg.OutsideBytes, frac)
 	p, err := e.factory(ds.dev, e.hdr)
 	if err != nil {
@@ -595,8 +605,9 @@ func (e *engine) fastOK() bool {
 // fast replays the leading events of evs that are allocs and frees of the
 // one device, as step does, in one loop: the device's own counters are
 // the totals' (synced at the end), and only what such events change is
-// measured. It returns the number of events replayed; step replays the
-// next one (another kind, another device, a free of an unknown address).
+// measured (not the request count, which only injected actions use). It
+// returns the number of events replayed; step replays the next one
+// (another kind, another device, a free of an unknown address).
 func (e *engine) fast(evs []trace.Event) (n int, err error) {
 	ds := e.devs[0]
 	pol := ds.policy
@@ -621,7 +632,6 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 		switch ev.Kind {
 		case trace.KindAlloc:
 			e.index++
-			e.requests++
 			e.fastI = i
 			var blk Block
 			var st uint64
@@ -689,7 +699,6 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				return i, nil // step reports it
 			}
 			e.index++
-			e.requests++
 			e.allocated -= l.size
 			if j := i + 1; j < len(evs) && evs[j].Kind == trace.KindFreeCompleted && evs[j].Addr == ev.Addr && evs[j].Device == id {
 				// The free completes at the next event, as it nearly
@@ -698,12 +707,12 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				// the block's free completes before.
 				if comp == nil {
 					pol.FreeRequested(l.block())
+					e.reserved = dev.reserved
+					if e.reserved > e.peakReserved {
+						e.newPeak(idx)
+					}
 				}
-				e.reserved = dev.reserved
 				r.Events++
-				if e.reserved > e.peakReserved {
-					e.newPeak(idx)
-				}
 				e.measureTime(ev.TimeNS)
 				if r.Events&(1<<20-1) == 0 && e.cfg.Progress != nil {
 					e.cfg.Progress(r.Events)
@@ -712,7 +721,6 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				ev = &evs[j]
 				idx = e.index
 				e.index++
-				e.requests++
 				e.active -= l.size
 				e.requested -= l.req
 				ds.fc = append(ds.fc, l.block())
@@ -728,7 +736,6 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				return i, nil // step replays it
 			}
 			e.index++
-			e.requests++
 			if !l.freed {
 				e.allocated -= l.size
 				pol.FreeRequested(l.block())

@@ -1,5 +1,7 @@
 package replay
 
+import "sync"
+
 // liveMap maps recorded addresses to the live blocks of a device: open
 // addressing with linear probing over an array of keys alone (a probe
 // reads 8 bytes a slot), with each block in a parallel array at its key's
@@ -222,4 +224,27 @@ func (m *liveMap) ref(key uint64) (*live, int, bool) {
 			return nil, 0, false
 		}
 	}
+}
+
+// liveArrays holds the arrays of finished replays' live maps (*liveMap,
+// keys zeroed): a replay starts with the size the last one reached
+// instead of growing its map from scratch, touching fresh pages and moving
+// every block at each doubling.
+var liveArrays sync.Pool
+
+// reuse gives the empty map m the arrays of a finished replay's, if any.
+func (m *liveMap) reuse() {
+	if p, ok := liveArrays.Get().(*liveMap); ok && m.n == 0 && len(m.keys) == 0 {
+		m.keys, m.vals, m.shift = p.keys, p.vals, p.shift
+	}
+}
+
+// release empties m and gives its arrays to a later replay's map.
+func (m *liveMap) release() {
+	if len(m.keys) == 0 {
+		return
+	}
+	clear(m.keys)
+	liveArrays.Put(&liveMap{keys: m.keys, vals: m.vals, shift: m.shift})
+	*m = liveMap{}
 }
