@@ -590,6 +590,15 @@ type Decoder struct {
 	kv        []Value // fastEntry's pairs
 	noFast    bool    // decode every entry through the general path (tests)
 
+	// Workers, when above 1 and the handler is a ParallelHandler, is how
+	// many goroutines decode entries ahead of the decoder (see
+	// parallel.go).
+	Workers  int
+	par      *parallel
+	launched bool
+	parStats ParallelStats
+	Tuning   *ParallelTuning // nil: the defaults
+
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
 	Progress      func(done, total int64)
@@ -1009,6 +1018,9 @@ func (d *Decoder) memoGet(idx uint64) (Value, bool) {
 }
 
 func (d *Decoder) memoPut(idx uint64, v Value) {
+	if p := d.par; p != nil && idx < p.base+uint64(len(p.memo)) {
+		d.stopPar() // the workers read the memo as it was
+	}
 	if v < inlineBit && int(v) >= d.keep {
 		d.keep = int(v) + 1
 	}
@@ -1173,6 +1185,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	// step, the general path.
 	pos, stack, kinds, xs, memo := d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	mbase := d.memoBase
+	defer d.stopPar()
 	for {
 		if pos >= len(data) {
 			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
@@ -1257,6 +1270,29 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			if d.entries != nil {
 				switch {
 				case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
+					if d.Workers > 1 && !d.launched && d.nEntries == d.launchAt() && !d.noFast {
+						d.launched = true
+						d.launch(pos, memo)
+					}
+					if p := d.par; p != nil && p.hop >= 0 && pos >= p.hop {
+						// Chunks decoded by the workers (parallel.go).
+						for p.hop >= 0 && p.hop < pos {
+							p.skip()
+						}
+						if pos == p.hop {
+							doc.kinds, doc.xs = kinds, xs
+							var err error
+							at := pos
+							pos, stack, memo, err = d.take(pos, stack, memo)
+							if err != nil {
+								return nil, err
+							}
+							kinds, xs = doc.kinds, doc.xs
+							if pos != at {
+								continue
+							}
+						}
+					}
 					if d.nEntries >= maxEntries {
 						return nil, ErrNotStreamable
 					}
@@ -1447,11 +1483,26 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	data, mbase := d.data, d.memoBase
 	m0, k0 := len(*memop), len(*kindsp)
 	*memop = append(*memop, e) // the dict's MEMOIZE
+	// look is where memo indexes from mbase are read: the memo itself,
+	// or on a worker (see parallel.go) the memo as it was when the
+	// workers started (what the worker memoizes has indexes it does not
+	// know).
 	memo := *memop
+	look := memo
+	if d.par != nil && d.par.worker {
+		look = d.par.memo
+	}
 	kv := d.kv[:0]
 	for {
 		if pos >= len(data) {
 			goto bail
+		}
+		if data[pos] == opFrame { // a frame may start between any two pairs' items
+			if pos+9 > len(data) {
+				goto bail
+			}
+			pos += 9
+			continue
 		}
 		if data[pos] == opSetItems {
 			break
@@ -1475,10 +1526,16 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 				pos += 5
 			}
 			switch i := idx - mbase; {
-			case i < uint64(len(memo)):
-				key = memo[i]
+			case i < uint64(len(look)):
+				key = look[i]
 			case idx < mbase:
 				key = d.memoOldAt(idx)
+			case d.par != nil && d.par.worker && d.par.defers:
+				var ok bool
+				if key, ok = d.par.extra[idx]; !ok {
+					key, d.par.missed = missedValue, true
+					d.par.misses = append(d.par.misses, idx|missKey)
+				}
 			default:
 				goto bail
 			}
@@ -1495,7 +1552,9 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			pos += 2 + n
 			if pos < len(data) && data[pos] == opMemoize {
 				*memop = append(*memop, key)
-				memo = *memop
+				if memo = *memop; d.par == nil || !d.par.worker {
+					look = memo
+				}
 				pos++
 			}
 		default:
@@ -1505,6 +1564,12 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			goto bail
 		}
 		// The value.
+		if pos < len(data) && data[pos] == opFrame {
+			if pos+9 > len(data) {
+				goto bail
+			}
+			pos += 9
+		}
 		if pos >= len(data) {
 			goto bail
 		}
@@ -1559,7 +1624,9 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			pos += 2 + n
 			if pos < len(data) && data[pos] == opMemoize {
 				*memop = append(*memop, val)
-				memo = *memop
+				if memo = *memop; d.par == nil || !d.par.worker {
+					look = memo
+				}
 				pos++
 			}
 		case opBinGet, opLongBinGet:
@@ -1578,10 +1645,16 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 				pos += 5
 			}
 			switch i := idx - mbase; {
-			case i < uint64(len(memo)):
-				val = memo[i]
+			case i < uint64(len(look)):
+				val = look[i]
 			case idx < mbase:
 				val = d.memoOldAt(idx)
+			case d.par != nil && d.par.worker && d.par.defers:
+				var ok bool
+				if val, ok = d.par.extra[idx]; !ok {
+					val, d.par.missed = missedValue, true
+					d.par.misses = append(d.par.misses, idx)
+				}
 			default:
 				goto bail
 			}
@@ -1609,8 +1682,10 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	}
 	d.kv = kv
 	d.doc.kinds, d.doc.xs = *kindsp, *xsp
-	if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
-		return 0, false, err
+	if d.par == nil || !d.par.missed { // (a worker's entry with a value it could not fetch is left to the decoder)
+		if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
+			return 0, false, err
+		}
 	}
 	// The values made for the entry are dropped, as after the general
 	// path's SETITEMS.

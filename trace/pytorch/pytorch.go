@@ -88,6 +88,14 @@ type Options struct {
 	// end; "": os.TempDir(), or the output's directory for ImportFile.
 	SpillDir string
 
+	// Workers is how many goroutines decode the trace entries ahead of
+	// the pickle decoder: 0 means one per CPU (runtime.GOMAXPROCS), 1
+	// none. The result is the same either way.
+	Workers int
+
+	// tune overrides how the workers share the decode (tests).
+	tune *pickle.ParallelTuning
+
 	// prepare, when set, is called once the decoder has gone through
 	// prepareShare of a streamed pickle (see ImportFile).
 	prepare func()
@@ -166,6 +174,7 @@ type Snapshot struct {
 	// stacks holds the events' stacks: an event's frames is its id there.
 	stacks  *stackTable
 	summary Summary
+	par     pickle.ParallelStats // what the decoder's workers did
 }
 
 // devSeq is a device's event sequence: its trace entries, with the
@@ -452,7 +461,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	}
 	var st *streamer
 	if stream {
-		st = &streamer{doc: dec.Doc(), dec: dec, size: len(data), prepareAt: math.MaxInt}
+		st = &streamer{conv: conv{doc: dec.Doc()}, dec: dec, size: len(data), prepareAt: math.MaxInt}
 		st.log.dir = opt.SpillDir
 		defer func() {
 			if st.log.err != nil || err != nil {
@@ -463,6 +472,10 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 			st.prepareAt, st.prepare = int(float64(len(data))*prepareShare), opt.prepare
 		}
 		dec.StreamEntries("device_traces", st)
+		dec.Workers, dec.Tuning = opt.Workers, opt.tune
+		if dec.Workers == 0 {
+			dec.Workers = runtime.GOMAXPROCS(0)
+		}
 	}
 	doc, err := dec.DecodeDoc()
 	if err != nil && stream {
@@ -505,7 +518,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	if convErr != nil {
 		return nil, convErr
 	}
-	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}}, doc: doc, traces: traces, stream: st}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: traces, stream: st}
 	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {

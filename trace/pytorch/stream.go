@@ -3,6 +3,8 @@ package pytorch
 import (
 	"errors"
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -59,13 +61,12 @@ func entryKey(s string) uint8 {
 // evlog): an entry can then be changed only while it is among the latest
 // (an older one sends the snapshot to the general path).
 type streamer struct {
-	doc     *pickle.Doc
+	conv
 	dec     *pickle.Decoder // takes the frames lists (see stackTable)
 	stacks  stackTable
 	log     evlog
-	keyOf   []uint8           // string index -> entry key, 0 when not yet known
-	kindOf  []uint8           // string index -> action kind + 1 (1: unknown), 0 when not yet known
 	unknown map[uint32]string // entry -> its action when not one the import knows
+	chunks  sync.Pool         // idle *chunkEntries (see Fork)
 	size    int               // the input's size
 	first   int               // the first entry's offset
 
@@ -105,18 +106,31 @@ func (s *streamer) reserve(off int) {
 	s.log.grow(want, est)
 }
 
+// conv turns the pairs of entries into events: for the streamer, and for
+// each chunk of entries decoded on a worker (chunkEntries), with the
+// chunk's own Doc and caches.
+type conv struct {
+	doc    *pickle.Doc
+	keyOf  []uint8 // string index -> entry key, 0 when not yet known
+	kindOf []uint8 // string index -> action kind + 1 (1: unknown), 0 when not yet known
+}
+
+// errChunk ends a chunk decoded on a worker before an entry the chunk
+// cannot convert alone (an action the import does not know, a frames
+// list not yet interned): the decoder converts that entry itself.
+var errChunk = errors.New("entry left to the decoder")
+
 // grow extends the string-index caches to the strings decoded so far.
-func (s *streamer) grow(id uint32) {
-	n := max(s.doc.NumStrings(), int(id)+1)
-	s.keyOf = append(s.keyOf, make([]uint8, n-len(s.keyOf))...)
-	s.kindOf = append(s.kindOf, make([]uint8, n-len(s.kindOf))...)
+func (c *conv) grow(id uint32) {
+	n := max(c.doc.NumStrings(), int(id)+1)
+	c.keyOf = append(c.keyOf, make([]uint8, n-len(c.keyOf))...)
+	c.kindOf = append(c.kindOf, make([]uint8, n-len(c.kindOf))...)
 }
 
 // SetEntry stores the keys and values set on entry n in its event. A key
 // set twice sends the snapshot to the general path (which keeps Python's
 // last-value semantics for every field).
 func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
-	doc := s.doc
 	if s.log.err != nil {
 		return s.log.err // the events could not be spilled
 	}
@@ -124,19 +138,27 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 	if e == nil {
 		return errFallback // changed after it left the window
 	}
+	return s.set(n, e, kv, s)
+}
+
+// set stores kv, set on entry n, in its event e. s is the streamer, or
+// nil for a chunk's entry (whose frames lists must be known stacks, and
+// action one the import knows).
+func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
+	doc := c.doc
 	for i := 0; i+1 < len(kv); i += 2 {
 		id, ok := doc.StrID(kv[i])
 		if !ok {
 			continue
 		}
-		if int(id) >= len(s.keyOf) {
-			s.grow(id)
+		if int(id) >= len(c.keyOf) {
+			c.grow(id)
 		}
-		k := s.keyOf[id]
+		k := c.keyOf[id]
 		if k == 0 {
 			str, _ := doc.Str(kv[i])
 			k = entryKey(str)
-			s.keyOf[id] = k
+			c.keyOf[id] = k
 		}
 		if k == keyOther {
 			continue
@@ -149,7 +171,15 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 		v := kv[i+1]
 		switch k {
 		case keyAction:
-			s.action(n, e, v)
+			if !c.action(e, v) {
+				if s == nil {
+					return errChunk
+				}
+				if s.unknown == nil {
+					s.unknown = map[uint32]string{}
+				}
+				s.unknown[n], _ = doc.Str(v)
+			}
 		case keyAddr:
 			if e.Kind != trace.KindOOM { // an OOM's Addr is its device_free
 				x, _ := doc.Int(v)
@@ -168,10 +198,14 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 			}
 		case keyFrames:
 			// The stack's id in the table: a list shared by entries comes
-			// back as the decoder's ticket for it once taken.
-			if id, ok := pickle.TicketID(v); ok && int(id) < len(s.stacks.stacks) {
+			// back as the decoder's ticket for it once taken. (A chunk's
+			// tickets are all of stacks interned before the chunks.)
+			if id, ok := pickle.TicketID(v); ok && (s == nil || int(id) < len(s.stacks.stacks)) {
 				e.frames = pickle.Value(id)
 			} else if doc.Kind(v) == pickle.KindList {
+				if s == nil {
+					return errChunk
+				}
 				id := s.stacks.intern(doc, v)
 				e.frames = pickle.Value(id)
 				if s.dec != nil {
@@ -197,37 +231,106 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 	return nil
 }
 
-// action sets e's kind from the action value v (KindInvalid for an
-// action the import does not know, whose name is kept aside).
-func (s *streamer) action(n uint32, e *event, v pickle.Value) {
-	doc := s.doc
+// action sets e's kind from the action value v; false for an action the
+// import does not know (e's kind is then KindInvalid).
+func (c *conv) action(e *event, v pickle.Value) bool {
+	doc := c.doc
 	id, ok := doc.StrID(v)
 	if ok {
-		if int(id) >= len(s.kindOf) {
-			s.grow(id)
+		if int(id) >= len(c.kindOf) {
+			c.grow(id)
 		}
-		k := s.kindOf[id]
+		k := c.kindOf[id]
 		if k == 0 {
 			str, _ := doc.Str(v)
 			k = 1
 			if kind, known := actionKinds[str]; known {
 				k = uint8(kind) + 1
 			}
-			s.kindOf[id] = k
+			c.kindOf[id] = k
 		}
 		if k > 1 {
 			e.Kind = trace.Kind(k - 1)
 			if e.Kind == trace.KindOOM {
 				e.Addr = 0 // until device_free
 			}
-			return
+			return true
 		}
 	}
 	e.Kind = trace.KindInvalid
-	if s.unknown == nil {
-		s.unknown = map[uint32]string{}
+	return false
+}
+
+// chunkEntries converts the entries of a chunk decoded on a worker
+// (pickle.ParallelHandler).
+type chunkEntries struct {
+	conv
+	strs int // the decoder's strings at the fork: the chunk's own are above
+	evs  []event
+}
+
+func (h *chunkEntries) NewEntry(n uint32, off int) {
+	h.evs = append(h.evs, event{frames: noFrames})
+}
+
+func (h *chunkEntries) SetEntry(n uint32, kv []pickle.Value) error {
+	return h.set(n, &h.evs[n], kv, nil)
+}
+
+// Fork readies the chunk handlers (pickle.ParallelHandler): each gets a
+// copy of the caches as they are now.
+func (s *streamer) Fork() func(doc *pickle.Doc) pickle.EntryHandler {
+	n := s.doc.NumStrings()
+	s.conv.grow(uint32(max(n, 1) - 1))
+	keyOf, kindOf := slices.Clone(s.keyOf[:n]), slices.Clone(s.kindOf[:n])
+	return func(doc *pickle.Doc) pickle.EntryHandler {
+		h, _ := s.chunks.Get().(*chunkEntries)
+		if h == nil {
+			h = &chunkEntries{}
+		}
+		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
+		h.strs, h.evs = n, h.evs[:0]
+		return h
 	}
-	s.unknown[n], _ = doc.Str(v)
+}
+
+// Release keeps the chunk handler h for another chunk
+// (pickle.ParallelHandler): its events' memory is then already faulted in.
+func (s *streamer) Release(h pickle.EntryHandler) {
+	c := h.(*chunkEntries)
+	c.doc = nil
+	s.chunks.Put(c)
+}
+
+// Merge appends the events from to to-1 of the chunk handler h as entries
+// first on (pickle.ParallelHandler); strs maps the chunk's own strings.
+func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, strs []uint32) error {
+	c := h.(*chunkEntries)
+	if s.log.err != nil {
+		return s.log.err
+	}
+	if s.log.Len() != int(first) {
+		return errFallback
+	}
+	if end >= s.prepareAt {
+		s.prepareAt = math.MaxInt
+		s.prepare()
+	}
+	l := &s.log
+	for i := from; i < to; i++ {
+		e := &c.evs[i]
+		if e.text > int32(c.strs) { // a string of the chunk's own
+			e.text = int32(strs[int(e.text)-1-c.strs]) + 1
+		}
+		if len(l.mem) == cap(l.mem) {
+			s.reserve(end)
+			if l.err != nil {
+				return l.err
+			}
+		}
+		l.mem = append(l.mem, *e)
+	}
+	return nil
 }
 
 // streamEntries is entries for a streamed decode: device_traces must be

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -98,6 +99,36 @@ func TestStreamedMatchesWhole(t *testing.T) {
 		}
 		if whole.doc.NumValues()-s.doc.NumValues() < n {
 			t.Errorf("%s: %d values kept for %d entries, %d decoded whole", name, s.doc.NumValues(), n, whole.doc.NumValues())
+		}
+	}
+}
+
+// TestParallelMatchesSequential imports every test snapshot with its
+// entries decoded on workers, in small chunks from the ninth entry on, and
+// on the decoder alone: the traces and summaries are byte for byte the
+// same, and the workers took part in the real snapshots without call
+// stacks. (How many entries they decode depends on timing: see
+// TestParallelReal in trace/pickle.)
+func TestParallelMatchesSequential(t *testing.T) {
+	for name, data := range testSnapshots(t) {
+		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		par, err := loadPickle(data, Options{Workers: 4, tune: &pickle.ParallelTuning{After: 8, ChunkBytes: 3000}}, true, nil)
+		if err != nil {
+			t.Fatalf("%s: on workers: %v", name, err)
+		}
+		gotTrace, gotSum := written(t, par)
+		wantTrace, wantSum := written(t, seq)
+		if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum {
+			t.Errorf("%s: on workers, the trace (%d bytes, %d alone) or summary differ:\n%s\n%s", name, len(gotTrace), len(wantTrace), gotSum, wantSum)
+		}
+		if seq.par.Workers != 0 {
+			t.Errorf("%s: %d workers started with Workers 1", name, seq.par.Workers)
+		}
+		if strings.Contains(name, "real/") && !strings.Contains(name, "stacks") && (par.par.Chunks < 2 || par.par.Entries == 0) {
+			t.Errorf("%s: the workers decoded %d of %d entries (%+v)", name, par.par.Entries, par.summary.Events, par.par)
 		}
 	}
 }
@@ -291,7 +322,7 @@ func TestPrepareCalledOnce(t *testing.T) {
 		at = st.log.Len()
 	}
 	dec := pickle.NewDecoder(data)
-	st = &streamer{doc: dec.Doc(), size: len(data), prepareAt: int(float64(len(data)) * prepareShare), prepare: opt.prepare}
+	st = &streamer{conv: conv{doc: dec.Doc()}, size: len(data), prepareAt: int(float64(len(data)) * prepareShare), prepare: opt.prepare}
 	dec.StreamEntries("device_traces", st)
 	if _, err := dec.DecodeDoc(); err != nil {
 		t.Fatal(err)
@@ -305,7 +336,7 @@ func TestPrepareCalledOnce(t *testing.T) {
 	}
 	calls = 0
 	opt.prepare = func() { calls++ }
-	st = &streamer{doc: dec.Doc(), size: 10 * len(data), prepareAt: int(float64(10*len(data)) * prepareShare), prepare: opt.prepare}
+	st = &streamer{conv: conv{doc: dec.Doc()}, size: 10 * len(data), prepareAt: int(float64(10*len(data)) * prepareShare), prepare: opt.prepare}
 	dec = pickle.NewDecoder(data)
 	st.doc = dec.Doc()
 	dec.StreamEntries("device_traces", st)

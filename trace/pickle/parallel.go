@@ -1,0 +1,655 @@
+package pickle
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Parallel decoding of streamed entries.
+//
+// A memory snapshot is almost all trace entries, each a dict of scalars
+// made the same way: EMPTY_DICT MEMOIZE MARK, the pairs, SETITEMS, with
+// MARK and APPENDS around every thousand of them and a FRAME every 64 KiB.
+// When the handler is a ParallelHandler and Decoder.Workers > 1,
+// DecodeDoc decodes the first parLaunch entries itself, then splits the
+// rest of the input into chunks that worker goroutines decode at once,
+// each from the first entry that starts in it (found by the bytes the
+// entries start with: EMPTY_DICT MEMOIZE MARK and the first key, as the
+// entry at the split has them) to the first that starts in the next
+// chunk, or to the first thing that is not such an entry. A worker knows
+// the memo as it was at the split, but not how many memo entries the
+// chunks before its own add: it numbers what it memoizes, its entries and
+// its strings from 0 and stops at a reference it cannot resolve.
+//
+// The decoder goes on through the input as before; when it reaches the
+// entry a chunk starts with, in the device list where entries are
+// streamed, it takes the chunk's work in one go: the chunk's strings are
+// interned, its memo entries appended with their final numbers, its MARK
+// and APPENDS replayed on the stack, and its entries handed to
+// ParallelHandler.Merge; it then goes on from where the chunk stopped.
+// A chunk that started at a false match, or whose start the decoder does
+// not reach exactly, is decoded again by the decoder, so the result is the
+// sequential decode's in every case: the same Doc, the same entries, the
+// same errors at the same offsets.
+
+// ParallelHandler is an EntryHandler whose entries can be decoded on
+// worker goroutines (see Decoder.Workers).
+type ParallelHandler interface {
+	EntryHandler
+	// Fork is called once, on the decoding goroutine, before the
+	// workers start. The function it returns is called on worker
+	// goroutines, once per chunk, with the chunk's own Doc (its string
+	// indexes below NumStrings at the fork are the decoder's, those
+	// above are the chunk's own), and returns the handler of the
+	// chunk's entries, numbered from 0. A SetEntry error of that
+	// handler ends the chunk before the entry; the decoder then decodes
+	// the entry itself.
+	Fork() func(doc *Doc) EntryHandler
+	// Merge takes, on the decoding goroutine, the entries from to to-1
+	// of the chunk handler h as entries first, first+1..., in order (the
+	// entries of a chunk come in one or more calls, in order; an entry
+	// the chunk could not convert comes between them through NewEntry
+	// and SetEntry); end is the input offset after the chunk. strs maps
+	// the chunk's string indexes from the fork's NumStrings on to the
+	// decoder's.
+	Merge(h EntryHandler, from, to int, first uint32, end int, strs []uint32) error
+	// Release is called, on the decoding goroutine, once the decoder is
+	// done with the chunk handler h (taken or not), so that its memory
+	// may serve another chunk.
+	Release(h EntryHandler)
+}
+
+const (
+	// parLaunch is how many entries the decoder decodes itself before
+	// the workers start: the memo then holds the keys and actions.
+	parLaunch = 1024
+	// parMinBytes is the least input left at the launch for workers to
+	// be worth starting.
+	parMinBytes = 1 << 20
+	// opsMark and opsAppends are a chunk's MARK and APPENDS; a smaller
+	// op is a run of that many entries pushed.
+	opsMark    = ^uint32(0)
+	opsAppends = ^uint32(1)
+	// missedValue is what a worker's fastEntry gives for a memo entry it
+	// cannot fetch (the entry is then left to the decoder).
+	missedValue = inlineBit | strBit | (maxInlineStr - 1)
+)
+
+// deferral is an entry a worker decoded but could not convert: its
+// number in the chunk, its offset and the chunk's memo length before it.
+type deferral struct {
+	k, off, m0 int
+	ops        int    // len(ops) before it, and the entries of ops' last run then
+	run        uint32 //   (when that run goes on with this entry)
+	misses     []uint64
+}
+
+// missKey marks, in deferral.misses, a memo index fetched as a key.
+const missKey = 1 << 63
+
+// parChunk is one chunk's work.
+type parChunk struct {
+	lo, hi int // the chunk: its entries start in [lo, hi)
+	start  int // where its worker started; -1: no entry starts from lo on
+	end    int // where it stopped
+	n      int
+	memo   []Value  // what it memoized: its entries (from 0) and its doc's strings
+	ops    []uint32 // MARK, APPENDS and runs of entries
+	defers []deferral
+	doc    *Doc
+	h      EntryHandler
+	done   chan struct{}
+}
+
+// parallel is the decoder's parallel state; on a worker's Decoder,
+// worker is set and memo is the memo at the launch (read through it).
+type parallel struct {
+	worker  bool
+	defers  bool             // a worker: fastEntry gives missedValue for a memo index above memo
+	missed  bool             // a worker: the entry being decoded fetched missedValue
+	misses  []uint64         // a worker: the memo indexes of its missedValues (missKey set for a key)
+	memo    []Value          // memo entries from base, at the launch (a copy)
+	extra   map[uint64]Value // a worker: memo entries past memo that it knows (see known)
+	old     []memoBlock
+	base    uint64
+	shift   uint8
+	strs    []string // the decoder's strings at the launch
+	sig     []byte   // the bytes every entry starts with
+	fork    func(*Doc) EntryHandler
+	release func(EntryHandler)
+
+	chunks []*parChunk
+	next   int // the next chunk the decoder takes or skips
+	hop    int // where chunk next starts (-1: none)
+	tokens chan struct{}
+	ramp   int // tokens given so far, until 2w
+	quit   chan struct{}
+	claim  atomic.Int64
+	wg     sync.WaitGroup
+	// known holds strings memoized after the launch, by memo index, for
+	// the workers of chunks not yet started: a chunk's first memo entry
+	// of each of its strings, published when the decoder takes it (an
+	// action the trace has not had before the launch is fetched from the
+	// memo by every later entry).
+	known atomic.Pointer[map[uint64]string]
+	stats ParallelStats
+}
+
+// ParallelStats says how much of a decode the workers did.
+type ParallelStats struct {
+	Workers int   // workers started (0: none)
+	Chunks  int   // chunks the decoder took from them
+	Skipped int   // chunks decoded but not taken (the decoder decoded them)
+	Entries int64 // entries in the chunks taken
+}
+
+// ParallelStats returns, after DecodeDoc, how much the workers did.
+func (d *Decoder) ParallelStats() ParallelStats { return d.parStats }
+
+// ParallelTuning overrides how the workers share a decode (tests; the
+// defaults suit snapshots of every size).
+type ParallelTuning struct {
+	After      uint32 // entries the decoder decodes before the workers start
+	MinBytes   int    // input left then for the workers to start
+	ChunkBytes int    // bytes of input a chunk spans
+}
+
+// launchAt is the number of entries decoded before the workers start.
+func (d *Decoder) launchAt() uint32 {
+	if d.Tuning != nil {
+		return d.Tuning.After
+	}
+	return parLaunch
+}
+
+// launch starts the workers on data[pos:], pos being the start of the
+// entry about to be created (an EMPTY_DICT in a streamed device list).
+func (d *Decoder) launch(pos int, memo []Value) {
+	data := d.data
+	ph, ok := d.entries.(ParallelHandler)
+	minBytes := parMinBytes
+	if d.Tuning != nil {
+		minBytes = d.Tuning.MinBytes
+	}
+	if !ok || d.sparse != nil || len(data)-pos < minBytes {
+		return
+	}
+	// The signature: EMPTY_DICT MEMOIZE MARK and the first key, fetched
+	// from the memo.
+	var klen int
+	switch {
+	case pos+5 > len(data) || data[pos+1] != opMemoize || data[pos+2] != opMark:
+		return
+	case data[pos+3] == opBinGet:
+		klen = 2
+	case data[pos+3] == opLongBinGet:
+		klen = 5
+	default:
+		return
+	}
+	if pos+3+klen > len(data) {
+		return
+	}
+	w := d.Workers
+	rest := len(data) - pos
+	size := min(max(rest/(8*w), 256<<10), 2<<20)
+	if d.Tuning != nil {
+		size = max(d.Tuning.ChunkBytes, 1)
+	}
+	p := &parallel{
+		memo:    append([]Value(nil), memo...),
+		old:     d.memoOld[:len(d.memoOld):len(d.memoOld)],
+		base:    d.memoBase,
+		shift:   d.memoShift,
+		strs:    d.doc.strs[:len(d.doc.strs):len(d.doc.strs)],
+		sig:     append([]byte(nil), data[pos:pos+3+klen]...),
+		fork:    ph.Fork(),
+		release: ph.Release,
+		tokens:  make(chan struct{}, 4*w),
+		quit:    make(chan struct{}),
+	}
+	for lo := pos; lo < len(data); lo += size {
+		p.chunks = append(p.chunks, &parChunk{lo: lo, hi: min(lo+size, len(data)), done: make(chan struct{})})
+	}
+	// One chunk at first, then two more for each the decoder takes, up
+	// to 2w in flight: a chunk that starts before the decoder has taken
+	// the one before does not know the strings memoized since the launch
+	// (the actions not met before: their entries are left to the
+	// decoder).
+	p.tokens <- struct{}{}
+	p.ramp = 1
+	p.wg.Add(w)
+	for range w {
+		go p.work(d)
+	}
+	d.par = p
+	p.stats.Workers = w
+	p.setHop()
+}
+
+// work decodes chunks, in order, as long as tokens allow (a token is
+// given back for each chunk the decoder takes: so the chunks' results
+// waiting for it stay few).
+func (p *parallel) work(d *Decoder) {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.tokens:
+		case <-p.quit:
+			return
+		}
+		c := int(p.claim.Add(1) - 1)
+		if c >= len(p.chunks) {
+			return
+		}
+		ch := p.chunks[c]
+		select {
+		case <-p.quit:
+			ch.start = -1
+		default:
+			p.decode(d, ch, c == 0)
+		}
+		close(ch.done)
+	}
+}
+
+// decode decodes chunk ch (see parallel). The first chunk starts at an
+// entry the decoder verified.
+func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
+	data := d.data
+	start := ch.lo
+	if !first {
+		i := bytes.Index(data[ch.lo:], p.sig)
+		if i < 0 {
+			ch.start = -1
+			return
+		}
+		start += i
+	}
+	ch.start = start
+	doc := &Doc{strs: p.strs, intern: map[string]uint32{}}
+	w := &Decoder{
+		data: data, doc: doc, par: &parallel{worker: true, defers: true, memo: p.memo},
+		memoBase: p.base, memoOld: p.old, memoShift: p.shift,
+		lastEntry: noValue, lastPos: -1, outer: noValue, cur: noValue,
+	}
+	h := p.fork(doc)
+	w.entries = h
+	if k := p.known.Load(); k != nil {
+		w.par.extra = make(map[uint64]Value, len(*k))
+		for idx, str := range *k {
+			if v, ok := strValue(w.intern(str)); ok {
+				w.par.extra[idx] = v
+			}
+		}
+	}
+	var memo []Value
+	var kinds []Kind
+	var xs []uint64
+	pos, n := start, uint32(0)
+loop:
+	for pos < len(data) {
+		switch data[pos] {
+		case opFrame:
+			if pos+9 > len(data) {
+				break loop
+			}
+			pos += 9
+		case opMark:
+			ch.ops = append(ch.ops, opsMark)
+			pos++
+		case opAppends:
+			ch.ops = append(ch.ops, opsAppends)
+			pos++
+		case opEmptyDict:
+			if pos >= ch.hi || pos+3 > len(data) || data[pos+1] != opMemoize || data[pos+2] != opMark || n >= maxEntries-maxTickets {
+				break loop
+			}
+			m0 := len(memo)
+			opsLen, run := len(ch.ops), uint32(0)
+			if opsLen > 0 && ch.ops[opsLen-1] < opsAppends {
+				run = ch.ops[opsLen-1]
+			}
+			h.NewEntry(n, pos)
+			end, ok, err := w.fastEntry(pos+3, tagMask|Value(n), &memo, &kinds, &xs)
+			if err != nil || !ok {
+				memo = memo[:m0]
+				w.par.missed, w.par.misses = false, w.par.misses[:0]
+				break loop
+			}
+			if w.par.missed {
+				ch.defers = append(ch.defers, deferral{k: int(n), off: pos, m0: m0, ops: opsLen, run: run,
+					misses: append([]uint64(nil), w.par.misses...)})
+				w.par.missed, w.par.misses = false, w.par.misses[:0]
+			}
+			if k := len(ch.ops); k > 0 && ch.ops[k-1] < opsAppends {
+				ch.ops[k-1]++
+			} else {
+				ch.ops = append(ch.ops, 1)
+			}
+			n++
+			pos = end
+		default:
+			break loop
+		}
+	}
+	ch.end, ch.n, ch.memo, ch.doc, ch.h = pos, int(n), memo, doc, h
+}
+
+// setHop waits for the next chunk and sets hop to where it starts.
+func (p *parallel) setHop() {
+	p.hop = -1
+	if p.next < len(p.chunks) {
+		ch := p.chunks[p.next]
+		<-ch.done
+		p.hop = ch.start
+	}
+}
+
+// skip passes over the next chunk, whose work the decoder does not take.
+func (p *parallel) skip() {
+	if ch := p.chunks[p.next]; ch.start >= 0 {
+		if ch.h != nil {
+			p.release(ch.h)
+		}
+		p.stats.Skipped++
+	}
+	p.chunks[p.next] = nil // its results are garbage
+	p.next++
+	p.give()
+	p.setHop()
+}
+
+// publish adds pub to the strings known to the workers (up to a few
+// thousand: a snapshot's new strings after the first entries are a few
+// actions and, in each chunk, one "N/A").
+func (p *parallel) publish(pub map[uint64]string) {
+	if len(pub) == 0 {
+		return
+	}
+	old := p.known.Load()
+	n := len(pub)
+	if old != nil {
+		n += len(*old)
+	}
+	if n > 4096 {
+		return
+	}
+	k := make(map[uint64]string, n)
+	if old != nil {
+		for idx, s := range *old {
+			k[idx] = s
+		}
+	}
+	for idx, s := range pub {
+		k[idx] = s
+	}
+	p.known.Store(&k)
+}
+
+// give gives the workers a token for the chunk the decoder took, and one
+// more while ramping up (none when enough are waiting: the workers have
+// ended, or are behind).
+func (p *parallel) give() {
+	n := 1
+	if p.ramp < cap(p.tokens)/2 {
+		n, p.ramp = 2, p.ramp+1
+	}
+	for range n {
+		select {
+		case p.tokens <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stopPar stops the workers (DecodeDoc's end, or a store into the memo
+// they read) and waits for them: nothing reads the input after it.
+func (d *Decoder) stopPar() {
+	p := d.par
+	if p == nil || p.worker {
+		return
+	}
+	close(p.quit)
+	p.wg.Wait()
+	d.parStats = p.stats
+	d.par = nil
+}
+
+// take applies the chunks that start at pos, the start of an entry the
+// decoder is about to create in the streamed list cur, one after another
+// while each ends where the next starts; it returns the offset reached
+// and the stack and memo after them. (ok false: the chunk at pos cannot
+// be taken; the decoder decodes it.)
+func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, error) {
+	p := d.par
+	for p.hop == pos && pos >= 0 && inCtx(stack, d.marks, d.cur) {
+		ch := p.chunks[p.next]
+		if !d.replayable(ch, stack) || uint64(d.nEntries)+uint64(ch.n) >= maxEntries-maxTickets {
+			p.skip()
+			break
+		}
+		d.fetchable(ch, memo)
+		doc := d.doc
+		n0 := len(p.strs)
+		strs := make([]uint32, len(ch.doc.strs)-n0)
+		for i, s := range ch.doc.strs[n0:] {
+			strs[i] = d.intern(s)
+		}
+		first := d.nEntries
+		base := len(memo)
+		var pub map[uint64]string // the chunk's strings, at their first memo entry
+		seen := map[int]bool{}
+		for i, v := range ch.memo {
+			switch {
+			case v&tagMask == tagMask:
+				v += Value(first)
+			case v&tagMask == inlineBit|strBit && int(v&^(inlineBit|strBit)) >= n0:
+				if id := int(v&^(inlineBit|strBit)) - n0; len(pub) < 64 {
+					if pub == nil {
+						pub = map[uint64]string{}
+					}
+					idx := d.memoBase + uint64(base+i)
+					if !seen[id] {
+						seen[id] = true
+						pub[idx] = ch.doc.strs[n0+id]
+					}
+				}
+				sv, ok := strValue(strs[int(v&^(inlineBit|strBit))-n0])
+				if !ok {
+					sv = Value(len(doc.kinds))
+					doc.kinds = append(doc.kinds, KindString)
+					doc.xs = append(doc.xs, uint64(strs[int(v&^(inlineBit|strBit))-n0]))
+				}
+				v = sv
+				if v < inlineBit && int(v) >= d.keep {
+					d.keep = int(v) + 1
+				}
+			}
+			memo = append(memo, v)
+		}
+		p.publish(pub)
+		e := tagMask | Value(first)
+		for _, op := range ch.ops {
+			switch op {
+			case opsMark:
+				d.marks = append(d.marks, len(stack))
+			case opsAppends:
+				m := d.marks[len(d.marks)-1]
+				d.marks = d.marks[:len(d.marks)-1]
+				d.appendItems(stack[m-1], stack[m:])
+				stack = stack[:m]
+			default:
+				for range op {
+					stack = append(stack, e)
+					e++
+				}
+			}
+		}
+		h := d.entries.(ParallelHandler)
+		from := 0
+		for _, df := range ch.defers {
+			if err := h.Merge(ch.h, from, df.k, first+uint32(from), ch.end, strs); err != nil {
+				return pos, stack, memo, err
+			}
+			if err := d.redo(first+uint32(df.k), df.off, memo[:base+df.m0+1]); err != nil {
+				return pos, stack, memo, err
+			}
+			from = df.k + 1
+		}
+		if err := h.Merge(ch.h, from, ch.n, first+uint32(from), ch.end, strs); err != nil {
+			return pos, stack, memo, err
+		}
+		p.release(ch.h)
+		d.nEntries += uint32(ch.n)
+		d.lastEntry, d.lastPos = noValue, -1
+		p.stats.Chunks++
+		p.stats.Entries += int64(ch.n)
+		pos = ch.end
+		p.chunks[p.next] = nil
+		p.next++
+		p.give()
+		p.setHop()
+	}
+	return pos, stack, memo, nil
+}
+
+// redo decodes entry n again, at off, as the decoder would have: the
+// handler gets NewEntry and SetEntry, with the memo as it was then (look:
+// the memo from memoBase up to the entry's dict). What it memoizes was
+// taken with the chunk, so it goes to a scratch memo here. An entry the
+// fast path does not take sends the snapshot to a decode without
+// streaming (ErrNotStreamable), which gives the precise error if any.
+func (d *Decoder) redo(n uint32, off int, look []Value) error {
+	doc := d.doc
+	r := &Decoder{
+		data: d.data, doc: doc, entries: d.entries,
+		memoBase: d.memoBase, memoOld: d.memoOld, memoShift: d.memoShift,
+		par:  &parallel{worker: true, memo: look},
+		keep: len(doc.kinds),
+	}
+	d.entries.NewEntry(n, off)
+	var scratch []Value
+	kinds, xs := doc.kinds, doc.xs
+	_, ok, err := r.fastEntry(off+3, tagMask|Value(n), &scratch, &kinds, &xs)
+	doc.kinds, doc.xs = kinds[:r.keep], xs[:r.keep]
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotStreamable
+	}
+	return nil
+}
+
+// fetchable ends chunk ch before its first left entry (see redo) whose
+// memo fetches would not give what fastEntry takes (a string key; a
+// string or small int value), with the memo as it was at that entry:
+// memo, the decoder's from memoBase, then the chunk's. The decoder then
+// decodes that entry and what follows itself.
+func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
+	abs := d.memoBase + uint64(len(memo)) // the chunk's first memo index
+	for i, df := range ch.defers {
+		ok := true
+		for _, m := range df.misses {
+			idx := m &^ missKey
+			var v Value
+			switch {
+			case idx < abs:
+				var got bool
+				if v, got = d.memoGet(idx); !got {
+					ok = false
+				}
+			case idx-abs <= uint64(df.m0): // the chunk's, up to the entry's dict
+				v = ch.memo[idx-abs]
+				if j := idx - abs; j == uint64(df.m0) {
+					v = tagMask // the entry itself
+				}
+			default:
+				ok = false
+			}
+			if m&missKey != 0 {
+				ok = ok && v&tagMask == inlineBit|strBit
+			} else {
+				ok = ok && v&inlineBit != 0 && v&tagMask != tagMask
+			}
+		}
+		if ok {
+			continue
+		}
+		// Cut the chunk before entry df.k.
+		ch.n, ch.end, ch.memo, ch.defers = df.k, df.off, ch.memo[:df.m0], ch.defers[:i]
+		ch.ops = ch.ops[:df.ops]
+		if df.run > 0 {
+			ch.ops[df.ops-1] = df.run
+		}
+		return
+	}
+}
+
+// replayable reports whether ch's MARK and APPENDS apply to the stack as
+// the general path would apply them, streaming every entry the chunk
+// pushed: each run of entries is pushed with a mark on top whose value
+// below is the streamed list cur, and each APPENDS has such a mark.
+// (Stack positions from low up hold what the chunk pushed.)
+func (d *Decoder) replayable(ch *parChunk, stack []Value) bool {
+	if ch.start < 0 {
+		return false
+	}
+	marks := len(d.marks)
+	var own []int // marks the chunk set: the stack height then
+	height, low := len(stack), len(stack)
+	top := func() int { // the top mark's height, or -1
+		switch {
+		case len(own) > 0:
+			return own[len(own)-1]
+		case marks > 0:
+			return d.marks[marks-1]
+		}
+		return -1
+	}
+	for _, op := range ch.ops {
+		if op == opsMark {
+			own = append(own, height)
+			continue
+		}
+		m := top()
+		if m < 1 || m-1 >= low || stack[m-1] != d.cur {
+			return false
+		}
+		if op == opsAppends {
+			if len(own) > 0 {
+				own = own[:len(own)-1]
+			} else {
+				marks--
+			}
+			height, low = m, min(low, m)
+			continue
+		}
+		height += int(op)
+	}
+	return true
+}
+
+// intern returns the index of string s, adding it when new.
+func (d *Decoder) intern(s string) uint32 {
+	doc := d.doc
+	if len(s) <= internMaxLen {
+		if i, ok := doc.intern[s]; ok {
+			return i
+		}
+	}
+	i := uint32(len(doc.strs))
+	doc.strs = append(doc.strs, s)
+	if len(s) <= internMaxLen && len(doc.intern) < internMaxEntries {
+		doc.intern[s] = i
+	}
+	return i
+}
+
+// String describes a chunk (tests and debugging).
+func (c *parChunk) String() string {
+	return fmt.Sprintf("chunk [%d,%d): start %d end %d, %d entries", c.lo, c.hi, c.start, c.end, c.n)
+}

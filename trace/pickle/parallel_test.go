@@ -1,0 +1,219 @@
+package pickle
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// parRecorder is a recorder whose entries may be decoded on workers: each
+// chunk records into its own recorder, merged in order.
+type parRecorder struct {
+	recorder
+	merges int
+}
+
+func (r *parRecorder) Fork() func(*Doc) EntryHandler {
+	return func(doc *Doc) EntryHandler { return &recorder{doc: doc, kinds: true} }
+}
+
+func (r *parRecorder) Merge(h EntryHandler, from, to int, first uint32, end int, strs []uint32) error {
+	if int(first) != len(r.entries) {
+		return fmt.Errorf("merge at entry %d after %d", first, len(r.entries))
+	}
+	r.entries = append(r.entries, h.(*recorder).entries[from:to]...)
+	r.merges++
+	return nil
+}
+
+func (r *parRecorder) Release(h EntryHandler) {}
+
+// decodePar decodes data streamed, on workers when tune is set.
+func decodePar(data []byte, workers int, tune *ParallelTuning) (*parRecorder, *Doc, ParallelStats, error) {
+	d := NewDecoder(data)
+	d.Workers, d.Tuning = workers, tune
+	r := &parRecorder{recorder: recorder{doc: d.Doc(), kinds: true}}
+	d.StreamEntries("device_traces", r)
+	doc, err := d.DecodeDoc()
+	return r, doc, d.ParallelStats(), err
+}
+
+// sameDecode reports how the parallel decode (got) differs from the
+// sequential one (want), or "".
+func sameDecode(want, got *parRecorder, wdoc, gdoc *Doc, werr, gerr error) string {
+	if fmt.Sprint(werr) != fmt.Sprint(gerr) {
+		return fmt.Sprintf("error %v, sequential %v", gerr, werr)
+	}
+	if werr != nil {
+		return ""
+	}
+	if !reflect.DeepEqual(want.entries, got.entries) {
+		for i := range min(len(want.entries), len(got.entries)) {
+			if want.entries[i] != got.entries[i] {
+				return fmt.Sprintf("%d entries, sequential %d; entry %d is %q, sequential %q", len(got.entries), len(want.entries), i, got.entries[i], want.entries[i])
+			}
+		}
+		return fmt.Sprintf("%d entries, sequential %d", len(got.entries), len(want.entries))
+	}
+	if wdoc.NumValues() != gdoc.NumValues() || wdoc.NumStrings() != gdoc.NumStrings() {
+		return fmt.Sprintf("%d values and %d strings, sequential %d and %d", gdoc.NumValues(), gdoc.NumStrings(), wdoc.NumValues(), wdoc.NumStrings())
+	}
+	for i := range wdoc.NumStrings() {
+		if wdoc.StrAt(uint32(i)) != gdoc.StrAt(uint32(i)) {
+			return fmt.Sprintf("string %d is %q, sequential %q", i, gdoc.StrAt(uint32(i)), wdoc.StrAt(uint32(i)))
+		}
+	}
+	return ""
+}
+
+// realSnapshots returns the real H200 snapshots kept for the importer's
+// tests, and every *.pickle in $FRAGSIM_SNAPSHOT_DIR when set.
+func realSnapshots(t *testing.T) map[string][]byte {
+	t.Helper()
+	files, _ := filepath.Glob("../pytorch/testdata/real/*.pickle.gz")
+	if len(files) == 0 {
+		t.Fatal("no real snapshots in ../pytorch/testdata/real")
+	}
+	if dir := os.Getenv("FRAGSIM_SNAPSHOT_DIR"); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.pickle"))
+		files = append(files, more...)
+	}
+	out := map[string][]byte{}
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, ".gz") {
+			zr, err := gzip.NewReader(bytes.NewReader(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[filepath.Base(name)] = data
+	}
+	return out
+}
+
+// TestParallelReal decodes the real snapshots on workers, with the
+// default split and with small chunks that start after a few entries, and
+// checks that the entries, values and strings are the sequential decode's,
+// and that the workers did decode most entries.
+func TestParallelReal(t *testing.T) {
+	for name, data := range realSnapshots(t) {
+		want, wdoc, _, werr := decodePar(data, 1, nil)
+		if werr != nil {
+			t.Fatalf("%s: %v", name, werr)
+		}
+		for _, tune := range []*ParallelTuning{
+			{After: parLaunch, MinBytes: 0, ChunkBytes: 64 << 10},
+			{After: 16, MinBytes: 0, ChunkBytes: 5000},
+		} {
+			got, gdoc, st, gerr := decodePar(data, 4, tune)
+			if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
+				t.Fatalf("%s, %+v: %s", name, *tune, diff)
+			}
+			// (The workers leave entries with call stacks to the decoder.)
+			n := int64(len(want.entries))
+			if n > 4*int64(tune.After) && !strings.Contains(name, "stacks") && (st.Workers != 4 || st.Chunks < 2 || st.Entries < n/4) {
+				t.Errorf("%s, %+v: the workers decoded %d of %d entries (%+v)", name, *tune, st.Entries, n, st)
+			}
+		}
+	}
+}
+
+// TestParallelEdges checks the parallel decode against the sequential one
+// on snapshots whose entries the workers must leave to the decoder, or
+// cannot align with: new strings fetched again in later chunks, frames
+// inside entries, general-path entries, a chunk starting at a false match,
+// and cuts at every few bytes.
+func TestParallelEdges(t *testing.T) {
+	// Entries alternating actions, the second first met in entry 40 and
+	// fetched from the memo after; a FRAME inside every 7th entry; an
+	// entry with a list value every 50th (the general path); an int whose
+	// bytes are the entries' signature.
+	p := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+	p = p.str("segments").op(opMemoize, opEmptyList, opMemoize)                                      // 0..2
+	p = p.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // 3..5
+	p = p.op(opEmptyDict, opMemoize, opMark).str("action").op(opMemoize).str("alloc").op(opMemoize)  // 6, 7, 8
+	p = p.str("addr").op(opMemoize).long(1<<40).str("size").op(opMemoize, opBinInt1, 1, opSetItems)  // 9, 10
+	memo := 11
+	var freeAt int // memo index of "free"
+	for i := 1; i < 400; i++ {
+		if i%100 == 0 {
+			p = p.op(opAppends, opMark)
+		}
+		p = p.op(opEmptyDict, opMemoize, opMark, opBinGet, 7)
+		memo++
+		switch {
+		case i == 40:
+			p = p.str("free").op(opMemoize)
+			freeAt = memo
+			memo++
+		case i > 40 && i%2 == 0:
+			p = p.op(opBinGet, byte(freeAt))
+		default:
+			p = p.op(opBinGet, 8)
+		}
+		if i%7 == 0 {
+			p = p.op(opFrame, 0, 0, 1, 0, 0, 0, 0, 0)
+		}
+		p = p.op(opBinGet, 9).long(1<<40 + uint64(i)*512)
+		if i%50 == 0 {
+			p = p.str("frames").op(opMemoize, opEmptyList, opMemoize)
+			memo += 2
+		}
+		if i == 123 {
+			// A value holding the signature's bytes.
+			p = p.str("x").op(opMemoize, opBinFloat, opEmptyDict, opMemoize, opMark, opBinGet, 7, 0, 0, 0)
+			memo++
+		}
+		p = p.op(opBinGet, 10, opBinInt2, byte(i), 1, opSetItems)
+	}
+	full := p.op(opAppends, opAppend, opSetItems, opStop)
+	for _, tune := range []*ParallelTuning{{After: 1, ChunkBytes: 64}, {After: 3, ChunkBytes: 97}, {After: 2, ChunkBytes: 400}} {
+		want, wdoc, _, werr := decodePar(full, 1, nil)
+		got, gdoc, st, gerr := decodePar(full, 3, tune)
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatalf("%+v: %s", *tune, diff)
+		}
+		if len(want.entries) != 400 || st.Chunks < 5 || st.Entries < 200 {
+			t.Errorf("%+v: %d entries, the workers decoded %d (%+v)", *tune, len(want.entries), st.Entries, st)
+		}
+		for cut := 1; cut < len(full); cut += 37 {
+			want, wdoc, _, werr := decodePar(full[:cut], 1, nil)
+			got, gdoc, _, gerr := decodePar(full[:cut], 3, tune)
+			if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
+				t.Fatalf("%+v, cut at %d: %s", *tune, cut, diff)
+			}
+		}
+	}
+}
+
+// FuzzParallel checks that decoding on workers never changes what a
+// streamed decode gives: the same entries, values, strings and error.
+func FuzzParallel(f *testing.F) {
+	for _, p := range fastEntriesSeeds() {
+		f.Add([]byte(p), uint16(40))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
+		tune := &ParallelTuning{After: uint32(chunk % 5), ChunkBytes: 8 + int(chunk)%512}
+		want, wdoc, _, werr := decodePar(data, 1, nil)
+		got, gdoc, _, gerr := decodePar(data, 3, tune)
+		if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatal(diff)
+		}
+	})
+}
