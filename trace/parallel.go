@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"io"
 	"sync"
 
@@ -32,6 +33,7 @@ type parallel struct {
 
 type chunkJob struct {
 	typ   byte
+	evs   []Event // an events chunk's events, encoded into raw by the compressor
 	raw   []byte
 	comp  []byte
 	frame []byte
@@ -73,12 +75,25 @@ func (p *parallel) error() error {
 func (p *parallel) compress() {
 	defer p.workers.Done()
 	var enc *zstd.Encoder
+	var ee *eventEncoder
 	for j := range p.jobs {
 		if enc == nil {
 			var err error
 			if enc, err = getEncoder(); err != nil {
 				p.fail(err)
 				enc = nil
+				j.frame = j.frame[:0]
+				close(j.ready)
+				continue
+			}
+		}
+		if len(j.evs) > 0 {
+			if ee == nil {
+				ee = &eventEncoder{}
+			}
+			j.raw = ee.encode(j.raw[:0], j.evs, p.version)
+			if len(j.raw) > maxChunkRaw {
+				p.fail(fmt.Errorf("trace: chunk of %d bytes exceeds the %d-byte limit", len(j.raw), maxChunkRaw))
 				j.frame = j.frame[:0]
 				close(j.ready)
 				continue
@@ -113,13 +128,33 @@ func (p *parallel) submit(typ byte, raw []byte) error {
 		return err
 	}
 	j := <-p.free
-	j.typ = typ
+	j.typ, j.evs = typ, j.evs[:0]
 	j.raw = append(j.raw[:0], raw...)
 	j.ready = make(chan struct{})
 	p.pending.Add(1)
 	p.order <- j
 	p.jobs <- j
 	return nil
+}
+
+// submitEvents queues an events chunk of the events evs, which the
+// compressor encodes; it returns the buffer the caller is to fill next (a
+// job's idle one, or evs[:0] emptied when the job has none).
+func (p *parallel) submitEvents(evs []Event) ([]Event, error) {
+	if err := p.error(); err != nil {
+		return evs, err
+	}
+	j := <-p.free
+	next := j.evs[:0]
+	if next == nil {
+		next = make([]Event, 0, cap(evs))
+	}
+	j.typ, j.evs = chunkEvents, evs
+	j.ready = make(chan struct{})
+	p.pending.Add(1)
+	p.order <- j
+	p.jobs <- j
+	return next, nil
 }
 
 // wait returns once every chunk submitted is written, with the first error.

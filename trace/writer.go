@@ -260,6 +260,20 @@ func (w *Writer) endChunk() error {
 		w.tab = w.tab[:0]
 	}
 	if len(w.events) > 0 {
+		n := len(w.events)
+		if w.par != nil {
+			// Encoded by the compressor that compresses it.
+			evs, err := w.par.submitEvents(w.events)
+			if err != nil {
+				w.err = err
+				return err
+			}
+			w.nChunks++
+			w.nEvents += int64(n)
+			w.events = evs
+			w.estBytes, w.estAddr = 0, 0
+			return nil
+		}
 		w.raw = w.ee.encode(w.raw[:0], w.events, w.opts.version)
 		if err := w.writeChunk(chunkEvents, w.raw); err != nil {
 			return err
