@@ -18,22 +18,15 @@ type rseg struct {
 	expandable bool
 }
 
-// rblk is a live block while the trace is undone.
-type rblk struct {
-	size  uint64 // 0 until known
-	req   uint64
-	state trace.BlockState
-}
-
 type devState struct {
 	segs   map[uint64]*rseg
 	ends   map[uint64]uint64 // end -> base of the expandable ranges
-	active map[uint64]rblk   // by value: undo makes one for most frees
-	bad    int               // entries that disagree with the state
+	active blkMap
+	bad    int // entries that disagree with the state
 }
 
 func newDevState() *devState {
-	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}, active: map[uint64]rblk{}}
+	return &devState{segs: map[uint64]*rseg{}, ends: map[uint64]uint64{}}
 }
 
 // finalStates returns each device's allocator state at the end of the
@@ -78,11 +71,8 @@ func finalStates(segs []any) (map[int]*devState, error) {
 			if state == string(trace.BlockInactive) || state == "" {
 				continue
 			}
-			b := rblk{size: getUint(bd, "size"), req: getUint(bd, "requested_size"), state: trace.BlockState(state)}
-			if b.state != trace.BlockAllocated {
-				b.state = trace.BlockPendingFree
-			}
-			st.active[getUint(bd, "address")] = b
+			b := rblk{size: getUint(bd, "size"), req: getUint(bd, "requested_size"), pending: trace.BlockState(state) != trace.BlockAllocated}
+			st.active.put(getUint(bd, "address"), b)
 		}
 	}
 	return states, nil
@@ -126,27 +116,27 @@ func (st *devState) undo(evs []event) {
 		e := &evs[i]
 		switch e.Kind {
 		case trace.KindAlloc:
-			if _, ok := st.active[e.Addr]; !ok {
+			if _, ok := st.active.get(e.Addr); !ok {
 				st.bad++
 			}
-			delete(st.active, e.Addr)
+			st.active.del(e.Addr)
 		case trace.KindFreeRequested:
-			b, ok := st.active[e.Addr]
+			b, ok := st.active.get(e.Addr)
 			switch {
 			case !ok:
-				st.active[e.Addr] = rblk{req: e.SizeBytes, state: trace.BlockAllocated}
-			case b.state == trace.BlockPendingFree:
-				b.state = trace.BlockAllocated
-				st.active[e.Addr] = b
+				st.active.put(e.Addr, rblk{req: e.SizeBytes})
+			case b.pending:
+				b.pending = false
+				st.active.put(e.Addr, b)
 			default:
 				st.bad++
 			}
 		case trace.KindFreeCompleted:
-			if _, ok := st.active[e.Addr]; ok {
+			if _, ok := st.active.get(e.Addr); ok {
 				st.bad++
 				continue
 			}
-			st.active[e.Addr] = rblk{req: e.SizeBytes, state: trace.BlockPendingFree}
+			st.active.put(e.Addr, rblk{req: e.SizeBytes, pending: true})
 		case trace.KindSegmentAlloc:
 			if _, ok := st.segs[e.Addr]; !ok {
 				st.bad++
@@ -252,10 +242,8 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 		bases = append(bases, a)
 	}
 	slices.Sort(bases)
-	addrs := make([]uint64, 0, len(st.active))
-	for a := range st.active {
-		addrs = append(addrs, a)
-	}
+	addrs := make([]uint64, 0, st.active.len())
+	st.active.each(func(a uint64, _ rblk) { addrs = append(addrs, a) })
 	slices.Sort(addrs)
 	var out []trace.Segment
 	k := 0
@@ -271,7 +259,7 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 		pos := base
 		for ; k < len(addrs) && addrs[k] < end; k++ {
 			a := addrs[k]
-			b := st.active[a]
+			b, _ := st.active.get(a)
 			next := end
 			if k+1 < len(addrs) && addrs[k+1] < end {
 				next = addrs[k+1]
@@ -293,7 +281,7 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 			if a > pos {
 				seg.Blocks = append(seg.Blocks, trace.Block{Addr: pos, SizeBytes: a - pos, State: trace.BlockInactive})
 			}
-			seg.Blocks = append(seg.Blocks, trace.Block{Addr: a, SizeBytes: size, RequestedBytes: b.req, State: b.state})
+			seg.Blocks = append(seg.Blocks, trace.Block{Addr: a, SizeBytes: size, RequestedBytes: b.req, State: b.state()})
 			pos = a + size
 		}
 		if pos < end {
