@@ -23,8 +23,10 @@ type block struct {
 	stream     trace.StreamID
 	prev, next int32
 	seg        int32 // expandable segment index, or -1 for a cudaMalloc segment
-	// bnext and bprev link the block in its free set's bin (see freeSet).
+	// bnext and bprev link the block in its free set's bin (see freeSet),
+	// and bin is that bin while it is in the set.
 	bnext, bprev int32
+	bin          uint16
 	pool         uint8
 	flags        uint8 // fUsed, fAllocated, fPending, fMapped, fInSet
 }

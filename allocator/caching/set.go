@@ -28,7 +28,7 @@ func (b *block) less(size, addr uint64) bool {
 // head's bprev is the tail. A block's size and address must not change
 // while it is in a set (its bin follows from its size). Positions are
 // block ids, none past the last block. The methods take the allocator's
-// blocks, which hold the links.
+// blocks, which hold the links and, while in a set, their bin (block.bin).
 type freeSet struct {
 	heads []int32  // heads[b]: the first block of bin b, or none
 	words []uint64 // bit b%64 of words[b/64]: bin b is not empty
@@ -132,7 +132,7 @@ func (s *freeSet) next(bl []block, id int32) int32 {
 	if n := bl[id].bnext; n != none {
 		return n
 	}
-	return s.head(binOf(bl[id].size) + 1)
+	return s.head(int(bl[id].bin) + 1)
 }
 
 // prev returns the block before id (the last block when id is none); ok
@@ -140,7 +140,7 @@ func (s *freeSet) next(bl []block, id int32) int32 {
 func (s *freeSet) prev(bl []block, id int32) (int32, bool) {
 	b := endBin
 	if id != none {
-		b = binOf(bl[id].size)
+		b = int(bl[id].bin)
 		if s.heads[b] != id {
 			return bl[id].bprev, true
 		}
@@ -157,6 +157,7 @@ func (s *freeSet) last(bl []block) (int32, bool) { return s.prev(bl, none) }
 func (s *freeSet) insert(bl []block, id int32) {
 	e := &bl[id]
 	b := binOf(e.size)
+	e.bin = uint16(b)
 	if b >= len(s.heads) {
 		n := max(b+1, 2*len(s.heads), 64)
 		for len(s.heads) < n {
@@ -200,7 +201,7 @@ func (s *freeSet) insert(bl []block, id int32) {
 // remove takes block id, which must be in s, out of it.
 func (s *freeSet) remove(bl []block, id int32) {
 	e := &bl[id]
-	b := binOf(e.size)
+	b := int(e.bin)
 	h := s.heads[b]
 	nx, pv := e.bnext, e.bprev
 	s.n--
