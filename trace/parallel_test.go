@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,54 @@ func TestConcurrencyWriteError(t *testing.T) {
 	}
 	if err := w.Close(); !errors.Is(err, errDiskFull) {
 		t.Fatalf("Close returned %v, want %v", err, errDiskFull)
+	}
+}
+
+// TestWriteEventsSameBytes checks that WriteEvents, given events in
+// batches of any size, writes what WriteEvent writes given them one by
+// one: the same chunks, cut at the same events.
+func TestWriteEventsSameBytes(t *testing.T) {
+	_, all, _ := writeRandom(t, 11, 20000)
+	var evs []Event
+	for _, e := range all {
+		if e.Text == NoString && e.Stack == NoStack {
+			evs = append(evs, e)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, opts := range [][]WriterOption{
+		{ChunkEvents(300), ChunkBytes(2048)},
+		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(3)},
+		{},
+	} {
+		var one, batch bytes.Buffer
+		w1, _ := NewWriter(&one, testHeader(), opts...)
+		wb, _ := NewWriter(&batch, testHeader(), opts...)
+		for _, e := range evs {
+			if err := w1.WriteEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for rest := evs; len(rest) > 0; {
+			k := min(len(rest), r.IntN(700))
+			if err := wb.WriteEvents(rest[:k]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		if err := w1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := wb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) < 10000 || !bytes.Equal(one.Bytes(), batch.Bytes()) {
+			t.Fatalf("%d events: %d bytes in batches, %d one by one", len(evs), batch.Len(), one.Len())
+		}
+	}
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, testHeader())
+	if err := w.WriteEvents([]Event{{Kind: KindAlloc}, {Kind: 200}}); err == nil || !strings.Contains(err.Error(), "event 1: invalid kind") {
+		t.Fatalf("invalid kind: %v", err)
 	}
 }

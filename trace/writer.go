@@ -169,6 +169,37 @@ func (w *Writer) WriteEvent(e Event) error {
 	return nil
 }
 
+// WriteEvents appends evs, in order: WriteEvent for each, in one call.
+func (w *Writer) WriteEvents(evs []Event) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return errClosed
+	}
+	for i := range evs {
+		e := &evs[i]
+		if !e.Kind.Valid() {
+			return fmt.Errorf("trace: event %d: invalid kind %d", w.nEvents+int64(len(w.events)), e.Kind)
+		}
+		if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
+			return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(len(w.events)), e.Text, e.Stack)
+		}
+		prev := &Event{}
+		if n := len(w.events); n > 0 {
+			prev = &w.events[n-1]
+		}
+		w.estBytes += eventBound(e, prev, &w.estAddr)
+		w.events = append(w.events, *e)
+		if len(w.events) >= w.opts.chunkEvents || w.estBytes+len(w.tab) >= w.opts.chunkBytes {
+			if err := w.endChunk(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // String returns the ID of s, defining it on first use. Strings longer
 // than 1 MiB are cut to their first 1 MiB.
 func (w *Writer) String(s string) StringID {

@@ -588,6 +588,7 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 // again, but not concurrently on one Snapshot.
 func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
 	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events)}
+	w.batcher, _ = sink.(batcher)
 	if doc := s.doc; doc != nil {
 		w.strIDs = make([]uint32, doc.NumStrings())
 	}
@@ -607,6 +608,66 @@ type eventWriter struct {
 
 	collect bool
 	out     []event
+
+	batcher batcher // the sink, when it takes events in batches
+	batch   []trace.Event
+}
+
+// writeBatch is the events putBlock gives the sink at a time.
+const writeBatch = 1024
+
+// batcher is a sink that takes events in batches (trace.Writer).
+type batcher interface {
+	WriteEvents(evs []trace.Event) error
+}
+
+// putBlock writes the events b, in order: in batches when the sink takes
+// them (an event with a stack or a text goes alone, through put).
+func (w *eventWriter) putBlock(b []event) error {
+	if w.batcher == nil || w.collect {
+		for i := range b {
+			if err := w.put(&b[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	batch := w.batch[:0]
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := w.batcher.WriteEvents(batch); err != nil {
+			return fmt.Errorf("events %d to %d: %w", w.i, w.i+len(batch)-1, err)
+		}
+		if w.progress != nil && (w.i+len(batch))>>18 != w.i>>18 {
+			w.progress("write", int64(w.i+len(batch)), w.total)
+		}
+		w.i += len(batch)
+		batch = batch[:0]
+		return nil
+	}
+	for i := range b {
+		e := &b[i]
+		if e.frames != noFrames || e.text != 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := w.put(e); err != nil {
+				return err
+			}
+			continue
+		}
+		batch = append(batch, e.Event())
+		if len(batch) == writeBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	err := flush()
+	w.batch = batch
+	return err
 }
 
 // str returns the sink's ID of the doc's string v.
@@ -745,12 +806,7 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	if q.conv && ec == nil && len(ms) == 0 {
 		// Converted in memory, nothing to merge in: the usual case.
 		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
-			for i := range b {
-				if err := w.put(&b[i]); err != nil {
-					return err
-				}
-			}
-			return nil
+			return w.putBlock(b)
 		})
 		if err != nil {
 			return err
