@@ -32,12 +32,17 @@ type parallel struct {
 }
 
 type chunkJob struct {
-	typ   byte
-	evs   []Event // an events chunk's events, encoded into raw by the compressor
-	raw   []byte
-	comp  []byte
-	frame []byte
-	ready chan struct{} // closed when frame holds the chunk
+	typ byte
+	evs []Event // an events chunk's events, encoded into raw by the compressor
+	// fill, when set, gives the events (n of them, from index from) on the
+	// compressor, which then calls filled.Done (see Writer.WriteRange).
+	fill    func(dst []Event, i int)
+	from, n int
+	filled  *sync.WaitGroup
+	raw     []byte
+	comp    []byte
+	frame   []byte
+	ready   chan struct{} // closed when frame holds the chunk
 }
 
 func newParallel(w io.Writer, n, version int) *parallel {
@@ -86,6 +91,15 @@ func (p *parallel) compress() {
 				close(j.ready)
 				continue
 			}
+		}
+		if j.fill != nil {
+			if cap(j.evs) < j.n {
+				j.evs = make([]Event, j.n)
+			}
+			j.evs = j.evs[:j.n]
+			j.fill(j.evs, j.from)
+			j.filled.Done()
+			j.fill, j.filled = nil, nil
 		}
 		if len(j.evs) > 0 {
 			if ee == nil {
@@ -155,6 +169,22 @@ func (p *parallel) submitEvents(evs []Event) ([]Event, error) {
 	p.order <- j
 	p.jobs <- j
 	return next, nil
+}
+
+// submitRange queues an events chunk of n events that fill gives from
+// index from, on the compressor (filled.Done once given).
+func (p *parallel) submitRange(fill func([]Event, int), from, n int, filled *sync.WaitGroup) error {
+	if err := p.error(); err != nil {
+		return err
+	}
+	j := <-p.free
+	j.typ, j.fill, j.from, j.n, j.filled = chunkEvents, fill, from, n, filled
+	filled.Add(1)
+	j.ready = make(chan struct{})
+	p.pending.Add(1)
+	p.order <- j
+	p.jobs <- j
+	return nil
 }
 
 // wait returns once every chunk submitted is written, with the first error.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -84,8 +85,9 @@ func TestConcurrencyWriteError(t *testing.T) {
 }
 
 // TestWriteEventsSameBytes checks that WriteEvents, given events in
-// batches of any size, writes what WriteEvent writes given them one by
-// one: the same chunks, cut at the same events.
+// batches of any size, and WriteRange, given ranges of them between
+// single WriteEvents, write what WriteEvent writes given them one by one:
+// the same chunks, cut at the same events.
 func TestWriteEventsSameBytes(t *testing.T) {
 	_, all, _ := writeRandom(t, 11, 20000)
 	var evs []Event
@@ -100,9 +102,10 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(3)},
 		{},
 	} {
-		var one, batch bytes.Buffer
+		var one, batch, ranged bytes.Buffer
 		w1, _ := NewWriter(&one, testHeader(), opts...)
 		wb, _ := NewWriter(&batch, testHeader(), opts...)
+		wr, _ := NewWriter(&ranged, testHeader(), opts...)
 		for _, e := range evs {
 			if err := w1.WriteEvent(e); err != nil {
 				t.Fatal(err)
@@ -124,10 +127,45 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		if len(evs) < 10000 || !bytes.Equal(one.Bytes(), batch.Bytes()) {
 			t.Fatalf("%d events: %d bytes in batches, %d one by one", len(evs), batch.Len(), one.Len())
 		}
+		// WriteRange's fill may run on other goroutines: count its calls.
+		var calls atomic.Int64
+		for rest := evs; len(rest) > 0; {
+			k := min(len(rest), r.IntN(30000))
+			if r.IntN(3) == 0 {
+				k = min(len(rest), 1)
+				if err := wr.WriteEvent(rest[0]); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := wr.WriteRange(k, func(dst []Event, i int) {
+				calls.Add(1)
+				copy(dst, rest[i:i+len(dst)])
+			}); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		if err := wr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(one.Bytes(), ranged.Bytes()) || calls.Load() == 0 {
+			t.Fatalf("WriteRange: %d bytes, %d one by one (%d fills)", ranged.Len(), one.Len(), calls.Load())
+		}
 	}
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf, testHeader())
 	if err := w.WriteEvents([]Event{{Kind: KindAlloc}, {Kind: 200}}); err == nil || !strings.Contains(err.Error(), "event 1: invalid kind") {
 		t.Fatalf("invalid kind: %v", err)
+	}
+	w, _ = NewWriter(&buf, testHeader(), Concurrency(2))
+	err := w.WriteRange(3, func(dst []Event, i int) {
+		for j := range dst {
+			dst[j] = Event{Kind: KindAlloc}
+			if i+j == 2 {
+				dst[j].Kind = 200
+			}
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "event 2: invalid kind") {
+		t.Fatalf("WriteRange, invalid kind: %v", err)
 	}
 }

@@ -84,6 +84,7 @@ type Writer struct {
 	nEvents int64
 	nChunks int64
 	par     *parallel // nil: chunks are compressed and written in the caller
+	scratch []Event   // WriteRange's
 }
 
 var errClosed = errors.New("trace: writer closed")
@@ -196,6 +197,86 @@ func (w *Writer) WriteEvents(evs []Event) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// WriteRange appends n events, which fill gives: fill(dst, i) sets dst to
+// events i, i+1... (len(dst) of them). With Concurrency, the events of
+// each whole chunk are given again, and encoded, on the compressors, so
+// fill is then called concurrently (for different events); the writer
+// itself gives them a thousand at a time, only to find where chunks end.
+// The file is what WriteEvent would write, event by event; fill is no
+// longer called once WriteRange returns.
+func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
+	if cap(w.scratch) == 0 {
+		w.scratch = make([]Event, 1024)
+	}
+	buf := w.scratch[:cap(w.scratch)]
+	i := 0
+	// Without Concurrency, and for the chunk in progress: as WriteEvents.
+	for i < n && (w.par == nil || len(w.events) > 0 || len(w.tab) > 0) {
+		k := min(len(buf), n-i)
+		if w.par != nil {
+			k = 1
+		}
+		fill(buf[:k], i)
+		if err := w.WriteEvents(buf[:k]); err != nil {
+			return err
+		}
+		i += k
+	}
+	if i == n {
+		return nil
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return errClosed
+	}
+	// Whole chunks, cut where WriteEvent would cut them (the table is
+	// empty: no string or stack can be defined meanwhile).
+	var filled sync.WaitGroup
+	defer filled.Wait()
+	start, cnt, est := i, 0, 0
+	var maxAddr uint64
+	var prev Event
+	for i < n {
+		k := min(len(buf), n-i)
+		fill(buf[:k], i)
+		for j := range k {
+			e := &buf[j]
+			if !e.Kind.Valid() {
+				return fmt.Errorf("trace: event %d: invalid kind %d", w.nEvents+int64(cnt), e.Kind)
+			}
+			if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
+				return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(cnt), e.Text, e.Stack)
+			}
+			est += eventBound(e, &prev, &maxAddr)
+			prev = *e
+			cnt++
+			if cnt >= w.opts.chunkEvents || est >= w.opts.chunkBytes {
+				if err := w.par.submitRange(fill, start, cnt, &filled); err != nil {
+					w.err = err
+					return err
+				}
+				w.nChunks++
+				w.nEvents += int64(cnt)
+				start += cnt
+				cnt, est, maxAddr, prev = 0, 0, 0, Event{}
+			}
+		}
+		i += k
+	}
+	// The rest is the chunk in progress.
+	if cnt > 0 {
+		if cap(w.events) < cnt {
+			w.events = make([]Event, 0, w.opts.chunkEvents)
+		}
+		w.events = w.events[:cnt]
+		fill(w.events, start)
+		w.estBytes, w.estAddr = est, maxAddr
 	}
 	return nil
 }

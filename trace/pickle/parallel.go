@@ -133,8 +133,9 @@ type parallel struct {
 	// of each of its strings, published when the decoder takes it (an
 	// action the trace has not had before the launch is fetched from the
 	// memo by every later entry).
-	known atomic.Pointer[map[uint64]string]
-	stats ParallelStats
+	known     atomic.Pointer[map[uint64]string]
+	published map[string]bool // the strings in known
+	stats     ParallelStats
 }
 
 // ParallelStats says how much of a decode the workers did.
@@ -199,16 +200,17 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		size = max(d.Tuning.ChunkBytes, 1)
 	}
 	p := &parallel{
-		memo:    append([]Value(nil), memo...),
-		old:     d.memoOld[:len(d.memoOld):len(d.memoOld)],
-		base:    d.memoBase,
-		shift:   d.memoShift,
-		strs:    d.doc.strs[:len(d.doc.strs):len(d.doc.strs)],
-		sig:     append([]byte(nil), data[pos:pos+3+klen]...),
-		fork:    ph.Fork(pos),
-		release: ph.Release,
-		tokens:  make(chan struct{}, 4*w),
-		quit:    make(chan struct{}),
+		memo:      append([]Value(nil), memo...),
+		old:       d.memoOld[:len(d.memoOld):len(d.memoOld)],
+		base:      d.memoBase,
+		shift:     d.memoShift,
+		strs:      d.doc.strs[:len(d.doc.strs):len(d.doc.strs)],
+		sig:       append([]byte(nil), data[pos:pos+3+klen]...),
+		fork:      ph.Fork(pos),
+		release:   ph.Release,
+		tokens:    make(chan struct{}, 4*w),
+		published: map[string]bool{},
+		quit:      make(chan struct{}),
 	}
 	for lo := pos; lo < len(data); lo += size {
 		p.chunks = append(p.chunks, &parChunk{lo: lo, hi: min(lo+size, len(data)), done: make(chan struct{})})
@@ -362,9 +364,9 @@ func (p *parallel) skip() {
 	p.setHop()
 }
 
-// publish adds pub to the strings known to the workers (up to a few
-// thousand: a snapshot's new strings after the first entries are a few
-// actions and, in each chunk, one "N/A").
+// publish adds pub to the strings known to the workers: each string's
+// first memo entry in the chunks taken (the one the pickle fetches again
+// for an object it has memoized), up to 4,096 strings.
 func (p *parallel) publish(pub map[uint64]string) {
 	if len(pub) == 0 {
 		return
@@ -373,9 +375,6 @@ func (p *parallel) publish(pub map[uint64]string) {
 	n := len(pub)
 	if old != nil {
 		n += len(*old)
-	}
-	if n > 4096 {
-		return
 	}
 	k := make(map[uint64]string, n)
 	if old != nil {
@@ -440,33 +439,32 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		}
 		first := d.nEntries
 		base := len(memo)
-		var pub map[uint64]string // the chunk's strings, at their first memo entry
-		seen := map[int]bool{}
+		var pub map[uint64]string // strings new to the workers, at their first memo entry
+		seen := make([]bool, len(strs))
 		for i, v := range ch.memo {
 			switch {
 			case v&tagMask == tagMask:
 				v += Value(first)
 			case v&tagMask == inlineBit|strBit && int(v&^(inlineBit|strBit)) >= n0:
-				if id := int(v&^(inlineBit|strBit)) - n0; len(pub) < 64 {
-					if pub == nil {
-						pub = map[uint64]string{}
-					}
-					idx := d.memoBase + uint64(base+i)
-					if !seen[id] {
-						seen[id] = true
-						pub[idx] = ch.doc.strs[n0+id]
+				id := int(v&^(inlineBit|strBit)) - n0
+				if !seen[id] {
+					seen[id] = true
+					if str := ch.doc.strs[n0+id]; !p.published[str] && len(p.published) < 4096 {
+						if pub == nil {
+							pub = map[uint64]string{}
+						}
+						p.published[str] = true
+						pub[d.memoBase+uint64(base+i)] = str
 					}
 				}
-				sv, ok := strValue(strs[int(v&^(inlineBit|strBit))-n0])
+				sv, ok := strValue(strs[id])
 				if !ok {
 					sv = Value(len(doc.kinds))
 					doc.kinds = append(doc.kinds, KindString)
-					doc.xs = append(doc.xs, uint64(strs[int(v&^(inlineBit|strBit))-n0]))
+					doc.xs = append(doc.xs, uint64(strs[id]))
+					d.keep = int(sv) + 1
 				}
 				v = sv
-				if v < inlineBit && int(v) >= d.keep {
-					d.keep = int(v) + 1
-				}
 			}
 			memo = append(memo, v)
 		}

@@ -616,9 +616,10 @@ type eventWriter struct {
 // writeBatch is the events putBlock gives the sink at a time.
 const writeBatch = 1024
 
-// batcher is a sink that takes events in batches (trace.Writer).
+// batcher is a sink that takes events in batches and ranges (trace.Writer).
 type batcher interface {
 	WriteEvents(evs []trace.Event) error
+	WriteRange(n int, fill func(dst []trace.Event, i int)) error
 }
 
 // putBlock writes the events b, in order: in batches when the sink takes
@@ -630,6 +631,30 @@ func (w *eventWriter) putBlock(b []event) error {
 				return err
 			}
 		}
+		return nil
+	}
+	plain := true // no event with a stack or text
+	for i := range b {
+		if b[i].frames != noFrames || b[i].text != 0 {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		// Converted where the writer wants them, maybe on several
+		// goroutines at once (trace.Writer.WriteRange).
+		err := w.batcher.WriteRange(len(b), func(dst []trace.Event, i int) {
+			for j := range dst {
+				dst[j] = b[i+j].Event()
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("events %d to %d: %w", w.i, w.i+len(b)-1, err)
+		}
+		if w.progress != nil && (w.i+len(b))>>18 != w.i>>18 {
+			w.progress("write", int64(w.i+len(b)), w.total)
+		}
+		w.i += len(b)
 		return nil
 	}
 	batch := w.batch[:0]

@@ -276,8 +276,9 @@ func (c *conv) action(e *event, v pickle.Value) bool {
 // (pickle.ParallelHandler).
 type chunkEntries struct {
 	conv
-	strs int // the decoder's strings at the fork: the chunk's own are above
-	evs  []event
+	strs  int  // the decoder's strings at the fork: the chunk's own are above
+	texts bool // some event has a text
+	evs   []event
 }
 
 func (h *chunkEntries) NewEntry(n uint32, off int) {
@@ -285,7 +286,10 @@ func (h *chunkEntries) NewEntry(n uint32, off int) {
 }
 
 func (h *chunkEntries) SetEntry(n uint32, kv []pickle.Value) error {
-	return h.set(n, &h.evs[n], kv, nil)
+	e := &h.evs[n]
+	err := h.set(n, e, kv, nil)
+	h.texts = h.texts || e.text != 0
+	return err
 }
 
 // Fork readies the chunk handlers (pickle.ParallelHandler): each gets a
@@ -314,7 +318,7 @@ func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
 			h = &chunkEntries{}
 		}
 		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
-		h.strs, h.evs = n, h.evs[:0]
+		h.strs, h.evs, h.texts = n, h.evs[:0], false
 		return h
 	}
 }
@@ -341,19 +345,26 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 		s.prepareAt = math.MaxInt
 		s.prepare()
 	}
-	l := &s.log
-	for i := from; i < to; i++ {
-		e := &c.evs[i]
-		if e.text > int32(c.strs) { // a string of the chunk's own
-			e.text = int32(strs[int(e.text)-1-c.strs]) + 1
+	if c.texts {
+		for i := from; i < to; i++ {
+			if e := &c.evs[i]; e.text > int32(c.strs) { // a string of the chunk's own
+				e.text = int32(strs[int(e.text)-1-c.strs]) + 1
+			}
 		}
+	}
+	// In runs as long as the room left (the log grows, or spills, between
+	// them).
+	l := &s.log
+	for from < to {
 		if len(l.mem) == cap(l.mem) {
 			s.reserve(end)
 			if l.err != nil {
 				return l.err
 			}
 		}
-		l.mem = append(l.mem, *e)
+		k := min(to-from, cap(l.mem)-len(l.mem))
+		l.mem = append(l.mem, c.evs[from:from+k]...)
+		from += k
 	}
 	return nil
 }
