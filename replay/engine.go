@@ -165,11 +165,14 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 	return &e.res, nil
 }
 
-// release gives the devices' live maps to later replays, once the
-// replay is over.
+// release gives the devices' live maps, and the memory of their policies
+// that implement Releaser, to later replays, once the replay is over.
 func (e *engine) release() {
 	for _, d := range e.devs {
 		d.live.release()
+		if r, ok := d.policy.(Releaser); ok {
+			r.Release()
+		}
 	}
 }
 

@@ -404,3 +404,95 @@ func TestParseCapacity(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// compPolicy is segPolicy as a Completer and a Releaser: it counts the
+// FreeRequested calls it gets and the MallocAfter calls, and notes any
+// call after Release.
+type compPolicy struct {
+	segPolicy
+	requested, mallocAfter, released int
+	usedAfterRelease                 bool
+}
+
+func (p *compPolicy) FreeRequested(b Block) {
+	p.used()
+	p.requested++
+	p.segPolicy.FreeRequested(b)
+}
+
+func (p *compPolicy) FreeCompleted(b Block) {
+	p.used()
+	p.segPolicy.FreeCompleted(b)
+}
+
+func (p *compPolicy) Malloc(size uint64, s trace.StreamID) (Block, error) {
+	p.used()
+	return p.segPolicy.Malloc(size, s)
+}
+
+func (p *compPolicy) MallocAfter(freed []Block, size uint64, s trace.StreamID) (Block, uint64, error) {
+	p.used()
+	p.mallocAfter++
+	for _, b := range freed {
+		p.segPolicy.FreeCompleted(b)
+	}
+	b, err := p.segPolicy.Malloc(size, s)
+	return b, p.segPolicy.Stats().StrandedBytes, err
+}
+
+func (p *compPolicy) Release() { p.released++ }
+
+func (p *compPolicy) used() {
+	if p.released > 0 {
+		p.usedAfterRelease = true
+	}
+}
+
+// TestCompleterGetsPairsWithTheNextAlloc checks that a Completer serves
+// the allocs of a one-device replay through MallocAfter and gets no
+// FreeRequested for a free_completed that directly follows its
+// free_requested (but one for a free that completes later), that the
+// Result is the one a plain policy gives, and that Run releases a
+// Releaser once, after its last call.
+func TestCompleterGetsPairsWithTheNextAlloc(t *testing.T) {
+	const A, B, C, D = 0xa000, 0xb000, 0xc000, 0xd000
+	evs := append(metricsTrace(),
+		alloc(1060, D, 3*mib),
+		freeReq(1070, C), freeReq(1075, D), freeDone(1080, C), freeDone(1085, D),
+		alloc(1090, A, 2*mib),
+		freeReq(1100, A), freeDone(1100, A),
+	)
+	h := &trace.Header{Producer: trace.ProducerSynthetic}
+	want, err := Run(traceOf(t, h, evs), newSegPolicy, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *compPolicy
+	got, err := Run(traceOf(t, h, evs), func(dev Device, _ *trace.Header) (Policy, error) {
+		p = &compPolicy{segPolicy: segPolicy{dev: dev, live: map[uint64]Block{}}}
+		return p, nil
+	}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := *got, *want; g.Policy != w.Policy || g.Events != w.Events || g.Fragmentation != w.Fragmentation ||
+		g.PeakReservedBytes != w.PeakReservedBytes || g.FinalReservedBytes != w.FinalReservedBytes ||
+		g.PeakActiveBytes != w.PeakActiveBytes || g.DeviceAllocs != w.DeviceAllocs || g.DeviceFrees != w.DeviceFrees {
+		t.Errorf("Completer: %+v\nplain policy: %+v", g, w)
+	}
+	// The first free_requested waits for the engine to learn that frees
+	// complete as recorded (step); of the rest, C and D complete later.
+	if p.requested != 3 {
+		t.Errorf("%d FreeRequested calls, want 3 (the first free, C and D)", p.requested)
+	}
+	// Every alloc after the first free goes through MallocAfter.
+	if p.mallocAfter != 4 {
+		t.Errorf("%d MallocAfter calls, want 4 (B, C, D and the second A)", p.mallocAfter)
+	}
+	if p.badFrees != 0 {
+		t.Errorf("%d frees passed another Block than Malloc returned", p.badFrees)
+	}
+	if p.released != 1 || p.usedAfterRelease {
+		t.Errorf("released %d times, used after: %v", p.released, p.usedAfterRelease)
+	}
+}

@@ -70,6 +70,14 @@ type Completer interface {
 	MallocAfter(freed []Block, sizeBytes uint64, stream trace.StreamID) (b Block, strandedBytes uint64, err error)
 }
 
+// Releaser is implemented by policies that can hand their memory to the
+// policies of later replays. Run calls Release on the policies it built
+// once the replay is over and its Result complete; a policy must not be
+// used after Release.
+type Releaser interface {
+	Release()
+}
+
 // Seeder is implemented by policies that can start from a trace's initial
 // state (live blocks and segments at the first event).
 type Seeder interface {

@@ -4,6 +4,7 @@ package caching
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
@@ -111,12 +112,30 @@ func New(dev replay.Device, cfg Config) (*Allocator, error) {
 		name = "expandable"
 	}
 	a := &Allocator{cfg: cfg, dev: dev, name: name}
+	if p, ok := arenas.Get().(*[]block); ok {
+		a.blocks = (*p)[:0]
+	}
 	if cfg.Fraction > 0 {
 		if fs, ok := dev.(replay.FractionSetter); ok {
 			fs.SetFraction(cfg.Fraction)
 		}
 	}
 	return a, nil
+}
+
+// arenas holds the block arenas of released allocators (*[]block), so
+// that a replay does not grow its own from nothing: newBlock appends zero
+// blocks, so what a released arena held is never read.
+var arenas sync.Pool
+
+// Release gives the allocator's block arena to allocators made later
+// (replay.Releaser); the allocator must not be used afterwards.
+func (a *Allocator) Release() {
+	if cap(a.blocks) > 0 {
+		b := a.blocks[:0]
+		arenas.Put(&b)
+	}
+	a.blocks, a.spare = nil, nil
 }
 
 // Config returns the allocator's configuration.
