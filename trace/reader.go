@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -106,7 +105,7 @@ func (r *Reader) readStart() error {
 		return r.fail(start, 0, nil, "first chunk has type %d, want the header (%d)", typ, chunkHeader)
 	}
 	h := new(Header)
-	if err := json.Unmarshal(payload, h); err != nil {
+	if err := unmarshalHeader(payload, h); err != nil {
 		r.chunk--
 		return r.fail(start, 0, nil, "header JSON: %v", err)
 	}
