@@ -124,7 +124,8 @@ type parallel struct {
 	next   int // the next chunk the decoder takes or skips
 	hop    int // where chunk next starts (-1: none)
 	tokens chan struct{}
-	ramp   int // tokens given so far, until 2w
+	memos  chan []Value // chunks' memo slices, taken and idle
+	ramp   int          // tokens given so far, until 2w
 	quit   chan struct{}
 	claim  atomic.Int64
 	wg     sync.WaitGroup
@@ -209,6 +210,7 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		fork:      ph.Fork(pos),
 		release:   ph.Release,
 		tokens:    make(chan struct{}, 4*w),
+		memos:     make(chan []Value, 8*w),
 		published: map[string]bool{},
 		quit:      make(chan struct{}),
 	}
@@ -288,6 +290,11 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 		}
 	}
 	var memo []Value
+	select {
+	case memo = <-p.memos:
+	default:
+	}
+	memo = memo[:0]
 	var kinds []Kind
 	var xs []uint64
 	pos, n := start, uint32(0)
@@ -417,18 +424,19 @@ func (d *Decoder) stopPar() {
 	d.par = nil
 }
 
-// take applies the chunks that start at pos, the start of an entry the
-// decoder is about to create in the streamed list cur, one after another
-// while each ends where the next starts; it returns the offset reached
-// and the stack and memo after them. (ok false: the chunk at pos cannot
-// be taken; the decoder decodes it.)
+// take applies the chunk that starts at pos, the start of an entry the
+// decoder is about to create in the streamed list cur; it returns the
+// offset reached and the stack and memo after it (pos itself when the
+// chunk cannot be taken: the decoder then decodes its entries).
 func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, error) {
 	p := d.par
-	for p.hop == pos && pos >= 0 && inCtx(stack, d.marks, d.cur) {
+	// One chunk a call: DecodeDoc's periodic work (the memo's compaction,
+	// the input's release, progress) runs between chunks.
+	if p.hop == pos && pos >= 0 && inCtx(stack, d.marks, d.cur) {
 		ch := p.chunks[p.next]
 		if !d.replayable(ch, stack) || uint64(d.nEntries)+uint64(ch.n) >= maxEntries-maxTickets {
 			p.skip()
-			break
+			return pos, stack, memo, nil
 		}
 		d.fetchable(ch, memo)
 		doc := d.doc
@@ -501,6 +509,10 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			return pos, stack, memo, err
 		}
 		p.release(ch.h)
+		select {
+		case p.memos <- ch.memo:
+		default:
+		}
 		d.nEntries += uint32(ch.n)
 		d.lastEntry, d.lastPos = noValue, -1
 		p.stats.Chunks++

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"sync"
 	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
@@ -66,11 +65,11 @@ type streamer struct {
 	dec     *pickle.Decoder // takes the frames lists (see stackTable)
 	stacks  stackTable
 	log     evlog
-	unknown map[uint32]string // entry -> its action when not one the import knows
-	chunks  sync.Pool         // idle *chunkEntries (see Fork)
-	ready   chan []event      // the events' memory, being made (see Fork)
-	size    int               // the input's size
-	first   int               // the first entry's offset
+	unknown map[uint32]string  // entry -> its action when not one the import knows
+	chunks  chan *chunkEntries // idle chunk handlers (see Fork): kept across collections
+	ready   chan []event       // the events' memory, being made (see Fork)
+	size    int                // the input's size
+	first   int                // the first entry's offset
 
 	prepareAt int    // the offset from which to call prepare
 	prepare   func() // see Options.prepare
@@ -94,6 +93,12 @@ func (s *streamer) NewEntry(n uint32, off int) {
 // again and again as they grow nor much larger than needed (a million
 // entries are 48 MB of events); beyond spillEvents, they spill to a file.
 func (s *streamer) reserve(off int) {
+	s.reserveFor(off, 0)
+}
+
+// reserveFor is reserve when the entries up to off are those of the log
+// and more others (a chunk's, about to be added).
+func (s *streamer) reserveFor(off, more int) {
 	n := s.log.Len()
 	if n == 0 {
 		s.first = off
@@ -111,7 +116,7 @@ func (s *streamer) reserve(off int) {
 	}
 	want, est := 0, 0
 	if off > s.first {
-		est = int(float64(s.size-off) * float64(n) / float64(off-s.first))
+		est = int(float64(s.size-off)*float64(n+more)/float64(off-s.first)) + more
 		want = n + est + est/10 + 1024
 	}
 	s.log.grow(want, est)
@@ -309,12 +314,15 @@ func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
 			}()
 		}
 	}
+	s.chunks = make(chan *chunkEntries, 64)
 	n := s.doc.NumStrings()
 	s.conv.grow(uint32(max(n, 1) - 1))
 	keyOf, kindOf := slices.Clone(s.keyOf[:n]), slices.Clone(s.kindOf[:n])
 	return func(doc *pickle.Doc) pickle.EntryHandler {
-		h, _ := s.chunks.Get().(*chunkEntries)
-		if h == nil {
+		var h *chunkEntries
+		select {
+		case h = <-s.chunks:
+		default:
 			h = &chunkEntries{}
 		}
 		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
@@ -328,7 +336,10 @@ func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
 func (s *streamer) Release(h pickle.EntryHandler) {
 	c := h.(*chunkEntries)
 	c.doc = nil
-	s.chunks.Put(c)
+	select {
+	case s.chunks <- c:
+	default:
+	}
 }
 
 // Merge appends the events from to to-1 of the chunk handler h as entries
@@ -357,7 +368,7 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 	l := &s.log
 	for from < to {
 		if len(l.mem) == cap(l.mem) {
-			s.reserve(end)
+			s.reserveFor(end, to-from)
 			if l.err != nil {
 				return l.err
 			}
