@@ -3,6 +3,8 @@ package pytorch
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/fragsim/fragsim/trace"
 )
 
 // TestBlkMap checks blkMap against a Go map through random puts, gets and
@@ -44,5 +46,51 @@ func TestBlkMap(t *testing.T) {
 	})
 	if seen != len(want) {
 		t.Fatalf("each gave %d blocks, want %d", seen, len(want))
+	}
+}
+
+// TestUndoParallel checks undoParallel against undo on random entries of
+// every kind over a few hundred addresses, from a random final state:
+// the same live blocks, segments and count of disagreeing entries.
+func TestUndoParallel(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for round := range 20 {
+		final := func() *devState {
+			st := newDevState()
+			rr := rand.New(rand.NewPCG(uint64(round), 1))
+			for range 100 {
+				st.active.put(uint64(rr.IntN(400))*512, rblk{size: 512, req: uint64(rr.IntN(512)), pending: rr.IntN(2) == 0})
+			}
+			for i := range 10 {
+				a := uint64(i) << 21
+				st.segs[a] = &rseg{addr: a, size: 2 << 20, pool: "large"}
+			}
+			return st
+		}
+		evs := make([]event, 5000)
+		for i := range evs {
+			k := trace.Kind(1 + r.IntN(int(trace.KindSegmentFree)))
+			a := uint64(r.IntN(400)) * 512
+			if k >= trace.KindSegmentAlloc {
+				a = uint64(r.IntN(12)) << 21
+			}
+			evs[i] = event{Kind: k, Addr: a, SizeBytes: 2 << 20}
+		}
+		want, got := final(), final()
+		want.undo(evs)
+		got.undoParallel(evs, 2+round%5)
+		if want.bad != got.bad || want.active.len() != got.active.len() || len(want.segs) != len(got.segs) {
+			t.Fatalf("round %d: %d bad, %d blocks, %d segments; undo %d, %d, %d", round, got.bad, got.active.len(), len(got.segs), want.bad, want.active.len(), len(want.segs))
+		}
+		want.active.each(func(a uint64, b rblk) {
+			if g, ok := got.active.get(a); !ok || g != b {
+				t.Fatalf("round %d: block %#x is %v %v, undo %v", round, a, g, ok, b)
+			}
+		})
+		for a := range want.segs {
+			if got.segs[a] == nil {
+				t.Fatalf("round %d: segment %#x missing", round, a)
+			}
+		}
 	}
 }

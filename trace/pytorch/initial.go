@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -111,9 +112,24 @@ func poolOf(size uint64) string {
 // undo walks a block of the device's raw entries backwards (the blocks
 // last first), turning the final state into the state before the first
 // entry. Entries without a known action have KindInvalid: no case.
-func (st *devState) undo(evs []event) {
+func (st *devState) undo(evs []event) { st.undoPart(evs, 0, 1) }
+
+// undoPart is undo for part p of k: the entries of the blocks whose
+// address is in part p (partOf), and the segments' when p is 0. A block's
+// entries touch only its own address, and segments' entries no block, so
+// the parts may be undone on k goroutines (undoParallel).
+func (st *devState) undoPart(evs []event, p, k int) {
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := &evs[i]
+		if k > 1 {
+			if e.Kind <= trace.KindFreeCompleted {
+				if partOf(e.Addr, k) != p {
+					continue
+				}
+			} else if p != 0 {
+				continue
+			}
+		}
 		switch e.Kind {
 		case trace.KindAlloc:
 			if _, ok := st.active.get(e.Addr); !ok {
@@ -150,6 +166,39 @@ func (st *devState) undo(evs []event) {
 			st.mapRange(e.Addr, e.SizeBytes, e.Stream)
 		}
 	}
+}
+
+// partOf returns the part, of k, of the block at address a.
+func partOf(a uint64, k int) int {
+	return int((a >> 9) * 0x9e3779b97f4a7c15 >> 40 % uint64(k))
+}
+
+// undoParallel is undo of a device's events on k goroutines, each
+// undoing a part of the blocks (undoPart) from its own copy of their
+// final state; the states are then joined. The result is undo's.
+func (st *devState) undoParallel(evs []event, k int) {
+	parts := make([]*devState, k)
+	for p := range parts {
+		parts[p] = &devState{}
+	}
+	parts[0].segs, parts[0].ends = st.segs, st.ends
+	st.active.each(func(a uint64, b rblk) { parts[partOf(a, k)].active.put(a, b) })
+	var wg sync.WaitGroup
+	for p, part := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part.undoPart(evs, p, k)
+		}()
+	}
+	wg.Wait()
+	st.active = blkMap{}
+	st.bad = 0
+	for _, part := range parts {
+		part.active.each(func(a uint64, b rblk) { st.active.put(a, b) })
+		st.bad += part.bad
+	}
+	st.segs, st.ends = parts[0].segs, parts[0].ends
 }
 
 // putRange records an expandable mapped range.

@@ -101,6 +101,10 @@ type Options struct {
 	prepare func()
 }
 
+// undoParallelMin is the events of a device from which its initial state
+// is rebuilt on several goroutines.
+const undoParallelMin = 1 << 16
+
 // prepareShare is how far through the pickle the decoder is when the
 // trace writer starts being prepared: not at once, so that the decoder's
 // own tables are faulted in first on the other core.
@@ -1289,6 +1293,11 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if states != nil {
 		for i := range c.snap.seqs {
 			q := &c.snap.seqs[i]
+			if k := min(runtime.GOMAXPROCS(0), 8); k > 1 && !c.snap.raw.spilled() && q.to-q.from >= undoParallelMin {
+				// In memory: on k goroutines, the blocks split by address.
+				states[i].undoParallel(c.snap.raw.mem[q.from:q.to], k)
+				continue
+			}
 			err := c.snap.raw.blocks(q.from, q.to, true, func(_ int, b []event) error {
 				states[i].undo(b)
 				return nil
