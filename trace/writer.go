@@ -241,7 +241,8 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 	defer filled.Wait()
 	start, cnt, est := i, 0, 0
 	var maxAddr uint64
-	var prev Event
+	var last Event // the event before buf's first
+	prev := &last
 	for i < n {
 		k := min(len(buf), n-i)
 		fill(buf[:k], i)
@@ -253,8 +254,8 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 			if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
 				return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(cnt), e.Text, e.Stack)
 			}
-			est += eventBound(e, &prev, &maxAddr)
-			prev = *e
+			est += eventBound(e, prev, &maxAddr)
+			prev = e
 			cnt++
 			if cnt >= w.opts.chunkEvents || est >= w.opts.chunkBytes {
 				if err := w.par.submitRange(fill, start, cnt, &filled); err != nil {
@@ -264,8 +265,12 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 				w.nChunks++
 				w.nEvents += int64(cnt)
 				start += cnt
-				cnt, est, maxAddr, prev = 0, 0, 0, Event{}
+				cnt, est, maxAddr = 0, 0, 0
+				last, prev = Event{}, &last
 			}
+		}
+		if prev != &last {
+			last, prev = *prev, &last
 		}
 		i += k
 	}
