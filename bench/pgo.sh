@@ -17,7 +17,8 @@
 #          the 16 runs, which process start-up weighs on), and
 #          BenchmarkReplayReal (events per CPU-second). Prints every run
 #          and the medians.
-# Env:   BENCHTIME iterations of the profiled benchmark (default 40x).
+# Env:   BENCHTIME iterations of the profiled benchmark (default 400x, about
+#        20 s: the more samples, the steadier the profile).
 set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -27,7 +28,7 @@ profile)
 	trap 'rm -rf "$tmp"' EXIT
 	go test -c -o "$tmp/caching.test" ./allocator/caching
 	(cd allocator/caching && GOMAXPROCS=1 "$tmp/caching.test" -test.run '^$' \
-		-test.bench BenchmarkReplayReal -test.cpu 1 -test.benchtime "${BENCHTIME:-40x}" \
+		-test.bench BenchmarkReplayReal -test.cpu 1 -test.benchtime "${BENCHTIME:-400x}" \
 		-test.cpuprofile "$tmp/cpu.pprof")
 	cp "$tmp/cpu.pprof" cmd/fragsim/default.pgo
 	echo "wrote cmd/fragsim/default.pgo ($(wc -c <cmd/fragsim/default.pgo) bytes)"
