@@ -363,19 +363,31 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 // address, is no larger than the largest address; a ring reference (below
 // 2^14) takes no more than the address and size it replaces.
 func eventBound(e, prev *Event, maxAddr *uint64) int {
+	n, hasAddr := baseBound(e, prev)
+	if hasAddr {
+		*maxAddr = max(*maxAddr, e.Addr)
+		n += addrBound(*maxAddr)
+	}
+	return n
+}
+
+// addrBound is eventBound's term for an address when the chunk's largest
+// address so far is maxAddr.
+func addrBound(maxAddr uint64) int {
+	if maxAddr >= 1<<62 {
+		return binary.MaxVarintLen64
+	}
+	return uvarintLen(maxAddr<<1 | 1)
+}
+
+// baseBound is eventBound but for the address's term, and whether e has
+// an address.
+func baseBound(e, prev *Event) (int, bool) {
 	// The type byte, the extra mask of a free (repeats and references
 	// spared), the time delta (a uvarint delta is no longer than its
 	// zigzag, nor a delta in a unit longer than the delta).
 	n := 2 + uvarintLen(zigzag(int64(uint64(e.TimeNS)-uint64(prev.TimeNS))))
 	f := kindFields[e.Kind&kindMask] | fieldsOf(e)
-	if f&fieldAddr != 0 {
-		*maxAddr = max(*maxAddr, e.Addr)
-		if *maxAddr >= 1<<62 {
-			n += binary.MaxVarintLen64
-		} else {
-			n += uvarintLen(*maxAddr<<1 | 1)
-		}
-	}
 	if f&fieldSize != 0 {
 		n += uvarintLen(e.SizeBytes)
 	}
@@ -385,7 +397,7 @@ func eventBound(e, prev *Event, maxAddr *uint64) int {
 	if e.Aux|uint64(e.Text)|uint64(e.Marker)|uint64(e.Stack) != 0 || f&^kindFields[e.Kind&kindMask] != 0 {
 		n += 4*binary.MaxVarintLen64 + 1
 	}
-	return n
+	return n, f&fieldAddr != 0
 }
 
 // decodeError is an error found while decoding a chunk payload; the

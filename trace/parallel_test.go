@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -97,11 +98,15 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, opts := range [][]WriterOption{
+	defer func(w int) { scanWindow = w }(scanWindow)
+	for c, opts := range [][]WriterOption{
 		{ChunkEvents(300), ChunkBytes(2048)},
 		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(3)},
+		{ChunkEvents(5000), ChunkBytes(40960), Concurrency(4)},
+		{ChunkEvents(200), ChunkBytes(40960), Concurrency(2)},
 		{},
 	} {
+		scanWindow = []int{1 << 16, 1 << 16, 777, 5000, 1 << 16}[c]
 		var one, batch, ranged bytes.Buffer
 		w1, _ := NewWriter(&one, testHeader(), opts...)
 		wb, _ := NewWriter(&batch, testHeader(), opts...)
@@ -167,5 +172,22 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "event 2: invalid kind") {
 		t.Fatalf("WriteRange, invalid kind: %v", err)
+	}
+	// Deep in a range measured in several windows: the error WriteEvent
+	// gives, at the same event.
+	scanWindow = 777
+	bad := append([]Event(nil), evs[:5000]...)
+	bad[3333].Kind = 200
+	var want error
+	w1, _ := NewWriter(&buf, testHeader(), ChunkEvents(1000))
+	for _, e := range bad {
+		if want = w1.WriteEvent(e); want != nil {
+			break
+		}
+	}
+	wr, _ := NewWriter(&buf, testHeader(), ChunkEvents(1000), Concurrency(3))
+	got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
+	if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
 	}
 }

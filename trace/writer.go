@@ -85,6 +85,7 @@ type Writer struct {
 	nChunks int64
 	par     *parallel // nil: chunks are compressed and written in the caller
 	scratch []Event   // WriteRange's
+	sc      scan      // WriteRange's
 }
 
 var errClosed = errors.New("trace: writer closed")
@@ -236,26 +237,40 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 		return errClosed
 	}
 	// Whole chunks, cut where WriteEvent would cut them (the table is
-	// empty: no string or stack can be defined meanwhile).
+	// empty: no string or stack can be defined meanwhile). A window of
+	// events at a time is measured on the compressors' number of
+	// goroutines (measure), then walked in order: the addresses' terms
+	// and where chunks end.
 	var filled sync.WaitGroup
 	defer filled.Wait()
 	start, cnt, est := i, 0, 0
 	var maxAddr uint64
-	var last Event // the event before buf's first
-	prev := &last
+	var zero Event
+	one := make([]Event, 1)
 	for i < n {
-		k := min(len(buf), n-i)
-		fill(buf[:k], i)
+		k := min(scanWindow, n-i)
+		sc := w.measure(fill, i, k)
 		for j := range k {
-			e := &buf[j]
-			if !e.Kind.Valid() {
-				return fmt.Errorf("trace: event %d: invalid kind %d", w.nEvents+int64(cnt), e.Kind)
+			b, hasAddr := int(sc.base[j]), sc.has[j]
+			if j == sc.bad || cnt == 0 {
+				// A chunk's first event is measured against no event.
+				fill(one, i+j)
+				e := &one[0]
+				if !e.Kind.Valid() {
+					return fmt.Errorf("trace: event %d: invalid kind %d", w.nEvents+int64(cnt), e.Kind)
+				}
+				if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
+					return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(cnt), e.Text, e.Stack)
+				}
+				if cnt == 0 {
+					b, hasAddr = baseBound(e, &zero)
+				}
 			}
-			if int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
-				return fmt.Errorf("trace: event %d: string %d or stack %d not defined", w.nEvents+int64(cnt), e.Text, e.Stack)
+			if hasAddr {
+				maxAddr = max(maxAddr, sc.addr[j])
+				b += addrBound(maxAddr)
 			}
-			est += eventBound(e, prev, &maxAddr)
-			prev = e
+			est += b
 			cnt++
 			if cnt >= w.opts.chunkEvents || est >= w.opts.chunkBytes {
 				if err := w.par.submitRange(fill, start, cnt, &filled); err != nil {
@@ -266,11 +281,7 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 				w.nEvents += int64(cnt)
 				start += cnt
 				cnt, est, maxAddr = 0, 0, 0
-				last, prev = Event{}, &last
 			}
-		}
-		if prev != &last {
-			last, prev = *prev, &last
 		}
 		i += k
 	}
@@ -284,6 +295,78 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 		w.estBytes, w.estAddr = est, maxAddr
 	}
 	return nil
+}
+
+// scanWindow is how many events WriteRange measures at a time.
+var scanWindow = 1 << 16
+
+// scan is what measure finds of a window of events: each one's baseBound
+// against the event before it, its address and whether it has one, and
+// the first that is invalid (-1: none).
+type scan struct {
+	base []uint8
+	addr []uint64
+	has  []bool
+	bad  int
+	bufs [][]Event
+}
+
+// measure fills w.sc for the k events that fill gives from index i, on
+// up to w.opts.workers goroutines.
+func (w *Writer) measure(fill func(dst []Event, i int), i, k int) *scan {
+	sc := &w.sc
+	if cap(sc.base) < k {
+		sc.base, sc.addr, sc.has = make([]uint8, k), make([]uint64, k), make([]bool, k)
+	}
+	sc.base, sc.addr, sc.has = sc.base[:k], sc.addr[:k], sc.has[:k]
+	parts := max(min(w.opts.workers, k/1024), 1)
+	for len(sc.bufs) < parts {
+		sc.bufs = append(sc.bufs, nil)
+	}
+	bad := make([]int, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		a, b := k*p/parts, k*(p+1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The events a-1 (the one before a, when there is one) to b-1.
+			from := i + a - 1
+			if from < 0 {
+				from = 0
+			}
+			buf := sc.bufs[p]
+			if cap(buf) < i+b-from {
+				buf = make([]Event, i+b-from)
+			}
+			buf = buf[:i+b-from]
+			sc.bufs[p] = buf
+			fill(buf, from)
+			var zero Event
+			bad[p] = -1
+			for j := a; j < b; j++ {
+				e := &buf[i+j-from]
+				prev := &zero
+				if i+j > from {
+					prev = &buf[i+j-from-1]
+				}
+				if bad[p] < 0 && (!e.Kind.Valid() || int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk) {
+					bad[p] = j
+				}
+				n, has := baseBound(e, prev)
+				sc.base[j], sc.addr[j], sc.has[j] = uint8(n), e.Addr, has
+			}
+		}()
+	}
+	wg.Wait()
+	sc.bad = -1
+	for _, j := range bad {
+		if j >= 0 {
+			sc.bad = j
+			break
+		}
+	}
+	return sc
 }
 
 // String returns the ID of s, defining it on first use. Strings longer
