@@ -94,3 +94,49 @@ func TestUndoParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardParallel checks forwardParallel against entry and stats.add
+// over the events in order, with entries that carry no time (they take
+// the time before them, across the parts) and several streams; and that
+// it leaves events with a marker or no action to forward.
+func TestForwardParallel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	c := &converter{snap: &Snapshot{stacks: &stackTable{}}}
+	for round := range 10 {
+		evs := make([]event, 3000+r.IntN(3000))
+		tm := int64(1000)
+		for i := range evs {
+			e := event{Kind: trace.Kind(1 + r.IntN(int(trace.KindSegmentFree))), Addr: uint64(r.IntN(99)) * 512, Stream: trace.StreamID(r.IntN(3)), frames: noFrames, set: setAction}
+			if i > 0 && r.IntN(3) == 0 {
+				e.TimeNS = 77 // no time: overwritten by the time before
+			} else {
+				tm += int64(r.IntN(50))
+				e.TimeNS, e.set = tm, e.set|setTimeOK
+			}
+			evs[i] = e
+		}
+		want := append([]event(nil), evs...)
+		var ws stats
+		var at int64
+		for i := range want {
+			c.snap.entry(&want[i], 3, &at)
+			ws.add(&want[i])
+		}
+		var gs stats
+		if !c.forwardParallel(evs, 3, 2+round%6, &gs) {
+			t.Fatalf("round %d: not converted", round)
+		}
+		for i := range evs {
+			if evs[i] != want[i] {
+				t.Fatalf("round %d: event %d is %+v, want %+v", round, i, evs[i], want[i])
+			}
+		}
+		if gs.n != ws.n || gs.kinds != ws.kinds || gs.first != ws.first || gs.last != ws.last || len(gs.streams) != len(ws.streams) || len(gs.devs) != 1 {
+			t.Fatalf("round %d: stats %+v, want %+v", round, gs, ws)
+		}
+		evs[len(evs)/2].Kind = trace.KindMarker
+		if c.forwardParallel(evs, 3, 3, &gs) {
+			t.Fatalf("round %d: a marker converted in parallel", round)
+		}
+	}
+}

@@ -101,9 +101,18 @@ type Options struct {
 	prepare func()
 }
 
-// undoParallelMin is the events of a device from which its initial state
-// is rebuilt on several goroutines.
-const undoParallelMin = 1 << 16
+// parallelMin is the events of a device from which its initial state is
+// rebuilt, and its events converted, on several goroutines.
+var parallelMin = 1 << 16
+
+// workers returns how many goroutines the conversion may use
+// (Options.Workers, at most 8).
+func (c *converter) workers() int {
+	if c.opt.Workers > 0 {
+		return min(c.opt.Workers, 8)
+	}
+	return min(runtime.GOMAXPROCS(0), 8)
+}
 
 // prepareShare is how far through the pickle the decoder is when the
 // trace writer starts being prepared: not at once, so that the decoder's
@@ -1293,7 +1302,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if states != nil {
 		for i := range c.snap.seqs {
 			q := &c.snap.seqs[i]
-			if k := min(runtime.GOMAXPROCS(0), 8); k > 1 && !c.snap.raw.spilled() && q.to-q.from >= undoParallelMin {
+			if k := c.workers(); k > 1 && !c.snap.raw.spilled() && q.to-q.from >= parallelMin {
 				// In memory: on k goroutines, the blocks split by address.
 				states[i].undoParallel(c.snap.raw.mem[q.from:q.to], k)
 				continue
@@ -1394,6 +1403,71 @@ func (c *converter) convert(top *pickle.Dict) error {
 	return nil
 }
 
+// forwardParallel is forward's conversion of a device's events evs, in
+// memory, on k goroutines: each converts a part in place and counts it
+// (entry, stats.add), the time an entry without one takes carried from
+// the parts before. It does nothing and returns false when an entry is to
+// be dropped or is a marker (whose text is made in order): forward then
+// converts them all itself.
+func (c *converter) forwardParallel(evs []event, dev trace.DeviceID, k int, st *stats) bool {
+	type part struct {
+		lo, hi  int
+		timed   bool  // some entry sets its time
+		last    int64 // the last time set
+		skip    bool  // an entry to drop, or a marker
+		st      stats
+		carried int64
+	}
+	parts := make([]part, k)
+	var wg sync.WaitGroup
+	each := func(f func(p *part)) {
+		for i := range parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f(&parts[i])
+			}()
+		}
+		wg.Wait()
+	}
+	for i := range parts {
+		parts[i].lo, parts[i].hi = len(evs)*i/k, len(evs)*(i+1)/k
+	}
+	each(func(p *part) {
+		for i := p.lo; i < p.hi; i++ {
+			e := &evs[i]
+			if e.set&setTimeOK != 0 {
+				p.timed, p.last = true, e.TimeNS
+			}
+			if e.set&setAction == 0 || e.Kind == trace.KindInvalid || e.Kind == trace.KindMarker {
+				p.skip = true
+				return
+			}
+		}
+	})
+	var t int64 // forward's time before the first entry
+	for i := range parts {
+		if parts[i].skip {
+			return false
+		}
+		parts[i].carried = t
+		if parts[i].timed {
+			t = parts[i].last
+		}
+	}
+	each(func(p *part) {
+		t := p.carried
+		for i := p.lo; i < p.hi; i++ {
+			c.snap.entry(&evs[i], dev, &t)
+			p.st.add(&evs[i])
+		}
+	})
+	for i := range parts {
+		st.merge(&parts[i].st)
+	}
+	return true
+}
+
 // forward reads a device's entries in order, converted: it counts them
 // by action, infers the empty_cache() calls (unless told not to) and adds
 // the events to st. Entries in memory are converted in place (the ones
@@ -1412,43 +1486,63 @@ func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) er
 	inPlace := !raw.spilled()
 	w := seq.from
 	var t int64
-	err := raw.blocks(seq.from, seq.to, false, func(lo int, b []event) error {
-		for i := range b {
-			// Converted where it is: b is the log itself in memory, a
-			// copy when spilled.
-			e := &b[i]
-			if !c.snap.entry(e, seq.dev, &t) {
-				name := "(none)"
-				if e.set&setAction != 0 {
-					name = c.snap.unknown[uint32(lo+i)]
-				}
-				counts[name]++
-				if sum.UnknownActs == nil {
-					sum.UnknownActs = map[string]int{}
-				}
-				sum.UnknownActs[name]++
-				continue
-			}
-			st.add(e)
+	if k := c.workers(); k > 1 && inPlace && seq.to-seq.from >= parallelMin {
+		if c.forwardParallel(raw.mem[seq.from:seq.to], seq.dev, k, st) {
+			// Converted in place, none dropped: the inference walks them.
 			if ec != nil {
-				if ec.inBurst || e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap {
-					ec.add(e)
-				} else {
-					ec.n++ // (what add does for the others)
+				for i := range raw.mem[seq.from:seq.to] {
+					e := &raw.mem[seq.from+i]
+					if ec.inBurst || e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap {
+						ec.add(e)
+					} else {
+						ec.n++
+					}
 				}
 			}
-			if inPlace {
-				if w != lo+i {
-					b[w-lo] = *e
-				}
-				w++
-			}
+			w = seq.to
+			goto done
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
+	{
+		err := raw.blocks(seq.from, seq.to, false, func(lo int, b []event) error {
+			for i := range b {
+				// Converted where it is: b is the log itself in memory, a
+				// copy when spilled.
+				e := &b[i]
+				if !c.snap.entry(e, seq.dev, &t) {
+					name := "(none)"
+					if e.set&setAction != 0 {
+						name = c.snap.unknown[uint32(lo+i)]
+					}
+					counts[name]++
+					if sum.UnknownActs == nil {
+						sum.UnknownActs = map[string]int{}
+					}
+					sum.UnknownActs[name]++
+					continue
+				}
+				st.add(e)
+				if ec != nil {
+					if ec.inBurst || e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap {
+						ec.add(e)
+					} else {
+						ec.n++ // (what add does for the others)
+					}
+				}
+				if inPlace {
+					if w != lo+i {
+						b[w-lo] = *e
+					}
+					w++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+done:
 	if inPlace {
 		seq.to, seq.conv = w, true
 	}
@@ -1519,6 +1613,29 @@ type stats struct {
 	lastDev     trace.DeviceID
 	lastStream  trace.StreamID
 	haveStream  bool
+}
+
+// merge adds what o counted, after what st counted.
+func (st *stats) merge(o *stats) {
+	if o.n == 0 {
+		return
+	}
+	if st.n == 0 {
+		st.devs, st.streams, st.first, st.last = map[trace.DeviceID]bool{}, map[trace.StreamID]bool{}, o.first, o.last
+	}
+	st.n += o.n
+	st.stacks += o.stacks
+	for k, n := range o.kinds {
+		st.kinds[k] += n
+	}
+	for d := range o.devs {
+		st.devs[d] = true
+	}
+	for s := range o.streams {
+		st.streams[s] = true
+	}
+	st.first, st.last = min(st.first, o.first), max(st.last, o.last)
+	st.lastDev, st.lastStream, st.haveStream = o.lastDev, o.lastStream, o.haveStream
 }
 
 func (st *stats) add(e *event) {

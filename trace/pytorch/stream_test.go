@@ -104,12 +104,17 @@ func TestStreamedMatchesWhole(t *testing.T) {
 }
 
 // TestParallelMatchesSequential imports every test snapshot with its
-// entries decoded on workers, in small chunks from the ninth entry on, and
-// on the decoder alone: the traces and summaries are byte for byte the
+// entries decoded on workers, in small chunks from the ninth entry on, its
+// initial state rebuilt and its events converted on goroutines, and all on
+// one goroutine: the traces and summaries are byte for byte the
 // same, and the workers took part in the real snapshots without call
 // stacks. (How many entries they decode depends on timing: see
 // TestParallelReal in trace/pickle.)
 func TestParallelMatchesSequential(t *testing.T) {
+	// The initial state and the conversion on goroutines too, from 64
+	// events of a device on.
+	defer func(n int) { parallelMin = n }(parallelMin)
+	parallelMin = 64
 	for name, data := range testSnapshots(t) {
 		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
 		if err != nil {
