@@ -1,13 +1,11 @@
 package pickle
 
 import (
-	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -322,28 +320,7 @@ func FuzzFastEntries(f *testing.F) {
 // H200 snapshots kept for the importer's tests, and on every *.pickle in
 // $FRAGSIM_SNAPSHOT_DIR when set: the same entries, values and tables.
 func TestFastEntriesReal(t *testing.T) {
-	files, _ := filepath.Glob("../pytorch/testdata/real/*.pickle.gz")
-	if len(files) == 0 {
-		t.Fatal("no real snapshots in ../pytorch/testdata/real")
-	}
-	if dir := os.Getenv("FRAGSIM_SNAPSHOT_DIR"); dir != "" {
-		more, _ := filepath.Glob(filepath.Join(dir, "*.pickle"))
-		files = append(files, more...)
-	}
-	for _, name := range files {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(name, ".gz") {
-			zr, err := gzip.NewReader(bytes.NewReader(data))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if data, err = io.ReadAll(zr); err != nil {
-				t.Fatal(err)
-			}
-		}
+	for name, data := range realSnapshots(t) {
 		slow, sdoc, serr := decodeStreamed(data, true)
 		fast, fdoc, ferr := decodeStreamed(data, false)
 		if serr != nil || ferr != nil {
