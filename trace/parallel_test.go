@@ -161,7 +161,10 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	if err := w.WriteEvents([]Event{{Kind: KindAlloc}, {Kind: 200}}); err == nil || !strings.Contains(err.Error(), "event 1: invalid kind") {
 		t.Fatalf("invalid kind: %v", err)
 	}
-	w, _ = NewWriter(&buf, testHeader(), Concurrency(2))
+	// (A buffer for each writer: a writer with Concurrency writes on
+	// another goroutine.)
+	var buf2, buf3, buf4 bytes.Buffer
+	w, _ = NewWriter(&buf2, testHeader(), Concurrency(2))
 	err := w.WriteRange(3, func(dst []Event, i int) {
 		for j := range dst {
 			dst[j] = Event{Kind: KindAlloc}
@@ -179,13 +182,13 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	bad := append([]Event(nil), evs[:5000]...)
 	bad[3333].Kind = 200
 	var want error
-	w1, _ := NewWriter(&buf, testHeader(), ChunkEvents(1000))
+	w1, _ := NewWriter(&buf3, testHeader(), ChunkEvents(1000))
 	for _, e := range bad {
 		if want = w1.WriteEvent(e); want != nil {
 			break
 		}
 	}
-	wr, _ := NewWriter(&buf, testHeader(), ChunkEvents(1000), Concurrency(3))
+	wr, _ := NewWriter(&buf4, testHeader(), ChunkEvents(1000), Concurrency(3))
 	got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
 	if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
