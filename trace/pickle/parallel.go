@@ -2,7 +2,6 @@ package pickle
 
 import (
 	"bytes"
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -657,9 +656,4 @@ func (d *Decoder) intern(s string) uint32 {
 		doc.intern[s] = i
 	}
 	return i
-}
-
-// String describes a chunk (tests and debugging).
-func (c *parChunk) String() string {
-	return fmt.Sprintf("chunk [%d,%d): start %d end %d, %d entries", c.lo, c.hi, c.start, c.end, c.n)
 }
