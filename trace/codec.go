@@ -957,7 +957,7 @@ func decodeTable(p []byte, strings []string, stacks [][]Frame) ([]string, [][]Fr
 		}
 		switch tag {
 		case recString:
-			if v != uint64(len(strings)) || len(strings) >= maxTableIDs {
+			if v != uint64(len(strings)) || uint64(len(strings)) >= maxTableIDs {
 				return strings, stacks, &decodeError{-1, "table chunk: string " + itoa(v) + " defined where " + itoa(uint64(len(strings))) + " was expected"}
 			}
 			var l uint64
@@ -970,7 +970,7 @@ func decodeTable(p []byte, strings []string, stacks [][]Frame) ([]string, [][]Fr
 			strings = append(strings, string(p[i:i+int(l)]))
 			i += int(l)
 		case recStack:
-			if v != uint64(len(stacks)) || len(stacks) >= maxTableIDs {
+			if v != uint64(len(stacks)) || uint64(len(stacks)) >= maxTableIDs {
 				return strings, stacks, &decodeError{-1, "table chunk: stack " + itoa(v) + " defined where " + itoa(uint64(len(stacks))) + " was expected"}
 			}
 			var n uint64
