@@ -264,9 +264,11 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 	data := d.data
 	start := ch.lo
 	if !first {
-		i := bytes.Index(data[ch.lo:], p.sig)
+		// Only within the chunk: an input whose entries stop would
+		// otherwise be scanned to its end for every chunk.
+		i := bytes.Index(data[ch.lo:min(len(data), ch.hi+len(p.sig)-1)], p.sig)
 		if i < 0 {
-			ch.start = -1
+			ch.start = -1 // no entry starts in the chunk
 			return
 		}
 		start += i
@@ -346,13 +348,21 @@ loop:
 	ch.end, ch.n, ch.memo, ch.doc, ch.h = pos, int(n), memo, doc, h
 }
 
-// setHop waits for the next chunk and sets hop to where it starts.
+// setHop waits for the next chunk in which an entry starts and sets hop to
+// where it starts (-1: none is left).
 func (p *parallel) setHop() {
 	p.hop = -1
-	if p.next < len(p.chunks) {
+	for p.next < len(p.chunks) {
 		ch := p.chunks[p.next]
 		<-ch.done
-		p.hop = ch.start
+		if ch.start >= 0 {
+			p.hop = ch.start
+			return
+		}
+		// No entry starts in it: the next chunk's start is the hop.
+		p.chunks[p.next] = nil
+		p.next++
+		p.give()
 	}
 }
 
