@@ -275,7 +275,8 @@ func TestImportFileReleasesInput(t *testing.T) {
 }
 
 // FuzzStreamed checks that whatever the streaming path accepts, the whole
-// decode accepts too and writes the same trace.
+// decode accepts too and writes the same trace, and the streaming path on
+// workers (in chunks of 64 to 363 bytes) too.
 func FuzzStreamed(f *testing.F) {
 	for _, name := range []string{"basic.p2.pickle", "basic.p5.pickle", "midrun.p4.pickle", "empty_cache.p4.pickle", "old.p2.pickle"} {
 		f.Add(mustReadF(f, name))
@@ -290,7 +291,13 @@ func FuzzStreamed(f *testing.F) {
 	f.Add(snapshotPickle([][]byte{alloc, {'h', 4}}, nil))
 	f.Add(snapshotPickle([][]byte{alloc, entryPickle("action", "oom", "device_free", 7)}, []byte{']', 'h', 4, 'a'}))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := loadPickle(data, Options{}, true, nil)
+		s, err := loadPickle(data, Options{Workers: 1}, true, nil)
+		// On workers, in small chunks: the same import, or an error too.
+		tune := &pickle.ParallelTuning{After: uint32(len(data) % 4), ChunkBytes: 64 + len(data)%300}
+		par, perr := loadPickle(data, Options{Workers: 3, tune: tune}, true, nil)
+		if (err == nil) != (perr == nil) {
+			t.Fatalf("streamed: %v; on workers: %v", err, perr)
+		}
 		if err != nil {
 			return
 		}
@@ -302,6 +309,9 @@ func FuzzStreamed(f *testing.F) {
 		b, sb := written(t, whole)
 		if !bytes.Equal(a, b) || sa != sb {
 			t.Fatalf("streamed and whole imports differ:\n%s\n%s", sa, sb)
+		}
+		if c, sc := written(t, par); !bytes.Equal(a, c) || sa != sc {
+			t.Fatalf("streamed and on workers, the imports differ:\n%s\n%s", sa, sc)
 		}
 	})
 }
