@@ -1533,7 +1533,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			case d.par != nil && d.par.worker && d.par.defers:
 				var ok bool
 				if key, ok = d.par.extra[idx]; !ok {
-					key, d.par.missed = missedValue, true
+					key = missedValue
 					d.par.misses = append(d.par.misses, idx|missKey)
 				}
 			default:
@@ -1652,7 +1652,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			case d.par != nil && d.par.worker && d.par.defers:
 				var ok bool
 				if val, ok = d.par.extra[idx]; !ok {
-					val, d.par.missed = missedValue, true
+					val = missedValue
 					d.par.misses = append(d.par.misses, idx)
 				}
 			default:
@@ -1682,7 +1682,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	}
 	d.kv = kv
 	d.doc.kinds, d.doc.xs = *kindsp, *xsp
-	if d.par == nil || !d.par.missed { // (a worker's entry with a value it could not fetch is left to the decoder)
+	if d.par == nil || len(d.par.misses) == 0 { // (a worker's entry with a value it could not fetch is left to the decoder)
 		if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
 			return 0, false, err
 		}

@@ -107,7 +107,6 @@ type parChunk struct {
 type parallel struct {
 	worker  bool
 	defers  bool             // a worker: fastEntry gives missedValue for a memo index above memo
-	missed  bool             // a worker: the entry being decoded fetched missedValue
 	misses  []uint64         // a worker: the memo indexes of its missedValues (missKey set for a key)
 	memo    []Value          // memo entries from base, at the launch (a copy)
 	extra   map[uint64]Value // a worker: memo entries past memo that it knows (see known)
@@ -326,13 +325,13 @@ loop:
 			end, ok, err := w.fastEntry(pos+3, tagMask|Value(n), &memo, &kinds, &xs)
 			if err != nil || !ok {
 				memo = memo[:m0]
-				w.par.missed, w.par.misses = false, w.par.misses[:0]
+				w.par.misses = w.par.misses[:0]
 				break loop
 			}
-			if w.par.missed {
+			if len(w.par.misses) > 0 {
 				ch.defers = append(ch.defers, deferral{k: int(n), off: pos, m0: m0, ops: opsLen, run: run,
 					misses: append([]uint64(nil), w.par.misses...)})
-				w.par.missed, w.par.misses = false, w.par.misses[:0]
+				w.par.misses = w.par.misses[:0]
 			}
 			if k := len(ch.ops); k > 0 && ch.ops[k-1] < opsAppends {
 				ch.ops[k-1]++
@@ -359,24 +358,25 @@ func (p *parallel) setHop() {
 			p.hop = ch.start
 			return
 		}
-		// No entry starts in it: the next chunk's start is the hop.
-		p.chunks[p.next] = nil
-		p.next++
-		p.give()
+		p.drop() // no entry starts in it: the next chunk's start is the hop
 	}
+}
+
+// drop is done with the next chunk: its results go, and the workers get
+// a token for another.
+func (p *parallel) drop() {
+	p.chunks[p.next] = nil
+	p.next++
+	p.give()
 }
 
 // skip passes over the next chunk, whose work the decoder does not take.
 func (p *parallel) skip() {
 	if ch := p.chunks[p.next]; ch.start >= 0 {
-		if ch.h != nil {
-			p.release(ch.h)
-		}
+		p.release(ch.h)
 		p.stats.Skipped++
 	}
-	p.chunks[p.next] = nil // its results are garbage
-	p.next++
-	p.give()
+	p.drop()
 	p.setHop()
 }
 
@@ -441,7 +441,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 	p := d.par
 	// One chunk a call: DecodeDoc's periodic work (the memo's compaction,
 	// the input's release, progress) runs between chunks.
-	if p.hop == pos && pos >= 0 && inCtx(stack, d.marks, d.cur) {
+	if p.hop == pos && inCtx(stack, d.marks, d.cur) {
 		ch := p.chunks[p.next]
 		if !d.replayable(ch, stack) || uint64(d.nEntries)+uint64(ch.n) >= maxEntries-maxTickets {
 			p.skip()
@@ -527,9 +527,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		p.stats.Chunks++
 		p.stats.Entries += int64(ch.n)
 		pos = ch.end
-		p.chunks[p.next] = nil
-		p.next++
-		p.give()
+		p.drop()
 		p.setHop()
 	}
 	return pos, stack, memo, nil

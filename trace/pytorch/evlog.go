@@ -74,7 +74,7 @@ func (l *evlog) grow(want, est int) {
 			mem := make([]event, n, want)
 			if est >= 1<<15 {
 				est = min(est, want-n)
-				pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(mem[n:]))), uintptr(est)*unsafe.Sizeof(event{})))
+				pickle.Prefault(eventBytesOf(mem[n : n+est]))
 			}
 			copy(mem, l.mem)
 			l.mem = mem

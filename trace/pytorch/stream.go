@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -309,7 +308,7 @@ func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
 			s.ready = make(chan []event, 1)
 			go func() {
 				mem := make([]event, 0, want)
-				pickle.Prefault(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(mem[:est]))), uintptr(est)*unsafe.Sizeof(event{})))
+				pickle.Prefault(eventBytesOf(mem[:est]))
 				s.ready <- mem
 			}()
 		}
