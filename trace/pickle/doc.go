@@ -384,8 +384,11 @@ func (d *Doc) Get(v Value, key string) (Value, bool) {
 const consumedEvery = 16 << 20
 
 // sampleBytes is how much input DecodeDoc decodes before sizing its
-// tables for the rest.
+// tables for the rest, when it does not stream entries.
 const sampleBytes = 4 << 20
+
+// initialBytes is how much input NewDecoder sizes the tables for.
+const initialBytes = 256 << 10
 
 // reserve grows s's capacity to what the whole input needs if the first
 // pos bytes needed len(s).
@@ -496,7 +499,7 @@ func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 		out.(*List).Items = items
 		return out, nil
 	case KindDict:
-		dict := &Dict{}
+		dict := &Dict{Pairs: make([]Pair, 0, d.Len(v))}
 		seen[v] = dict
 		var err error
 		d.Pairs(v, func(k, val Value) bool {
@@ -597,6 +600,7 @@ type Decoder struct {
 	par      *parallel
 	launched bool
 	parStats ParallelStats
+	redoer   *redoer         // redo's scratch state
 	Tuning   *ParallelTuning // nil: the defaults
 
 	// Progress, when set, is called about every ProgressEvery bytes
@@ -616,10 +620,14 @@ const noValue = ^Value(0)
 
 // NewDecoder returns a decoder of data.
 func NewDecoder(data []byte) *Decoder {
-	// The tables are sized for the first sampleBytes of input; DecodeDoc
-	// then sizes them for the whole input from what the sample used, so
-	// that they neither grow by copying nor are zeroed in vain.
-	n := min(len(data), sampleBytes)
+	// The tables are sized for the first initialBytes of input. Decoding a
+	// whole tree, DecodeDoc then sizes them for the whole input from what
+	// its first sampleBytes used, so that they neither grow by copying
+	// nor are zeroed in vain; streaming, entries' scalars reuse their
+	// table entries, and the tables grow as they need (sized for the
+	// input, a small snapshot's import spent a third of its time zeroing
+	// and faulting in tables it did not use).
+	n := min(len(data), initialBytes)
 	d := &Decoder{
 		data: data,
 		doc: &Doc{
@@ -1169,7 +1177,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		nextProgress = int(min(every, total))
 	}
 	sampleAt := len(data) + 1 // where to size the tables for the whole input
-	if len(data) > sampleBytes {
+	if len(data) > sampleBytes && d.entries == nil {
 		sampleAt = sampleBytes
 	}
 	// Every consumedEvery bytes: Consumed, the memo's compaction and the
