@@ -16,7 +16,7 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 	const n = 3*DefaultChunkEvents + 123
 	for _, workers := range []int{1, 2} {
 		want, evs, _ := writeRandom(t, 11, n, Concurrency(workers))
-		PrepareWriter(workers)
+		PrepareWriter(workers, 0)
 		got, _, _ := writeRandom(t, 11, n, Concurrency(workers))
 		prepared.mu.Lock()
 		pending, bufs := prepared.pending, prepared.bufsPending
@@ -34,7 +34,7 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 	}
 	// Buffers prepared for the default chunk size are not given to a
 	// writer of larger chunks, which would outgrow them.
-	PrepareWriter(0)
+	PrepareWriter(0, 0)
 	writeRandom(t, 12, 1000, ChunkEvents(2*DefaultChunkEvents))
 	if b := takeBuffers(DefaultChunkEvents); b == nil || cap(b.events) != DefaultChunkEvents {
 		t.Fatalf("prepared buffers taken by a writer of larger chunks")
@@ -45,7 +45,7 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 // the bytes the level's default window gives, for chunks up to the window.
 func TestEncoderWindowSameBytes(t *testing.T) {
 	def, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+		zstd.WithEncoderLevel(encoderLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +70,25 @@ func TestEncoderWindowSameBytes(t *testing.T) {
 		src := all[:n]
 		if want, got := def.EncodeAll(src, nil), enc.EncodeAll(src, nil); !bytes.Equal(got, want) {
 			t.Fatalf("%d bytes: %d compressed bytes differ from the default window's %d", n, len(got), len(want))
+		}
+	}
+}
+
+// TestPrepareWriterSized checks that PrepareWriter sizes the buffers for
+// the events expected, and that a writer given a closed writer's buffers
+// and encoder (PrepareWriter takes them first) writes the same bytes.
+func TestPrepareWriterSized(t *testing.T) {
+	PrepareWriter(0, 1000)
+	b := takeBuffers(DefaultChunkEvents)
+	if b == nil || cap(b.events) < 1000 || cap(b.events) > 2000 {
+		t.Fatalf("buffers prepared for 1000 events hold %d", cap(b.events))
+	}
+	for _, n := range []int{1000, 3*DefaultChunkEvents + 5} {
+		want, _, _ := writeRandom(t, 15, n)
+		writeRandom(t, 16, n+77) // closed: its buffers and encoder are idle
+		PrepareWriter(1, n)
+		if got, _, _ := writeRandom(t, 15, n); !bytes.Equal(got, want) {
+			t.Fatalf("%d events: %d bytes with a closed writer's buffers differ from the %d without", n, len(got), len(want))
 		}
 	}
 }

@@ -97,8 +97,9 @@ type Options struct {
 	tune *pickle.ParallelTuning
 
 	// prepare, when set, is called once the decoder has gone through
-	// prepareShare of a streamed pickle (see ImportFile).
-	prepare func()
+	// prepareShare of a streamed pickle (see ImportFile), with the
+	// entries it expects in all.
+	prepare func(events int)
 }
 
 // parallelMin is the events of a device from which its initial state is
@@ -118,6 +119,33 @@ func (c *converter) workers() int {
 // trace writer starts being prepared: not at once, so that the decoder's
 // own tables are faulted in first on the other core.
 const prepareShare = 1.0 / 3
+
+// chunkEvents returns the events of a chunk of an imported trace of n
+// events: the writer's default, or fewer, down to a quarter of it, so
+// that a trace of fewer than 8 default chunks is still cut into about 8,
+// compressed at once on as many cores. (Quarter chunks made baseline_s1's
+// trace 5.8% larger, ring's 2.7%; a trace's chunks depend on its events
+// alone, so an import writes the same bytes on every machine.)
+func chunkEvents(n int) int {
+	return min(max(n/8, trace.DefaultChunkEvents/4), trace.DefaultChunkEvents)
+}
+
+// WriterOptions returns the options of the trace writer that ImportFile
+// writes s with: its chunks' size, and their compression on every core.
+func (s *Snapshot) WriterOptions() []trace.WriterOption {
+	opts := []trace.WriterOption{trace.ChunkEvents(chunkEvents(s.summary.Events))}
+	if n := compressors(s.summary.Events); n > 1 {
+		opts = append(opts, trace.Concurrency(n))
+	}
+	return opts
+}
+
+// compressors returns how many goroutines compress the chunks of an
+// imported trace of n events: one per core, at most one per chunk.
+func compressors(n int) int {
+	c := chunkEvents(n)
+	return max(min(runtime.GOMAXPROCS(0), (n+c-1)/c), 1)
+}
 
 // Summary describes an import.
 type Summary struct {
@@ -981,21 +1009,17 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	// The trace writer's buffers and zstd encoders are readied on the
-	// other core while the snapshot is decoded on this one (they are
-	// fresh memory: baseline_s1 faulted about 2,200 pages of them while
-	// writing), from a third of the way through the decode. One encoder
-	// per compressing goroutine when the writer will compress
-	// concurrently (below; at most two), guessed from the input's size: a
-	// real snapshot holds about 72 bytes of pickle per entry.
+	// The trace writer's buffers and zstd encoders are readied on another
+	// core while the snapshot is decoded (they are fresh memory:
+	// baseline_s1 faulted about 2,200 pages of them while writing), from
+	// a third of the way through the decode, for the entries expected.
+	// One encoder per compressing goroutine when the writer will
+	// compress concurrently (below; at most two).
 	var prepareOnce sync.Once
-	prepare := func() {
+	prepare := func(events int) {
 		prepareOnce.Do(func() {
-			n := 1
-			if p := runtime.GOMAXPROCS(0); p > 1 && st != nil && st.Size() >= 4*trace.DefaultChunkEvents*72 {
-				n = min(p, 2) // more would hold memory during the decode for little
-			}
-			trace.PrepareWriter(n)
+			n := min(compressors(events), 2) // more would hold memory during the decode for little
+			trace.PrepareWriter(n, min(events, chunkEvents(events)))
 		})
 	}
 	opt.prepare = prepare
@@ -1014,7 +1038,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		return nil, loadErr
 	}
 	defer s.Close()
-	prepare() // if the decode did not
+	prepare(s.summary.Events) // if the decode did not
 	if st != nil {
 		s.summary.InputBytes = st.Size()
 		// No collection is forced here: the writer's memory was prepared
@@ -1025,13 +1049,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// the same at 10M entries, 16 MiB lower at 1M.)
 	}
 	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
-	// Chunks are compressed on every core when there are enough of them
-	// to share out (a few chunks gain less than the extra encoders cost).
-	var opts []trace.WriterOption
-	if n := runtime.GOMAXPROCS(0); n > 1 && s.summary.Events >= 4*trace.DefaultChunkEvents {
-		opts = append(opts, trace.Concurrency(n))
-	}
-	w, err := trace.Create(tmp, s.Header(), opts...)
+	w, err := trace.Create(tmp, s.Header(), s.WriterOptions()...)
 	if err != nil {
 		return nil, err
 	}

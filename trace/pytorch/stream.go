@@ -70,15 +70,24 @@ type streamer struct {
 	size    int                // the input's size
 	first   int                // the first entry's offset
 
-	prepareAt int    // the offset from which to call prepare
-	prepare   func() // see Options.prepare
+	prepareAt int              // the offset from which to call prepare
+	prepare   func(events int) // see Options.prepare
+}
+
+// estimate guesses the input's entries from the n entries that start
+// before offset off.
+func (s *streamer) estimate(n, off int) int {
+	if off <= s.first {
+		return 0
+	}
+	return int(float64(n) * float64(s.size-s.first) / float64(off-s.first))
 }
 
 // NewEntry starts entry n's event; off is where its dict starts.
 func (s *streamer) NewEntry(n uint32, off int) {
 	if off >= s.prepareAt {
 		s.prepareAt = math.MaxInt
-		s.prepare()
+		s.prepare(s.estimate(int(n), off))
 	}
 	l := &s.log
 	if len(l.mem) == cap(l.mem) {
@@ -353,7 +362,7 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 	}
 	if end >= s.prepareAt {
 		s.prepareAt = math.MaxInt
-		s.prepare()
+		s.prepare(s.estimate(int(first)+to-from, end))
 	}
 	if c.texts {
 		for i := from; i < to; i++ {

@@ -16,11 +16,11 @@ import (
 	"github.com/fragsim/fragsim/trace/pickle"
 )
 
-// traceBytes returns the trace s writes.
+// traceBytes returns the trace s writes, with the options ImportFile uses.
 func traceBytes(t *testing.T, s *Snapshot) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, s.Header())
+	w, err := trace.NewWriter(&buf, s.Header(), s.WriterOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,12 +329,12 @@ func mustReadF(f *testing.F, name string) []byte {
 // pickle, and not for a pickle that ends before.
 func TestPrepareCalledOnce(t *testing.T) {
 	data := gunzip(t, "testdata/real/baseline_s1.pickle.gz")
-	calls, at := 0, -1
+	calls, at, est := 0, -1, 0
 	var st *streamer
 	opt := Options{}
-	opt.prepare = func() {
+	opt.prepare = func(events int) {
 		calls++
-		at = st.log.Len()
+		at, est = st.log.Len(), events
 	}
 	dec := pickle.NewDecoder(data)
 	st = &streamer{conv: conv{doc: dec.Doc()}, size: len(data), prepareAt: int(float64(len(data)) * prepareShare), prepare: opt.prepare}
@@ -345,12 +345,15 @@ func TestPrepareCalledOnce(t *testing.T) {
 	if calls != 1 || at <= 0 || at >= st.log.Len() {
 		t.Fatalf("prepare called %d times, at entry %d of %d; want once, inside the trace", calls, at, st.log.Len())
 	}
+	if n := st.log.Len(); est < n*9/10 || est > n*11/10 {
+		t.Fatalf("prepare expects %d entries; the pickle holds %d", est, n)
+	}
 	calls = 0
 	if _, err := loadPickle(data, opt, true, nil); err != nil || calls != 1 {
 		t.Fatalf("loadPickle: prepare called %d times (%v), want once", calls, err)
 	}
 	calls = 0
-	opt.prepare = func() { calls++ }
+	opt.prepare = func(int) { calls++ }
 	st = &streamer{conv: conv{doc: dec.Doc()}, size: 10 * len(data), prepareAt: int(float64(10*len(data)) * prepareShare), prepare: opt.prepare}
 	dec = pickle.NewDecoder(data)
 	st.doc = dec.Doc()
