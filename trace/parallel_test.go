@@ -98,7 +98,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	defer func(w int) { scanWindow = w }(scanWindow)
+	defer func(w, b int) { scanWindow, measureBatch = w, b }(scanWindow, measureBatch)
 	for c, opts := range [][]WriterOption{
 		{ChunkEvents(300), ChunkBytes(2048)},
 		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(3)},
@@ -107,6 +107,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		{},
 	} {
 		scanWindow = []int{1 << 16, 1 << 16, 777, 5000, 1 << 16}[c]
+		measureBatch = []int{1 << 10, 13, 1, 1 << 10, 100}[c]
 		var one, batch, ranged bytes.Buffer
 		w1, _ := NewWriter(&one, testHeader(), opts...)
 		wb, _ := NewWriter(&batch, testHeader(), opts...)
@@ -178,7 +179,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	}
 	// Deep in a range measured in several windows: the error WriteEvent
 	// gives, at the same event.
-	scanWindow = 777
+	scanWindow, measureBatch = 777, 50
 	bad := append([]Event(nil), evs[:5000]...)
 	bad[3333].Kind = 200
 	var want error

@@ -39,14 +39,15 @@ import (
 type ParallelHandler interface {
 	EntryHandler
 	// Fork is called once, on the decoding goroutine, before the
-	// workers start at input offset off. The function it returns is called on worker
+	// workers start at input offset off on chunks of about chunkBytes
+	// of input. The function it returns is called on worker
 	// goroutines, once per chunk, with the chunk's own Doc (its string
 	// indexes below NumStrings at the fork are the decoder's, those
 	// above are the chunk's own), and returns the handler of the
 	// chunk's entries, numbered from 0. A SetEntry error of that
 	// handler ends the chunk before the entry; the decoder then decodes
 	// the entry itself.
-	Fork(off int) func(doc *Doc) EntryHandler
+	Fork(off, chunkBytes int) func(doc *Doc) EntryHandler
 	// Merge takes, on the decoding goroutine, the entries from to to-1
 	// of the chunk handler h as entries first, first+1..., in order (the
 	// entries of a chunk come in one or more calls, in order; an entry
@@ -207,7 +208,7 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		shift:     d.memoShift,
 		strs:      d.doc.strs[:len(d.doc.strs):len(d.doc.strs)],
 		sig:       append([]byte(nil), data[pos:pos+3+klen]...),
-		fork:      ph.Fork(pos),
+		fork:      ph.Fork(pos, size),
 		release:   ph.Release,
 		tokens:    make(chan struct{}, 4*w),
 		memos:     make(chan []Value, 8*w),

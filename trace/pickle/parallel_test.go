@@ -19,7 +19,7 @@ type parRecorder struct {
 	merges int
 }
 
-func (r *parRecorder) Fork(off int) func(*Doc) EntryHandler {
+func (r *parRecorder) Fork(off, _ int) func(*Doc) EntryHandler {
 	return func(doc *Doc) EntryHandler { return &recorder{doc: doc, kinds: true} }
 }
 

@@ -310,10 +310,15 @@ func (h *chunkEntries) SetEntry(n uint32, kv []pickle.Value) error {
 // the input is made and faulted in on another goroutine meanwhile (see
 // reserve): on the decoding goroutine, that cost kv_decode_s1's import
 // (600,000 entries) a tenth of its time on the H200 host.
-func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
-	if n := s.log.Len(); n > 0 && off > s.first && !s.log.spilled() {
-		est := int(float64(s.size-off) * float64(n) / float64(off-s.first))
-		if want := n + est + est/10 + 1024; want <= spillEvents && want > cap(s.log.mem) {
+func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryHandler {
+	// perChunk is a chunk's events, with some room, at the rate so far
+	// (grown by appending, they were copied as they grew, in fresh memory).
+	perChunk := 0
+	if n := s.log.Len(); n > 0 && off > s.first {
+		rate := float64(n) / float64(off-s.first)
+		perChunk = min(int(float64(chunkBytes)*rate*1.15)+64, 1<<16)
+		est := int(float64(s.size-off) * rate)
+		if want := n + est + est/10 + 1024; !s.log.spilled() && want <= spillEvents && want > cap(s.log.mem) {
 			s.ready = make(chan []event, 1)
 			go func() {
 				mem := make([]event, 0, want)
@@ -334,6 +339,9 @@ func (s *streamer) Fork(off int) func(doc *pickle.Doc) pickle.EntryHandler {
 			h = &chunkEntries{}
 		}
 		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
+		if cap(h.evs) < perChunk {
+			h.evs = make([]event, 0, perChunk)
+		}
 		h.strs, h.evs, h.texts = n, h.evs[:0], false
 		return h
 	}
