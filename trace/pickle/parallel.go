@@ -215,8 +215,18 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		published: map[string]bool{},
 		quit:      make(chan struct{}),
 	}
-	for lo := pos; lo < len(data); lo += size {
-		p.chunks = append(p.chunks, &parChunk{lo: lo, hi: min(lo+size, len(data)), done: make(chan struct{})})
+	// The first chunks are smaller, from an eighth of the size up: the
+	// workers ramp up a chunk at a time (below), and the decoder waits for
+	// the first one.
+	sz := min(max(size/8, 32<<10), size)
+	if d.Tuning != nil {
+		sz = max(size/8, 1)
+	}
+	for lo := pos; lo < len(data); lo += sz {
+		if lo > pos {
+			sz = min(2*sz, size)
+		}
+		p.chunks = append(p.chunks, &parChunk{lo: lo, hi: min(lo+sz, len(data)), done: make(chan struct{})})
 	}
 	// One chunk at first, then two more for each the decoder takes, up
 	// to 2w in flight: a chunk that starts before the decoder has taken

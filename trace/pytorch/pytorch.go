@@ -130,6 +130,12 @@ func chunkEvents(n int) int {
 	return min(max(n/8, trace.DefaultChunkEvents/4), trace.DefaultChunkEvents)
 }
 
+// maxPrepared is how many zstd encoders ImportFile has made during the
+// decode, at most (about 1.5 MiB each): on the H200 host, baseline_s1's 8
+// compressors made 6 of them after the decode, each faulting in its
+// match tables while compressing its first chunk.
+const maxPrepared = 8
+
 // WriterOptions returns the options of the trace writer that ImportFile
 // writes s with: its chunks' size, and their compression on every core.
 func (s *Snapshot) WriterOptions() []trace.WriterOption {
@@ -1013,12 +1019,12 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	// core while the snapshot is decoded (they are fresh memory:
 	// baseline_s1 faulted about 2,200 pages of them while writing), from
 	// a third of the way through the decode, for the entries expected.
-	// One encoder per compressing goroutine when the writer will
-	// compress concurrently (below; at most two).
+	// One encoder per compressing goroutine (see WriterOptions), up to
+	// maxPrepared.
 	var prepareOnce sync.Once
 	prepare := func(events int) {
 		prepareOnce.Do(func() {
-			n := min(compressors(events), 2) // more would hold memory during the decode for little
+			n := min(compressors(events), maxPrepared)
 			trace.PrepareWriter(n, min(events, chunkEvents(events)))
 		})
 	}
