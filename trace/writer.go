@@ -215,11 +215,13 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 	}
 	buf := w.scratch[:cap(w.scratch)]
 	i := 0
-	// Without Concurrency, and for the chunk in progress: as WriteEvents.
+	// Without Concurrency, and for the chunk in progress: as WriteEvents
+	// (with Concurrency, up to where the chunk would end by its events;
+	// if its bytes end it before, the next one is in progress).
 	for i < n && (w.par == nil || len(w.events) > 0 || len(w.tab) > 0) {
 		k := min(len(buf), n-i)
 		if w.par != nil {
-			k = 1
+			k = max(min(k, w.opts.chunkEvents-len(w.events)), 1)
 		}
 		fill(buf[:k], i)
 		if err := w.WriteEvents(buf[:k]); err != nil {

@@ -910,7 +910,43 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	}
 	var t int64
 	k := 0
-	err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
+	if q.conv && !mergeOneByOne {
+		// Converted in memory: the entries between two events merged in
+		// go to putBlock together (one by one, they kept the writer's
+		// compressors waiting on this goroutine).
+		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
+			for len(b) > 0 {
+				if err := flushECs(k); err != nil {
+					return err
+				}
+				for len(ms) > 0 && ms[0].TimeNS < b[0].TimeNS {
+					if err := w.put(&ms[0]); err != nil {
+						return err
+					}
+					ms = ms[1:]
+				}
+				n := len(b) // the run: up to the next event merged in
+				if ec != nil && int(ec.Addr) > k {
+					n = min(n, int(ec.Addr)-k)
+				}
+				if len(ms) > 0 {
+					for j := 1; j < n; j++ {
+						if ms[0].TimeNS < b[j].TimeNS {
+							n = j
+						}
+					}
+				}
+				if err := w.putBlock(b[:n]); err != nil {
+					return err
+				}
+				b, k = b[n:], k+n
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	} else if err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
 		for i := range b {
 			// Converted where it is: b is a copy when not converted
 			// (spilled).
@@ -935,8 +971,7 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 			}
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	if err := flushECs(k); err != nil {
@@ -949,6 +984,10 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	}
 	return ecs.err
 }
+
+// mergeOneByOne makes eachOf merge events in with each entry, as it
+// does for entries not converted in memory (tests: the reference).
+var mergeOneByOne = false
 
 // each writes the events, in order: the devices' sequences merged by
 // time, each keeping its order, ties going to the lower device.

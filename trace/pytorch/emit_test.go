@@ -1,0 +1,93 @@
+package pytorch
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// eventOnly hides a trace.Writer's batch methods: Emit then gives it one
+// event at a time.
+type eventOnly struct{ w *trace.Writer }
+
+func (s eventOnly) WriteEvent(e trace.Event) error      { return s.w.WriteEvent(e) }
+func (s eventOnly) String(x string) trace.StringID      { return s.w.String(x) }
+func (s eventOnly) Stack(f []trace.Frame) trace.StackID { return s.w.Stack(f) }
+
+// TestEmitBatchedSameBytes checks that Emit, which gives a trace.Writer
+// the plain events in batches and ranges, runs between the events it
+// merges in (inferred empty_cache() calls, annotations), writes the bytes
+// it writes one event at a time, merging with each entry: on every test
+// snapshot, with the import's writer options and with small chunks
+// compressed on 3 goroutines. Some snapshots must have events merged in.
+func TestEmitBatchedSameBytes(t *testing.T) {
+	merged := 0
+	for name, data := range testSnapshots(t) {
+		s, err := LoadPickle(data, Options{})
+		if s == nil {
+			continue // a test of errors
+		}
+		_ = err
+		if name == "testdata/real/empty_cache.pickle.gz" {
+			addMarkers(s)
+		}
+		for _, q := range s.seqs {
+			if q.ecTo > q.ecFrom || len(q.markers) > 0 {
+				merged++
+			}
+		}
+		for _, opts := range [][]trace.WriterOption{s.WriterOptions(), {trace.ChunkEvents(100), trace.Concurrency(3)}} {
+			write := func(one bool) []byte {
+				var buf bytes.Buffer
+				w, err := trace.NewWriter(&buf, s.Header(), opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sink trace.Sink = w
+				mergeOneByOne = one
+				defer func() { mergeOneByOne = false }()
+				if one {
+					sink = eventOnly{w}
+				}
+				if err := s.Emit(sink, nil); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return buf.Bytes()
+			}
+			if want, got := write(true), write(false); !bytes.Equal(got, want) {
+				t.Errorf("%s: %d bytes written in batches differ from the %d written one event at a time", name, len(got), len(want))
+			}
+		}
+		s.Close()
+	}
+	if merged == 0 {
+		t.Fatal("no test snapshot has empty_cache() events or annotations")
+	}
+}
+
+// addMarkers adds annotations to s's first device: at the time of every
+// 997th entry, and a nanosecond after every 1,499th, as the import orders
+// them (by time, stable).
+func addMarkers(s *Snapshot) {
+	q := &s.seqs[0]
+	evs := s.raw.mem[q.from:q.to]
+	for j := range evs {
+		for _, m := range []struct {
+			every int
+			after int64
+		}{{997, 0}, {1499, 1}} {
+			if j%m.every == 0 {
+				e := event{TimeNS: evs[j].TimeNS + m.after, frames: noFrames, text: s.text(fmt.Sprint("mark ", j))}
+				e.Kind, e.Marker = trace.KindMarker, trace.MarkerText
+				q.markers = append(q.markers, e)
+			}
+		}
+	}
+	sort.SliceStable(q.markers, func(a, b int) bool { return q.markers[a].TimeNS < q.markers[b].TimeNS })
+}
