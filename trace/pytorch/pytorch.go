@@ -1519,11 +1519,14 @@ func (c *converter) forwardParallel(evs []event, dev trace.DeviceID, k int, st *
 		}
 	}
 	each(func(p *part) {
-		t := p.carried
-		for i := p.lo; i < p.hi; i++ {
+		// Counted here, not in p: the parts share cache lines.
+		t, lo, hi := p.carried, p.lo, p.hi
+		var st stats
+		for i := lo; i < hi; i++ {
 			c.snap.entry(&evs[i], dev, &t)
-			p.st.add(&evs[i])
+			st.add(&evs[i])
 		}
+		p.st = st
 	})
 	for i := range parts {
 		st.merge(&parts[i].st)
