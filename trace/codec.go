@@ -371,6 +371,12 @@ func eventBound(e, prev *Event, maxAddr *uint64) int {
 	return n
 }
 
+// maxEventBound is the most eventBound gives: baseBound's type byte and
+// free mask, time, size, device and stream, and the rest of the fields,
+// and an address.
+const maxEventBound = 2 + binary.MaxVarintLen64 + binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 +
+	4*binary.MaxVarintLen64 + 1 + binary.MaxVarintLen64
+
 // addrBound is eventBound's term for an address when the chunk's largest
 // address so far is maxAddr.
 func addrBound(maxAddr uint64) int {

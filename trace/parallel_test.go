@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -105,9 +106,11 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		{ChunkEvents(5000), ChunkBytes(40960), Concurrency(4)},
 		{ChunkEvents(200), ChunkBytes(40960), Concurrency(2)},
 		{},
+		{ChunkEvents(300), ChunksByEvents(), Concurrency(3)},
+		{ChunkEvents(5000), ChunkBytes(2048), ChunksByEvents(), Concurrency(4)},
 	} {
-		scanWindow = []int{1 << 16, 1 << 16, 777, 5000, 1 << 16}[c]
-		measureBatch = []int{1 << 10, 13, 1, 1 << 10, 100}[c]
+		scanWindow = []int{1 << 16, 1 << 16, 777, 5000, 1 << 16, 1 << 16, 777}[c]
+		measureBatch = []int{1 << 10, 13, 1, 1 << 10, 100, 7, 1 << 10}[c]
 		var one, batch, ranged bytes.Buffer
 		w1, _ := NewWriter(&one, testHeader(), opts...)
 		wb, _ := NewWriter(&batch, testHeader(), opts...)
@@ -189,9 +192,34 @@ func TestWriteEventsSameBytes(t *testing.T) {
 			break
 		}
 	}
-	wr, _ := NewWriter(&buf4, testHeader(), ChunkEvents(1000), Concurrency(3))
-	got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
-	if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
+	for _, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}} {
+		buf4.Reset()
+		wr, _ := NewWriter(&buf4, testHeader(), opts...)
+		got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
+		if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
+		}
+	}
+}
+
+// TestMaxEventBound checks that maxEventBound bounds eventBound: an event
+// with every field at its largest, after one on another device and
+// stream, takes all of it.
+func TestMaxEventBound(t *testing.T) {
+	prev := &Event{Kind: KindAlloc, Device: 1, Stream: 1}
+	big := Event{Kind: KindAlloc, TimeNS: math.MinInt64, Addr: math.MaxUint64, SizeBytes: math.MaxUint64,
+		Device: -1 << 31, Stream: math.MaxUint32, Aux: math.MaxUint64, Text: 1, Stack: 1, Marker: 1}
+	var maxAddr uint64
+	if n := eventBound(&big, prev, &maxAddr); n != maxEventBound {
+		t.Fatalf("eventBound of the largest event: %d, maxEventBound %d", n, maxEventBound)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100000 {
+		e := Event{Kind: Kind(1 + r.IntN(int(NumKinds)-1)), TimeNS: int64(r.Uint64()), Addr: r.Uint64() >> r.IntN(64),
+			SizeBytes: r.Uint64() >> r.IntN(64), Device: DeviceID(r.Int32()), Stream: StreamID(r.Uint32()), Aux: r.Uint64() >> r.IntN(64)}
+		if n := eventBound(&e, prev, &maxAddr); n > maxEventBound {
+			t.Fatalf("eventBound %d of %+v exceeds maxEventBound %d", n, e, maxEventBound)
+		}
+		prev = &e
 	}
 }

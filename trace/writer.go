@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -36,8 +37,9 @@ type WriterOption func(*writerOptions)
 type writerOptions struct {
 	chunkEvents int
 	chunkBytes  int
-	workers     int // chunks compressed at once on other goroutines (see Concurrency)
-	version     int // format version written
+	byEvents    bool // chunkBytes is set from chunkEvents (ChunksByEvents)
+	workers     int  // chunks compressed at once on other goroutines (see Concurrency)
+	version     int  // format version written
 }
 
 // formatVersion makes the writer write format version v (1 to Version),
@@ -55,6 +57,15 @@ func ChunkEvents(n int) WriterOption {
 // before compression (at most 32 MiB).
 func ChunkBytes(n int) WriterOption {
 	return func(o *writerOptions) { o.chunkBytes = min(max(n, 1), maxChunkRaw/2) }
+}
+
+// ChunksByEvents makes the writer end a chunk by its events alone (see
+// ChunkEvents): its byte bound is set above what as many events can take
+// (maxEventBound bytes each, up to the bound's limit). WriteRange then
+// gives whole chunks to the compressors without measuring their events
+// first.
+func ChunksByEvents() WriterOption {
+	return func(o *writerOptions) { o.byEvents = true }
 }
 
 // Writer writes a trace file in chunks; its memory does not grow with the
@@ -103,6 +114,9 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	o := writerOptions{chunkEvents: DefaultChunkEvents, chunkBytes: DefaultChunkBytes, version: Version}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.byEvents {
+		o.chunkBytes = min(max(o.chunkBytes, o.chunkEvents*maxEventBound), maxChunkRaw/2)
 	}
 	// With Concurrency the workers compress every chunk: the writer's own
 	// encoder is never used, so it does not take a prepared one.
@@ -239,7 +253,13 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 		return errClosed
 	}
 	// Whole chunks, cut where WriteEvent would cut them (the table is
-	// empty: no string or stack can be defined meanwhile). A window of
+	// empty: no string or stack can be defined meanwhile). When no chunk
+	// can reach its byte bound and every event is valid, that is every
+	// chunkEvents events.
+	if w.opts.chunkEvents*maxEventBound <= w.opts.chunkBytes && w.valid(fill, i, n-i) {
+		return w.writeWhole(fill, i, n)
+	}
+	// Else a window of
 	// events at a time is measured on the compressors' number of
 	// goroutines (measure), then walked in order: the addresses' terms
 	// and where chunks end.
@@ -297,6 +317,67 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 		w.estBytes, w.estAddr = est, maxAddr
 	}
 	return nil
+}
+
+// writeWhole is WriteRange of the valid events i to n-1 when chunks end
+// every chunkEvents events: whole chunks go to the compressors at once,
+// the rest is the chunk in progress, its bound summed as WriteEvent sums
+// it.
+func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int) error {
+	var filled sync.WaitGroup
+	defer filled.Wait()
+	c := w.opts.chunkEvents
+	for ; n-i >= c; i += c {
+		if err := w.par.submitRange(fill, i, c, &filled); err != nil {
+			w.err = err
+			return err
+		}
+		w.nChunks++
+		w.nEvents += int64(c)
+	}
+	if i == n {
+		return nil
+	}
+	if cap(w.events) < n-i {
+		w.events = make([]Event, 0, c)
+	}
+	w.events = w.events[:n-i]
+	fill(w.events, i)
+	w.estBytes, w.estAddr = 0, 0
+	prev := &Event{}
+	for j := range w.events {
+		w.estBytes += eventBound(&w.events[j], prev, &w.estAddr)
+		prev = &w.events[j]
+	}
+	return nil
+}
+
+// valid reports whether the k events that fill gives from index i are
+// valid (kinds, strings and stacks defined), checked measureBatch at a
+// time on up to w.opts.workers goroutines.
+func (w *Writer) valid(fill func(dst []Event, i int), i, k int) bool {
+	parts := max(min(w.opts.workers, k/measureBatch), 1)
+	ok := make([]bool, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]Event, measureBatch)
+			for a := i + k*p/parts; a < i+k*(p+1)/parts; a += measureBatch {
+				evs := buf[:min(measureBatch, i+k*(p+1)/parts-a)]
+				fill(evs, a)
+				for j := range evs {
+					if e := &evs[j]; !e.Kind.Valid() || int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk {
+						return
+					}
+				}
+			}
+			ok[p] = true
+		}()
+	}
+	wg.Wait()
+	return !slices.Contains(ok, false)
 }
 
 // scanWindow is how many events WriteRange measures at a time, and

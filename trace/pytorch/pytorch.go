@@ -137,9 +137,11 @@ func chunkEvents(n int) int {
 const maxPrepared = 8
 
 // WriterOptions returns the options of the trace writer that ImportFile
-// writes s with: its chunks' size, and their compression on every core.
+// writes s with: its chunks' size (in events alone, so that the writer
+// need not measure the events before compressing them), and their
+// compression on every core.
 func (s *Snapshot) WriterOptions() []trace.WriterOption {
-	opts := []trace.WriterOption{trace.ChunkEvents(chunkEvents(s.summary.Events))}
+	opts := []trace.WriterOption{trace.ChunkEvents(chunkEvents(s.summary.Events)), trace.ChunksByEvents()}
 	if n := compressors(s.summary.Events); n > 1 {
 		opts = append(opts, trace.Concurrency(n))
 	}
