@@ -220,7 +220,8 @@ func (w *Writer) WriteEvents(evs []Event) error {
 // events i, i+1... (len(dst) of them). With Concurrency, the events of
 // each whole chunk are given again, and encoded, on the compressors, so
 // fill is then called concurrently (for different events); the writer
-// itself gives them a thousand at a time, only to find where chunks end.
+// itself gives them a thousand at a time, only to find where chunks end
+// (with ChunksByEvents, only to check that they are valid).
 // The file is what WriteEvent would write, event by event; fill is no
 // longer called once WriteRange returns.
 func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
