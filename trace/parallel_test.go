@@ -167,7 +167,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	}
 	// (A buffer for each writer: a writer with Concurrency writes on
 	// another goroutine.)
-	var buf2, buf3, buf4 bytes.Buffer
+	var buf2, buf3 bytes.Buffer
 	w, _ = NewWriter(&buf2, testHeader(), Concurrency(2))
 	err := w.WriteRange(3, func(dst []Event, i int) {
 		for j := range dst {
@@ -193,8 +193,8 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		}
 	}
 	for _, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}} {
-		buf4.Reset()
-		wr, _ := NewWriter(&buf4, testHeader(), opts...)
+		var out bytes.Buffer
+		wr, _ := NewWriter(&out, testHeader(), opts...)
 		got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
 		if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
