@@ -74,13 +74,20 @@ type streamer struct {
 	prepare   func(events int) // see Options.prepare
 }
 
-// estimate guesses the input's entries from the n entries that start
-// before offset off.
-func (s *streamer) estimate(n, off int) int {
+// perByte is the entries a byte of input held from the first entry to
+// offset off, n entries: the rate at which the estimates of the entries to
+// come are made (0 before the first entry).
+func (s *streamer) perByte(n, off int) float64 {
 	if off <= s.first {
 		return 0
 	}
-	return int(float64(n) * float64(s.size-s.first) / float64(off-s.first))
+	return float64(n) / float64(off-s.first)
+}
+
+// estimate guesses the input's entries from the n entries that start
+// before offset off.
+func (s *streamer) estimate(n, off int) int {
+	return n + int(float64(s.size-off)*s.perByte(n, off))
 }
 
 // NewEntry starts entry n's event; off is where its dict starts.
@@ -124,7 +131,7 @@ func (s *streamer) reserveFor(off, more int) {
 	}
 	want, est := 0, 0
 	if off > s.first {
-		est = int(float64(s.size-off)*float64(n+more)/float64(off-s.first)) + more
+		est = int(float64(s.size-off)*s.perByte(n+more, off)) + more
 		want = n + est + est/10 + 1024
 	}
 	s.log.grow(want, est)
@@ -315,9 +322,9 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 	// (grown by appending, they were copied as they grew, in fresh memory).
 	perChunk := 0
 	if n := s.log.Len(); n > 0 && off > s.first {
-		rate := float64(n) / float64(off-s.first)
+		rate := s.perByte(n, off)
 		perChunk = min(int(float64(chunkBytes)*rate*1.15)+64, 1<<16)
-		est := int(float64(s.size-off) * rate)
+		est := s.estimate(n, off) - n
 		if want := n + est + est/10 + 1024; !s.log.spilled() && want <= spillEvents && want > cap(s.log.mem) {
 			s.ready = make(chan []event, 1)
 			go func() {
