@@ -53,64 +53,64 @@ func parseSegments(p []byte) ([]Segment, bool) {
 	s := segParser{p: p, ok: true}
 	segs := []Segment{}
 	s.lit("[")
-	if s.peek(']') {
-		s.i++
-	} else {
-		for s.ok {
-			var g Segment
-			s.lit(`{"device":`)
-			g.Device = DeviceID(s.int32())
-			s.lit(`,"stream":`)
-			g.Stream = StreamID(s.uint())
-			s.lit(`,"addr":`)
-			g.Addr = s.uint()
-			s.lit(`,"size":`)
-			g.SizeBytes = s.uint()
-			s.lit(`,"pool":`)
-			g.Pool = s.str()
-			if s.has(`,"expandable":true`) {
-				g.Expandable = true
-			}
-			s.lit(`,"blocks":[`)
-			g.Blocks = []Block{}
-			if s.peek(']') {
-				s.i++
-			} else {
-				for s.ok {
-					var b Block
-					s.lit(`{"addr":`)
-					b.Addr = s.uint()
-					s.lit(`,"size":`)
-					b.SizeBytes = s.uint()
-					if s.has(`,"requested":`) {
-						b.RequestedBytes = s.uint()
-						if b.RequestedBytes == 0 {
-							s.ok = false // the writer leaves a zero out
-						}
-					}
-					s.lit(`,"state":`)
-					b.State = BlockState(s.str())
-					s.lit("}")
-					g.Blocks = append(g.Blocks, b)
-					if !s.has(",") {
-						break
-					}
-				}
-				s.lit("]")
-			}
-			s.lit("}")
-			segs = append(segs, g)
-			if !s.has(",") {
-				break
-			}
+	s.list(func() {
+		var g Segment
+		s.lit(`{"device":`)
+		g.Device = DeviceID(s.int32())
+		s.lit(`,"stream":`)
+		g.Stream = StreamID(s.uint())
+		s.lit(`,"addr":`)
+		g.Addr = s.uint()
+		s.lit(`,"size":`)
+		g.SizeBytes = s.uint()
+		s.lit(`,"pool":`)
+		g.Pool = s.str()
+		if s.has(`,"expandable":true`) {
+			g.Expandable = true
 		}
-		s.lit("]")
-	}
+		s.lit(`,"blocks":[`)
+		g.Blocks = []Block{}
+		s.list(func() {
+			var b Block
+			s.lit(`{"addr":`)
+			b.Addr = s.uint()
+			s.lit(`,"size":`)
+			b.SizeBytes = s.uint()
+			if s.has(`,"requested":`) {
+				b.RequestedBytes = s.uint()
+				if b.RequestedBytes == 0 {
+					s.ok = false // the writer leaves a zero out
+				}
+			}
+			s.lit(`,"state":`)
+			b.State = BlockState(s.str())
+			s.lit("}")
+			g.Blocks = append(g.Blocks, b)
+		})
+		s.lit("}")
+		segs = append(segs, g)
+	})
 	s.lit("}}")
 	if !s.ok || s.i != len(s.p) {
 		return nil, false
 	}
 	return segs, true
+}
+
+// list parses the items of an array whose "[" is read, and its "]":
+// item reads one.
+func (s *segParser) list(item func()) {
+	if s.peek(']') {
+		s.i++
+		return
+	}
+	for s.ok {
+		item()
+		if !s.has(",") {
+			break
+		}
+	}
+	s.lit("]")
 }
 
 func (s *segParser) peek(c byte) bool { return s.ok && s.i < len(s.p) && s.p[s.i] == c }
