@@ -538,7 +538,10 @@ func (a *Allocator) MallocAfter(freed []replay.Block, size uint64, stream trace.
 
 // completeAll is FreeCompleted of each block of freed. Whether they are
 // held back is decided once: freeing blocks makes no device call, so the
-// recorded events do not change between them.
+// recorded events do not change between them. (The block's lookup is
+// FreeCompleted's, written out again: shared in a method, it cost the
+// replay 5.5 instructions an event, cachegrind, BenchmarkReplayReal, with
+// and without the profile.)
 func (a *Allocator) completeAll(freed []replay.Block) {
 	hold := len(a.completions) > 0 || recordedRelease(a.dev.Recorded())
 	for _, blk := range freed {
