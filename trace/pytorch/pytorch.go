@@ -887,13 +887,20 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 		}
 		return ecs.err
 	}
-	// put writes x after the annotations of an earlier time.
-	put := func(x *event) error {
-		for len(ms) > 0 && ms[0].TimeNS < x.TimeNS {
+	// marks writes the annotations of a time before t.
+	marks := func(t int64) error {
+		for len(ms) > 0 && ms[0].TimeNS < t {
 			if err := w.put(&ms[0]); err != nil {
 				return err
 			}
 			ms = ms[1:]
+		}
+		return nil
+	}
+	// put writes x after the annotations of an earlier time.
+	put := func(x *event) error {
+		if err := marks(x.TimeNS); err != nil {
+			return err
 		}
 		return w.put(x)
 	}
@@ -921,11 +928,8 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 				if err := flushECs(k); err != nil {
 					return err
 				}
-				for len(ms) > 0 && ms[0].TimeNS < b[0].TimeNS {
-					if err := w.put(&ms[0]); err != nil {
-						return err
-					}
-					ms = ms[1:]
+				if err := marks(b[0].TimeNS); err != nil {
+					return err
 				}
 				n := len(b) // the run: up to the next event merged in
 				if ec != nil && int(ec.Addr) > k {
