@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -29,6 +30,10 @@ type parallel struct {
 	err     error // sticky: the first write or encoder error
 	stopped bool
 	version int // format version of the chunks
+	// dropping, on the writer goroutine, is set by a chunk that holds an
+	// invalid event: it and the chunks after it are not written (until
+	// Writer.writeWhole, with none in flight, clears it).
+	dropping bool
 }
 
 type chunkJob struct {
@@ -39,10 +44,14 @@ type chunkJob struct {
 	fill    func(dst []Event, i int)
 	from, n int
 	filled  *sync.WaitGroup
-	raw     []byte
-	comp    []byte
-	frame   []byte
-	ready   chan struct{} // closed when frame holds the chunk
+	// check, when set, has the compressor check the events fill gave: it
+	// notes the first invalid one there, and the chunk is not written.
+	check *rangeCheck
+	bad   bool
+	raw   []byte
+	comp  []byte
+	frame []byte
+	ready chan struct{} // closed when frame holds the chunk
 }
 
 func newParallel(w io.Writer, n, version int) *parallel {
@@ -98,8 +107,16 @@ func (p *parallel) compress() {
 			}
 			j.evs = j.evs[:j.n]
 			j.fill(j.evs, j.from)
+			if j.check != nil {
+				j.bad = j.check.scan(j.evs, j.from)
+			}
 			j.filled.Done()
-			j.fill, j.filled = nil, nil
+			j.fill, j.filled, j.check = nil, nil, nil
+			if j.bad {
+				j.frame = j.frame[:0]
+				close(j.ready)
+				continue
+			}
 		}
 		if len(j.evs) > 0 {
 			if ee == nil {
@@ -125,7 +142,8 @@ func (p *parallel) write(w io.Writer) {
 	defer p.workers.Done()
 	for j := range p.order {
 		<-j.ready
-		if p.error() == nil && len(j.frame) > 0 {
+		p.dropping = p.dropping || j.bad
+		if !p.dropping && p.error() == nil && len(j.frame) > 0 {
 			if _, err := w.Write(j.frame); err != nil {
 				p.fail(err)
 			}
@@ -142,7 +160,7 @@ func (p *parallel) submit(typ byte, raw []byte) error {
 		return err
 	}
 	j := <-p.free
-	j.typ, j.evs = typ, j.evs[:0]
+	j.typ, j.evs, j.bad = typ, j.evs[:0], false
 	j.raw = append(j.raw[:0], raw...)
 	j.ready = make(chan struct{})
 	p.pending.Add(1)
@@ -163,7 +181,7 @@ func (p *parallel) submitEvents(evs []Event) ([]Event, error) {
 	if next == nil {
 		next = make([]Event, 0, cap(evs))
 	}
-	j.typ, j.evs = chunkEvents, evs
+	j.typ, j.evs, j.bad = chunkEvents, evs, false
 	j.ready = make(chan struct{})
 	p.pending.Add(1)
 	p.order <- j
@@ -172,19 +190,44 @@ func (p *parallel) submitEvents(evs []Event) ([]Event, error) {
 }
 
 // submitRange queues an events chunk of n events that fill gives from
-// index from, on the compressor (filled.Done once given).
-func (p *parallel) submitRange(fill func([]Event, int), from, n int, filled *sync.WaitGroup) error {
+// index from, on the compressor (filled.Done once given, and checked
+// when check is not nil).
+func (p *parallel) submitRange(fill func([]Event, int), from, n int, filled *sync.WaitGroup, check *rangeCheck) error {
 	if err := p.error(); err != nil {
 		return err
 	}
 	j := <-p.free
-	j.typ, j.fill, j.from, j.n, j.filled = chunkEvents, fill, from, n, filled
+	j.typ, j.fill, j.from, j.n, j.filled, j.check, j.bad = chunkEvents, fill, from, n, filled, check, false
 	filled.Add(1)
 	j.ready = make(chan struct{})
 	p.pending.Add(1)
 	p.order <- j
 	p.jobs <- j
 	return nil
+}
+
+// rangeCheck is the check of a range's events on the compressors
+// (Writer.writeWhole): the first invalid event found.
+type rangeCheck struct {
+	nStr, nStk int          // the strings and stacks defined (Writer.invalid)
+	first      atomic.Int64 // the lowest index of an invalid event, + 1 (0: none)
+}
+
+// scan reports whether evs, events from to from+len(evs)-1, hold an
+// invalid one, noting the first.
+func (c *rangeCheck) scan(evs []Event, from int) bool {
+	for i := range evs {
+		if e := &evs[i]; !e.Kind.Valid() || int(e.Text) >= c.nStr || int(e.Stack) >= c.nStk {
+			g := int64(from+i) + 1
+			for {
+				f := c.first.Load()
+				if (f != 0 && f <= g) || c.first.CompareAndSwap(f, g) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // wait returns once every chunk submitted is written, with the first error.

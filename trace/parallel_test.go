@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"slices"
 	"testing"
 )
 
@@ -167,7 +168,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	}
 	// (A buffer for each writer: a writer with Concurrency writes on
 	// another goroutine.)
-	var buf2, buf3 bytes.Buffer
+	var buf2 bytes.Buffer
 	w, _ = NewWriter(&buf2, testHeader(), Concurrency(2))
 	err := w.WriteRange(3, func(dst []Event, i int) {
 		for j := range dst {
@@ -180,24 +181,49 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "event 2: invalid kind") {
 		t.Fatalf("WriteRange, invalid kind: %v", err)
 	}
-	// Deep in a range measured in several windows: the error WriteEvent
-	// gives, at the same event.
+	// Deep in a range measured in several windows, or in chunks the
+	// compressors check (ChunksByEvents): the error WriteEvent gives, at
+	// the same event, and the same file once the writer goes on. Invalid
+	// events in a whole chunk, in two, and in the chunk in progress (5,000
+	// events in whole chunks, 300 in the chunk in progress).
 	scanWindow, measureBatch = 777, 50
-	bad := append([]Event(nil), evs[:5000]...)
-	bad[3333].Kind = 200
-	var want error
-	w1, _ := NewWriter(&buf3, testHeader(), ChunkEvents(1000))
-	for _, e := range bad {
-		if want = w1.WriteEvent(e); want != nil {
-			break
+	for _, at := range [][]int{{3333}, {4999}, {2100, 1500}, {1000}, {0}, {4500, 3999}, {5200}, {5299, 4999}} {
+		bad := append([]Event(nil), evs[:5300]...)
+		for _, a := range at {
+			bad[a].Kind = 200
 		}
-	}
-	for _, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}} {
-		var out bytes.Buffer
-		wr, _ := NewWriter(&out, testHeader(), opts...)
-		got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
-		if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("WriteRange: %v, WriteEvent: %v", got, want)
+		first := slices.Min(at)
+		var want error
+		var buf3 bytes.Buffer
+		w1, _ := NewWriter(&buf3, testHeader(), ChunkEvents(1000))
+		for _, e := range bad[:first+1] {
+			if want = w1.WriteEvent(e); want != nil {
+				break
+			}
+		}
+		rest := evs[5300:5800]
+		for _, e := range rest {
+			if err := w1.WriteEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w1.Close()
+		for _, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}} {
+			var out bytes.Buffer
+			wr, _ := NewWriter(&out, testHeader(), opts...)
+			got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
+			if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("invalid at %v: WriteRange: %v, WriteEvent: %v", at, got, want)
+			}
+			if err := wr.WriteRange(len(rest), func(dst []Event, i int) { copy(dst, rest[i:]) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := wr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out.Bytes(), buf3.Bytes()) {
+				t.Fatalf("invalid at %v: after the error, WriteRange wrote %d bytes, WriteEvent %d", at, out.Len(), buf3.Len())
+			}
 		}
 	}
 }

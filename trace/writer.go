@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -230,7 +229,7 @@ func (w *Writer) eventError(e *Event, n int64) error {
 // each whole chunk are given again, and encoded, on the compressors, so
 // fill is then called concurrently (for different events); the writer
 // itself gives them a thousand at a time, only to find where chunks end
-// (with ChunksByEvents, only to check that they are valid).
+// (with ChunksByEvents, not at all: the compressors check them).
 // The file is what WriteEvent would write, event by event; fill is no
 // longer called once WriteRange returns.
 func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
@@ -266,7 +265,7 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 	// empty: no string or stack can be defined meanwhile). When no chunk
 	// can reach its byte bound and every event is valid, that is every
 	// chunkEvents events.
-	if w.opts.chunkEvents*maxEventBound <= w.opts.chunkBytes && w.valid(fill, i, n-i) {
+	if w.opts.chunkEvents*maxEventBound <= w.opts.chunkBytes {
 		return w.writeWhole(fill, i, n)
 	}
 	// Else a window of
@@ -302,7 +301,7 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 			est += b
 			cnt++
 			if cnt >= w.opts.chunkEvents || est >= w.opts.chunkBytes {
-				if err := w.par.submitRange(fill, start, cnt, &filled); err != nil {
+				if err := w.par.submitRange(fill, start, cnt, &filled, nil); err != nil {
 					w.err = err
 					return err
 				}
@@ -326,22 +325,53 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 	return nil
 }
 
-// writeWhole is WriteRange of the valid events i to n-1 when chunks end
-// every chunkEvents events: whole chunks go to the compressors at once,
-// the rest is the chunk in progress.
+// writeWhole is WriteRange of the events i to n-1 when chunks end every
+// chunkEvents events (if they are valid): whole chunks go to the
+// compressors at once, which check their events; the rest is the chunk in
+// progress. A chunk with an invalid event is not written, nor those after
+// it: from its first event on, the events go through WriteEvents, which
+// keeps those before the invalid one and returns its error.
 func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int) error {
 	var filled sync.WaitGroup
 	defer filled.Wait()
-	c := w.opts.chunkEvents
-	for ; n-i >= c; i += c {
-		if err := w.par.submitRange(fill, i, c, &filled); err != nil {
+	check := &rangeCheck{nStr: w.nStr, nStk: w.nStk}
+	c, from, sent := w.opts.chunkEvents, i, 0
+	for ; n-i >= c && check.first.Load() == 0; i += c {
+		if err := w.par.submitRange(fill, i, c, &filled, check); err != nil {
 			w.err = err
 			return err
 		}
-		w.nChunks++
-		w.nEvents += int64(c)
+		sent++
 	}
-	// The rest, the chunk in progress, as WriteEvents writes it.
+	w.nChunks += int64(sent)
+	w.nEvents += int64(sent * c)
+	// The rest, the chunk in progress, as WriteEvents writes it, while
+	// the compressors check theirs (less than a chunk: it ends none).
+	var err error
+	if check.first.Load() == 0 {
+		err = w.writeEvents(fill, i, n)
+	}
+	filled.Wait()
+	if bad := int(check.first.Load()) - 1; bad >= 0 {
+		// The chunks from the one holding it on are dropped, with none
+		// in flight once wait returns, and the chunk in progress (the
+		// writer's is empty when writeWhole is called).
+		if err := w.par.wait(); err != nil {
+			w.err = err
+			return err
+		}
+		w.par.dropping = false
+		drop := sent - (bad-from)/c
+		w.nChunks -= int64(drop)
+		w.nEvents -= int64(drop * c)
+		w.events, w.estBytes, w.estAddr = w.events[:0], 0, 0
+		return w.writeEvents(fill, from+(sent-drop)*c, n)
+	}
+	return err
+}
+
+// writeEvents is WriteEvents of the events i to n-1 that fill gives.
+func (w *Writer) writeEvents(fill func(dst []Event, i int), i, n int) error {
 	buf := w.scratch[:cap(w.scratch)]
 	for ; i < n; i += len(buf) {
 		k := min(len(buf), n-i)
@@ -351,34 +381,6 @@ func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int) error {
 		}
 	}
 	return nil
-}
-
-// valid reports whether the k events that fill gives from index i are
-// valid (kinds, strings and stacks defined), checked measureBatch at a
-// time on up to w.opts.workers goroutines.
-func (w *Writer) valid(fill func(dst []Event, i int), i, k int) bool {
-	parts := max(min(w.opts.workers, k/measureBatch), 1)
-	ok := make([]bool, parts)
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]Event, measureBatch)
-			for a := i + k*p/parts; a < i+k*(p+1)/parts; a += measureBatch {
-				evs := buf[:min(measureBatch, i+k*(p+1)/parts-a)]
-				fill(evs, a)
-				for j := range evs {
-					if w.invalid(&evs[j]) {
-						return
-					}
-				}
-			}
-			ok[p] = true
-		}()
-	}
-	wg.Wait()
-	return !slices.Contains(ok, false)
 }
 
 // scanWindow is how many events WriteRange measures at a time, and
