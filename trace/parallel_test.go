@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
-	"slices"
 	"testing"
 )
 

@@ -2,6 +2,7 @@ package pytorch
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -106,7 +107,16 @@ func TestForwardParallel(t *testing.T) {
 		evs := make([]event, 3000+r.IntN(3000))
 		tm := int64(1000)
 		for i := range evs {
-			e := event{Kind: trace.Kind(1 + r.IntN(int(trace.KindSegmentFree))), Addr: uint64(r.IntN(99)) * 512, Stream: trace.StreamID(r.IntN(3)), frames: noFrames, set: setAction}
+			// Mostly blocks, with bursts of segment releases (empty_cache()
+			// inferred or not), segment allocations and OOMs.
+			kind := trace.Kind(1 + r.IntN(int(trace.KindFreeCompleted)))
+			switch x := r.IntN(40); {
+			case x < 4:
+				kind = []trace.Kind{trace.KindSegmentAlloc, trace.KindSegmentMap, trace.KindOOM, trace.KindSnapshot}[x]
+			case x < 7 || (i > 0 && x < 30 && (evs[i-1].Kind == trace.KindSegmentFree || evs[i-1].Kind == trace.KindSegmentUnmap)):
+				kind = []trace.Kind{trace.KindSegmentFree, trace.KindSegmentUnmap}[x%2]
+			}
+			e := event{Kind: kind, Addr: uint64(r.IntN(99)) * 512, SizeBytes: uint64(1+r.IntN(3)) << 21, Stream: trace.StreamID(r.IntN(3)), frames: noFrames, set: setAction}
 			if i > 0 && r.IntN(3) == 0 {
 				e.TimeNS = 77 // no time: overwritten by the time before
 			} else {
@@ -114,6 +124,9 @@ func TestForwardParallel(t *testing.T) {
 				e.TimeNS, e.set = tm, e.set|setTimeOK
 			}
 			evs[i] = e
+		}
+		if round%2 == 0 {
+			evs[len(evs)-1].Kind = trace.KindSegmentFree // a burst at the end
 		}
 		want := append([]event(nil), evs...)
 		var ws stats
@@ -123,8 +136,25 @@ func TestForwardParallel(t *testing.T) {
 			ws.add(&want[i])
 		}
 		var gs stats
-		if !c.forwardParallel(evs, 3, 2+round%6, &gs) {
+		segs, ok := c.forwardParallel(evs, 3, 2+round%6, &gs)
+		if !ok {
 			t.Fatalf("round %d: not converted", round)
+		}
+		// The inference from the segment events alone, against the walk
+		// of every event (forward's when not in parallel).
+		init := &trace.InitialState{Segments: []trace.Segment{{Device: 3, SizeBytes: 40 << 20}}}
+		ref := &converter{snap: &Snapshot{}, opt: Options{MemoryCapBytes: 5 << 20}}
+		x := ref.newECInfer(3, init)
+		for i := range want {
+			x.add(&want[i])
+		}
+		x.finish()
+		got := &converter{snap: &Snapshot{}, opt: Options{MemoryCapBytes: 5 << 20}}
+		y := got.newECInfer(3, init)
+		y.inferParallel(evs, segs)
+		y.finish()
+		if !slices.Equal(got.snap.ecs.mem, ref.snap.ecs.mem) || y.retries != x.retries || y.inferred == 0 || x.retries == 0 {
+			t.Fatalf("round %d: %d empty_cache() inferred (%d retries), one by one %d (%d)", round, len(got.snap.ecs.mem), y.retries, len(ref.snap.ecs.mem), x.retries)
 		}
 		for i := range evs {
 			if evs[i] != want[i] {
@@ -135,7 +165,7 @@ func TestForwardParallel(t *testing.T) {
 			t.Fatalf("round %d: stats %+v, want %+v", round, gs, ws)
 		}
 		evs[len(evs)/2].Kind = trace.KindMarker
-		if c.forwardParallel(evs, 3, 3, &gs) {
+		if _, ok := c.forwardParallel(evs, 3, 3, &gs); ok {
 			t.Fatalf("round %d: a marker converted in parallel", round)
 		}
 	}
