@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
 )
 
 // TestBlkMap checks blkMap against a Go map through random puts, gets and
@@ -167,6 +168,96 @@ func TestForwardParallel(t *testing.T) {
 		evs[len(evs)/2].Kind = trace.KindMarker
 		if _, ok := c.forwardParallel(evs, 3, 3, &gs); ok {
 			t.Fatalf("round %d: a marker converted in parallel", round)
+		}
+	}
+}
+
+// pk builds a protocol 2 pickle of v, made of []any, map entries as
+// [][2]any (in order, keys may repeat), strings, ints and bools.
+func pk(v any) []byte {
+	var b []byte
+	var put func(v any)
+	put = func(v any) {
+		switch x := v.(type) {
+		case string:
+			b = append(b, 'X', byte(len(x)), 0, 0, 0)
+			b = append(b, x...)
+		case int:
+			b = append(b, 'J', byte(x), byte(x>>8), byte(x>>16), byte(x>>24))
+		case bool:
+			b = append(b, map[bool]byte{true: 0x88, false: 0x89}[x])
+		case []any:
+			b = append(b, ']', '(')
+			for _, it := range x {
+				put(it)
+			}
+			b = append(b, 'e')
+		case [][2]any:
+			b = append(b, '}', '(')
+			for _, p := range x {
+				put(p[0])
+				put(p[1])
+			}
+			b = append(b, 'u')
+		}
+	}
+	b = append(b, 0x80, 2)
+	put(v)
+	return append(b, '.')
+}
+
+// TestFinalStates checks finalStates on the segments list as the decoder
+// leaves it: a key given twice counts with its last value (as Python's
+// dict), only a bool makes a segment expandable, inactive blocks are not
+// live, and a segment or block that is not a dict is an error naming it.
+func TestFinalStates(t *testing.T) {
+	blk := func(addr int, state string) [][2]any {
+		return [][2]any{{"address", addr}, {"size", 512}, {"requested_size", 500}, {"state", state}}
+	}
+	segs := []any{
+		[][2]any{{"device", 0}, {"address", 1}, {"total_size", 20 << 20}, {"address", 1 << 21}, {"stream", 7},
+			{"blocks", []any{blk(1<<21, "active_allocated"), blk(1<<21+512, "inactive"), blk(1<<21+1024, "active_pending_free")}}},
+		[][2]any{{"device", 1}, {"address", 1 << 22}, {"total_size", 4 << 20}, {"is_expandable", 1}, {"segment_type", "small"}},
+		[][2]any{{"device", 1}, {"address", 1 << 23}, {"total_size", 4 << 20}, {"is_expandable", true}},
+	}
+	decode := func(v any) (*pickle.Doc, pickle.Value) {
+		doc, err := pickle.NewDecoder(pk(v)).DecodeDoc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc, doc.Root()
+	}
+	states, err := finalStates(decode(segs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, s1 := states[0], states[1]
+	if s0 == nil || s1 == nil || len(states) != 2 {
+		t.Fatalf("states %v", states)
+	}
+	if sg := s0.segs[1<<21]; sg == nil || sg.size != 20<<20 || sg.stream != 7 || sg.pool != "large" || len(s0.segs) != 1 {
+		t.Fatalf("device 0 segments %v", s0.segs)
+	}
+	a, okA := s0.active.get(1 << 21)
+	p, okP := s0.active.get(1<<21 + 1024)
+	if _, in := s0.active.get(1<<21 + 512); in || !okA || !okP || a != (rblk{size: 512, req: 500}) || !p.pending || s0.active.len() != 2 {
+		t.Fatalf("device 0 blocks %v %v %v %v", a, okA, p, okP)
+	}
+	if sg := s1.segs[1<<22]; sg == nil || sg.expandable || sg.pool != "small" {
+		t.Fatalf("an int is_expandable: %+v", sg)
+	}
+	if sg := s1.segs[1<<23]; sg == nil || !sg.expandable || s1.ends[1<<23+4<<20] != 1<<23 {
+		t.Fatalf("expandable segment %+v, ends %v", sg, s1.ends)
+	}
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{[]any{segs[0], "x"}, "segments[1] is a str, not a dict"},
+		{[]any{[][2]any{{"blocks", []any{blk(0, "inactive"), 5}}}}, "segments[0].blocks[1] is a int, not a dict"},
+	} {
+		if _, err := finalStates(decode(c.v)); err == nil || err.Error() != c.want {
+			t.Errorf("finalStates: %v, want %q", err, c.want)
 		}
 	}
 }

@@ -549,11 +549,18 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	// Everything but the trace entries is small: take it as Go values.
 	top := &pickle.Dict{}
 	traces := noFrames
+	var segs pickle.Value
+	hasSegs := false
 	var convErr error
 	doc.Pairs(root, func(k, v pickle.Value) bool {
 		key, _ := doc.Str(k)
 		if key == "device_traces" {
 			traces = v
+			top.Set(key, nil)
+			return true
+		}
+		if key == "segments" { // read where it is (finalStates)
+			segs, hasSegs = v, true
 			top.Set(key, nil)
 			return true
 		}
@@ -568,7 +575,8 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	if convErr != nil {
 		return nil, convErr
 	}
-	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: traces, stream: st}
+	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: traces, stream: st,
+		segs: segs, hasSegs: hasSegs}
 	c.snap.ecs.dir = opt.SpillDir
 	c.snap.summary.PickleBytes = int64(len(data))
 	if err := c.convert(top); err != nil {
@@ -1302,6 +1310,8 @@ type converter struct {
 	doc      *pickle.Doc
 	stream   *streamer    // the entries' events, when streamed
 	traces   pickle.Value // device_traces, or noFrames when absent
+	segs     pickle.Value // the final segments, when hasSegs
+	hasSegs  bool
 	opt      Options
 	snap     *Snapshot
 	set      settings
@@ -1357,12 +1367,11 @@ func (c *converter) convert(top *pickle.Dict) error {
 
 	var states map[int]*devState
 	if c.salvaged == nil {
-		var segs []any
-		if v, ok := top.Get("segments"); ok {
-			segs = asItems(v)
-		}
-		if states, err = finalStates(segs); err != nil {
-			return err
+		states = map[int]*devState{}
+		if c.hasSegs {
+			if states, err = finalStates(c.doc, c.segs); err != nil {
+				return err
+			}
 		}
 		for dev := range nTrace {
 			if states[dev] == nil {
