@@ -103,8 +103,10 @@ type Options struct {
 }
 
 // parallelMin is the events of a device from which its initial state is
-// rebuilt, and its events converted, on several goroutines.
-var parallelMin = 1 << 16
+// rebuilt, and its events converted, on several goroutines. (From 64K,
+// empty_cache's 62K events were undone and converted on one, 1.5-3 ms of
+// its import on the H200 host.)
+var parallelMin = 1 << 14
 
 // workers returns how many goroutines the conversion may use
 // (Options.Workers, at most 8).
@@ -673,6 +675,22 @@ type eventWriter struct {
 	batcher batcher // the sink, when it takes events in batches
 	batch   []trace.Event
 	plain   bool // the events putBlock is given have no stack or text
+
+	// queue set (by eachOf, for a device in memory), the events without
+	// a stack or text that put and putBlock are given wait in queued,
+	// runs of entries and single events, to go to the sink together
+	// (flushQueue): a device with many empty_cache() events merged in
+	// was written run by run, mostly on this goroutine.
+	queue   bool
+	queued  []queuedRun
+	nQueued int
+}
+
+// queuedRun is a run of events putBlock was given (in memory until
+// flushQueue), or, evs nil, one event put was given.
+type queuedRun struct {
+	evs []event
+	one event
 }
 
 // writeBatch is the events putBlock gives the sink at a time.
@@ -687,6 +705,16 @@ type batcher interface {
 // putBlock writes the events b, in order: in batches when the sink takes
 // them (an event with a stack or a text goes alone, through put).
 func (w *eventWriter) putBlock(b []event) error {
+	if w.queue && w.batcher != nil && !w.collect {
+		if w.plain || !slices.ContainsFunc(b, func(e event) bool { return e.frames != noFrames || e.text != 0 }) {
+			w.queued = append(w.queued, queuedRun{evs: b})
+			w.nQueued += len(b)
+			return nil
+		}
+		if err := w.flushQueue(); err != nil {
+			return err
+		}
+	}
 	if w.batcher == nil || w.collect {
 		for i := range b {
 			if err := w.put(&b[i]); err != nil {
@@ -767,11 +795,62 @@ func (w *eventWriter) str(v pickle.Value) trace.StringID {
 	return sid
 }
 
+// flushQueue writes the events queued, in order, as one range.
+func (w *eventWriter) flushQueue() error {
+	q, n := w.queued, w.nQueued
+	if len(q) == 0 {
+		return nil
+	}
+	w.queued, w.nQueued = q[:0], 0
+	starts := make([]int, len(q)) // each run's first event in the range
+	at := 0
+	for r := range q {
+		starts[r] = at
+		at += max(len(q[r].evs), 1)
+	}
+	err := w.batcher.WriteRange(n, func(dst []trace.Event, i int) {
+		r, _ := slices.BinarySearch(starts, i+1)
+		r--
+		for j := 0; j < len(dst); r++ {
+			x := &q[r]
+			if x.evs == nil {
+				dst[j] = x.one.Event()
+				j++
+				continue
+			}
+			off := i + j - starts[r]
+			m := min(len(x.evs)-off, len(dst)-j)
+			for t := range m {
+				dst[j+t] = x.evs[off+t].Event()
+			}
+			j += m
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("events %d to %d: %w", w.i, w.i+n-1, err)
+	}
+	if w.progress != nil && (w.i+n)>>18 != w.i>>18 {
+		w.progress("write", int64(w.i+n), w.total)
+	}
+	w.i += n
+	return nil
+}
+
 // put writes e, the next event.
 func (w *eventWriter) put(e *event) error {
 	if w.collect {
 		w.out = append(w.out, *e)
 		return nil
+	}
+	if w.queue && w.batcher != nil {
+		if e.frames == noFrames && e.text == 0 {
+			w.queued = append(w.queued, queuedRun{one: *e})
+			w.nQueued++
+			return nil
+		}
+		if err := w.flushQueue(); err != nil {
+			return err
+		}
 	}
 	ev := e.Event()
 	if e.frames != noFrames {
@@ -929,11 +1008,12 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	var t int64
 	k := 0
 	if q.conv && !mergeOneByOne {
-		w.plain = q.plain
-		defer func() { w.plain = false }()
+		w.plain, w.queue = q.plain, true
+		defer func() { w.plain, w.queue = false, false }()
 		// Converted in memory: the entries between two events merged in
 		// go to putBlock together (one by one, they kept the writer's
-		// compressors waiting on this goroutine).
+		// compressors waiting on this goroutine), and wait there with the
+		// empty_cache() events until an annotation or the end.
 		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
 			for len(b) > 0 {
 				if err := flushECs(k); err != nil {
@@ -998,6 +1078,9 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 		if err := w.put(&ms[i]); err != nil {
 			return err
 		}
+	}
+	if err := w.flushQueue(); err != nil {
+		return err
 	}
 	return ecs.err
 }
@@ -1602,8 +1685,8 @@ func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) er
 	inPlace := !raw.spilled()
 	w := seq.from
 	var t int64
+	stacks := st.stacks
 	if k := c.workers(); k > 1 && inPlace && seq.to-seq.from >= parallelMin {
-		stacks := st.stacks
 		if segs, ok := c.forwardParallel(raw.mem[seq.from:seq.to], seq.dev, k, st); ok {
 			// Converted in place, none dropped, no annotation.
 			if ec != nil {
@@ -1653,6 +1736,7 @@ func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats) er
 			return err
 		}
 	}
+	seq.plain = inPlace && st.stacks == stacks && st.kinds[trace.KindMarker] == kinds[trace.KindMarker]
 done:
 	if inPlace {
 		seq.to, seq.conv = w, true
