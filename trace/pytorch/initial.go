@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -166,7 +165,7 @@ func (st *devState) undo(evs []event) {
 // undoOne undoes the entry e. Entries without a known action have
 // KindInvalid: no case. A block's entries touch only its own address, and
 // segments' entries no block, so the blocks may be undone in parts, each
-// on its own goroutine (undoParallel).
+// on its own goroutine (converter.forwardUndo).
 func (st *devState) undoOne(e *event) {
 	switch e.Kind {
 	case trace.KindAlloc:
@@ -212,60 +211,6 @@ func (st *devState) undoOne(e *event) {
 // top 32 bits are scaled to k by a multiplication, not a division.
 func partOf(a uint64, k int) int {
 	return int(((a >> 9) * 0xc2b2ae3d27d4eb4f >> 32) * uint64(k) >> 32)
-}
-
-// undoParallel is undo of a device's events on k goroutines. The entries
-// are first sorted into k parts, by block (partOf; the segments' entries
-// go to part 0), each goroutine sorting a k-th of them; then each part is
-// undone from its own copy of its blocks' final state, and the states are
-// joined. The result is undo's. (Each part walking all the entries and
-// skipping the others' took baseline_s1 about 1.2 ms on 8 cores.)
-func (st *devState) undoParallel(evs []event, k int) {
-	parts := make([]*devState, k)
-	for p := range parts {
-		parts[p] = &devState{}
-	}
-	parts[0].segs, parts[0].ends = st.segs, st.ends
-	st.active.each(func(a uint64, b rblk) { parts[partOf(a, k)].active.put(a, b) })
-	idx := make([][]int32, k*k) // [r*k+p]: part p's entries among the r-th k-th of evs
-	var wg sync.WaitGroup
-	for r := range k {
-		wg.Go(func() {
-			lo, hi := len(evs)*r/k, len(evs)*(r+1)/k
-			lists := idx[r*k : (r+1)*k]
-			for p := range lists {
-				lists[p] = make([]int32, 0, (hi-lo)/k+(hi-lo)/(4*k)+16)
-			}
-			for i := lo; i < hi; i++ {
-				switch e := &evs[i]; {
-				case e.Kind >= trace.KindAlloc && e.Kind <= trace.KindFreeCompleted:
-					p := partOf(e.Addr, k)
-					lists[p] = append(lists[p], int32(i))
-				case e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap:
-					lists[0] = append(lists[0], int32(i))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for p, part := range parts {
-		wg.Go(func() {
-			for r := k - 1; r >= 0; r-- {
-				l := idx[r*k+p]
-				for j := len(l) - 1; j >= 0; j-- {
-					part.undoOne(&evs[l[j]])
-				}
-			}
-		})
-	}
-	wg.Wait()
-	st.active = blkMap{}
-	st.bad = 0
-	for _, part := range parts {
-		part.active.each(func(a uint64, b rblk) { st.active.put(a, b) })
-		st.bad += part.bad
-	}
-	st.segs, st.ends = parts[0].segs, parts[0].ends
 }
 
 // putRange records an expandable mapped range.
