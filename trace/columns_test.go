@@ -71,7 +71,7 @@ func TestColumnFrames(t *testing.T) {
 	}
 	var ee eventEncoder
 	raw := ee.encode(nil, evs, Version)
-	enc, err := newEncoder()
+	enc, err := newEncoder(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ type parallel struct {
 	err     error // sticky: the first write or encoder error
 	stopped bool
 	version int // format version of the chunks
+	level   int // the encoders' level (encoderLevels)
 	// dropping, on the writer goroutine, is set by a chunk that holds an
 	// invalid event: it and the chunks after it are not written (until
 	// Writer.writeWhole, with none in flight, clears it).
@@ -54,9 +55,10 @@ type chunkJob struct {
 	ready chan struct{} // closed when frame holds the chunk
 }
 
-func newParallel(w io.Writer, n, version int) *parallel {
+func newParallel(w io.Writer, n, version, level int) *parallel {
 	p := &parallel{
 		version: version,
+		level:   level,
 		jobs:    make(chan *chunkJob, 2*n),
 		order:   make(chan *chunkJob, 2*n),
 		free:    make(chan *chunkJob, 2*n),
@@ -93,7 +95,7 @@ func (p *parallel) compress() {
 	for j := range p.jobs {
 		if enc == nil {
 			var err error
-			if enc, err = getEncoder(); err != nil {
+			if enc, err = getEncoder(p.level); err != nil {
 				p.fail(err)
 				enc = nil
 				j.frame = j.frame[:0]
@@ -134,7 +136,7 @@ func (p *parallel) compress() {
 		close(j.ready)
 	}
 	if enc != nil {
-		encoders.Put(enc)
+		encoders[p.level].Put(enc)
 	}
 }
 

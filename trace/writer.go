@@ -39,6 +39,24 @@ type writerOptions struct {
 	byEvents    bool // chunkBytes is set from chunkEvents (ChunksByEvents)
 	workers     int  // chunks compressed at once on other goroutines (see Concurrency)
 	version     int  // format version written
+	fast        bool // FastCompression
+}
+
+// level returns the index of the writer's zstd level in encoderLevels.
+func (o *writerOptions) level() int {
+	if o.fast {
+		return 1
+	}
+	return 0
+}
+
+// FastCompression makes the writer compress at zstd's fastest level
+// instead of its default: 15-25% less CPU (BenchmarkEncode), and match
+// tables of 256 KiB instead of 1.25 MiB, fresh memory for each new
+// encoder, one per compressing goroutine. Traces are larger: 2-10% on
+// imported snapshots of 8K-event chunks, 19% on one of a single chunk.
+func FastCompression() WriterOption {
+	return func(o *writerOptions) { o.fast = true }
 }
 
 // formatVersion makes the writer write format version v (1 to Version),
@@ -123,7 +141,7 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	if o.workers > 1 {
 		get = getIdleEncoder
 	}
-	enc, err := get()
+	enc, err := get(o.level())
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +162,7 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 		wr.events = make([]Event, 0, wr.opts.chunkEvents)
 	}
 	if wr.opts.workers > 1 {
-		wr.par = newParallel(w, wr.opts.workers, wr.opts.version)
+		wr.par = newParallel(w, wr.opts.workers, wr.opts.version, wr.opts.level())
 	}
 	start := binary.AppendUvarint([]byte(Magic), uint64(wr.opts.version))
 	if _, err := w.Write(start); err != nil {
@@ -602,7 +620,7 @@ func (w *Writer) Close() error {
 		w.err = err
 		return err
 	}
-	encoders.Put(w.enc)
+	encoders[w.opts.level()].Put(w.enc)
 	w.enc = nil
 	if cap(w.events) > 0 && cap(w.events) <= DefaultChunkEvents {
 		idleBuffers.Put(&writerBuffers{events: w.events[:0], ee: w.ee, raw: w.raw[:0]})
@@ -616,16 +634,17 @@ func (w *Writer) Close() error {
 // reuses them.
 var idleBuffers sync.Pool
 
-// encoders holds idle zstd encoders: making one costs far more than a small trace.
-var encoders sync.Pool
+// encoders holds idle zstd encoders, by level (encoderLevels): making one
+// costs far more than a small trace.
+var encoders [len(encoderLevels)]sync.Pool
 
 // prepared holds what PrepareWriter readies for the next writers:
 // pending encoders are made or being made, and arrive on ch; when
 // bufsPending, a writer's buffers arrive on bufs.
 var prepared struct {
 	mu          sync.Mutex
-	pending     int
-	ch          chan *zstd.Encoder
+	pending     [len(encoderLevels)]int // by level
+	ch          [len(encoderLevels)]chan *zstd.Encoder
 	bufsPending bool
 	bufs        chan *writerBuffers
 }
@@ -652,16 +671,24 @@ const maxPrepared = 16
 // input) can have that done on another core meanwhile. Encoders and
 // buffers that earlier writers left idle are taken first. A writer that
 // needs what is being prepared waits for it. The traces written are the
-// same bytes.
-func PrepareWriter(n, events int) {
+// same bytes. Of opts, the writer's, only FastCompression counts: the
+// encoders are made at its level.
+func PrepareWriter(n, events int, opts ...WriterOption) {
 	chunk := DefaultChunkEvents
 	if events > 0 {
 		chunk = min(chunk, events+events/8+256) // an estimate: some room
 	}
+	var o writerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	lv := o.level()
 	prepared.mu.Lock()
 	defer prepared.mu.Unlock()
-	if prepared.ch == nil {
-		prepared.ch = make(chan *zstd.Encoder, maxPrepared)
+	if prepared.ch[lv] == nil {
+		prepared.ch[lv] = make(chan *zstd.Encoder, maxPrepared)
+	}
+	if prepared.bufs == nil {
 		prepared.bufs = make(chan *writerBuffers, 1)
 	}
 	if !prepared.bufsPending {
@@ -672,19 +699,19 @@ func PrepareWriter(n, events int) {
 			go func() { prepared.bufs <- newWriterBuffers(chunk) }()
 		}
 	}
-	n = min(n, maxPrepared-prepared.pending)
+	n = min(n, maxPrepared-prepared.pending[lv])
 	for range n {
-		prepared.pending++
-		if e, ok := encoders.Get().(*zstd.Encoder); ok {
-			prepared.ch <- e // an idle encoder's tables are warm
+		prepared.pending[lv]++
+		if e, ok := encoders[lv].Get().(*zstd.Encoder); ok {
+			prepared.ch[lv] <- e // an idle encoder's tables are warm
 			continue
 		}
 		go func() {
-			e, err := newEncoder()
+			e, err := newEncoder(lv)
 			if err == nil {
 				warmEncoder(e, min(warmBytes, chunk*warmPerEvent))
 			}
-			prepared.ch <- e // nil if it failed: the taker makes its own
+			prepared.ch[lv] <- e // nil if it failed: the taker makes its own
 		}()
 	}
 }
@@ -745,40 +772,42 @@ func warmEncoder(e *zstd.Encoder, n int) {
 	e.EncodeAll(src, make([]byte, 0, len(src)))
 }
 
-// getEncoder returns an encoder: a prepared one if any is pending, else
-// an idle or new one.
-func getEncoder() (*zstd.Encoder, error) {
+// getEncoder returns an encoder of level lv (encoderLevels): a prepared
+// one if any is pending, else an idle or new one.
+func getEncoder(lv int) (*zstd.Encoder, error) {
 	prepared.mu.Lock()
-	if prepared.pending > 0 {
-		prepared.pending--
+	if prepared.pending[lv] > 0 {
+		prepared.pending[lv]--
 		prepared.mu.Unlock()
-		if e := <-prepared.ch; e != nil {
+		if e := <-prepared.ch[lv]; e != nil {
 			return e, nil
 		}
-		return getIdleEncoder()
+		return getIdleEncoder(lv)
 	}
 	prepared.mu.Unlock()
-	return getIdleEncoder()
+	return getIdleEncoder(lv)
 }
 
-// getIdleEncoder returns an encoder from the pool, or a new one.
-func getIdleEncoder() (*zstd.Encoder, error) {
-	if e, ok := encoders.Get().(*zstd.Encoder); ok {
+// getIdleEncoder returns an encoder of level lv from the pool, or a new one.
+func getIdleEncoder(lv int) (*zstd.Encoder, error) {
+	if e, ok := encoders[lv].Get().(*zstd.Encoder); ok {
 		return e, nil
 	}
-	return newEncoder()
+	return newEncoder(lv)
 }
 
-func newEncoder() (*zstd.Encoder, error) {
+func newEncoder(lv int) (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(encoderLevel), zstd.WithWindowSize(encoderWindow))
+		zstd.WithEncoderLevel(encoderLevels[lv]), zstd.WithWindowSize(encoderWindow))
 }
 
-// encoderLevel is the zstd encoders' level. SpeedBetterCompression made
-// traces 0.8-2.6% smaller (baseline_s1 95.2 against 96.2 KB) but its match
-// tables are 4 MiB, fresh memory faulted in for each new encoder, and an
-// import compresses on every core; SpeedDefault's are 1.25 MiB.
-const encoderLevel = zstd.SpeedDefault
+// encoderLevels are the zstd encoders' levels: the default, and with
+// FastCompression the fastest. SpeedBetterCompression made traces
+// 0.8-2.6% smaller than the default (baseline_s1 95.2 against 96.2 KB)
+// but its match tables are 4 MiB, fresh memory for each new encoder, and
+// an import compresses on every core; the default's are 1.25 MiB, the
+// fastest's 256 KiB.
+var encoderLevels = [...]zstd.EncoderLevel{zstd.SpeedDefault, zstd.SpeedFastest}
 
 // encoderWindow is the zstd encoders' window. A chunk is compressed as one
 // frame, whose matches never reach outside it, and the header of a frame

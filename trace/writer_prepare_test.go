@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -14,23 +15,32 @@ import (
 // and that they take what was prepared.
 func TestPrepareWriterSameBytes(t *testing.T) {
 	const n = 3*DefaultChunkEvents + 123
-	for _, workers := range []int{1, 2} {
-		want, evs, _ := writeRandom(t, 11, n, Concurrency(workers))
-		PrepareWriter(workers, 0)
-		got, _, _ := writeRandom(t, 11, n, Concurrency(workers))
+	var byLevel [2][]byte
+	for c := range 4 {
+		workers, opts := 1+c%2, []WriterOption{Concurrency(1 + c%2)}
+		if c >= 2 {
+			opts = append(opts, FastCompression())
+		}
+		want, evs, _ := writeRandom(t, 11, n, opts...)
+		PrepareWriter(workers, 0, opts...)
+		got, _, _ := writeRandom(t, 11, n, opts...)
 		prepared.mu.Lock()
 		pending, bufs := prepared.pending, prepared.bufsPending
 		prepared.mu.Unlock()
-		if pending != 0 || bufs {
-			t.Errorf("%d workers: %d prepared encoders and buffers (%v) left untaken", workers, pending, bufs)
+		if pending != [2]int{} || bufs {
+			t.Errorf("case %d: %v prepared encoders and buffers (%v) left untaken", c, pending, bufs)
 		}
 		if !bytes.Equal(got, want) {
-			t.Fatalf("%d workers: %d bytes with prepared writer differ from the %d without", workers, len(got), len(want))
+			t.Fatalf("case %d: %d bytes with prepared writer differ from the %d without", c, len(got), len(want))
 		}
 		_, read, err := ReadAll(bytes.NewReader(got))
-		if err != nil || len(read) != len(evs) {
-			t.Fatalf("%d workers: read %d events, %v; want %d", workers, len(read), err, len(evs))
+		if err != nil || !slices.Equal(read, evs) {
+			t.Fatalf("case %d: read %d events, %v; want %d", c, len(read), err, len(evs))
 		}
+		byLevel[c/2] = got
+	}
+	if bytes.Equal(byLevel[0], byLevel[1]) {
+		t.Fatalf("FastCompression wrote the default level's bytes")
 	}
 	// Buffers prepared for the default chunk size are not given to a
 	// writer of larger chunks, which would outgrow them.
@@ -44,12 +54,18 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 // TestEncoderWindowSameBytes checks that the writer's encoder window gives
 // the bytes the level's default window gives, for chunks up to the window.
 func TestEncoderWindowSameBytes(t *testing.T) {
+	for lv := range encoderLevels {
+		testEncoderWindow(t, lv)
+	}
+}
+
+func testEncoderWindow(t *testing.T, lv int) {
 	def, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(encoderLevel))
+		zstd.WithEncoderLevel(encoderLevels[lv]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := newEncoder()
+	enc, err := newEncoder(lv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +85,7 @@ func TestEncoderWindowSameBytes(t *testing.T) {
 	for _, n := range []int{100, 5000, 200 << 10, 1 << 20, encoderWindow} {
 		src := all[:n]
 		if want, got := def.EncodeAll(src, nil), enc.EncodeAll(src, nil); !bytes.Equal(got, want) {
-			t.Fatalf("%d bytes: %d compressed bytes differ from the default window's %d", n, len(got), len(want))
+			t.Fatalf("level %d, %d bytes: %d compressed bytes differ from the default window's %d", lv, n, len(got), len(want))
 		}
 	}
 }
