@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -233,5 +234,43 @@ func TestImportHeaderFlags(t *testing.T) {
 	}
 	if _, stderr, code := runCLI("import", "-o", out, "--tag", "novalue", "../../trace/pytorch/testdata/basic.p5.pickle"); code != 2 || !strings.Contains(stderr, "KEY=VALUE") {
 		t.Errorf("bad --tag: exit %d, %q", code, stderr)
+	}
+}
+
+// TestImportGC checks that importGC turns the collector off for a plain
+// pickle only, and that what it returns restores the settings.
+func TestImportGC(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOGC")
+	os.Unsetenv("GOMEMLIMIT")
+	pct := debug.SetGCPercent(-1)
+	debug.SetGCPercent(pct)
+	for _, c := range []struct {
+		path string
+		off  bool
+	}{
+		{importTestdata + "basic.p5.pickle", true},
+		{importTestdata + "basic.p5.pickle.gz", false}, // its pickle may be far larger
+		{importTestdata + "missing.pickle", false},
+	} {
+		restore := importGC(c.path)
+		now := debug.SetGCPercent(-1)
+		debug.SetGCPercent(now)
+		limit := debug.SetMemoryLimit(-1)
+		restore()
+		if off := now < 0 && limit == gcOffLimitBytes; off != c.off {
+			t.Errorf("%s: collector off %v (percent %d, limit %d), want %v", c.path, off, now, limit, c.off)
+		}
+		if got := debug.SetGCPercent(pct); got != pct {
+			t.Errorf("%s: percent %d after the import, was %d", c.path, got, pct)
+		}
+	}
+	t.Setenv("GOGC", "100")
+	restore := importGC(importTestdata + "basic.p5.pickle")
+	now := debug.SetGCPercent(pct)
+	restore()
+	if now != pct {
+		t.Errorf("with GOGC set the collector's percent became %d", now)
 	}
 }
