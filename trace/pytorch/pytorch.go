@@ -164,16 +164,16 @@ func level(n int) []trace.WriterOption {
 }
 
 // fastMin is the events from which an imported trace is compressed at
-// zstd's fastest level (trace.FastCompression): then it has 8 chunks or
+// zstd's fastest level (trace.FastCompression): then it has 2 chunks or
 // more (see chunkEvents), an encoder for each on as many cores, and each
 // new encoder's match tables are fresh memory to fault in (1.25 MiB at
 // the default level, 256 KiB at the fastest). On the H200 host, the whole
-// command: baseline_s1 23.5 -> 17.5 ms (best of 9), train_s1 24.8 ->
-// 19.8, kv_decode_s1 46 -> 41. The traces are 2-10% larger (train_s1's
-// 3.30x smaller than its gzip'd pickle, the least); below fastMin, where
-// the fastest level lost more (fraction_retry's single chunk 19%: 2.76x),
-// the default is kept.
-const fastMin = trace.DefaultChunkEvents
+// command, best of 9: baseline_s1 23.5 -> 17.5 ms, train_s1 24.8 -> 19.8,
+// kv_decode_s1 46 -> 41, ring 13.3 -> 11.2, empty_cache 15.1 -> 13.8. The
+// traces are 2-10% larger (train_s1's 3.30x smaller than its gzip'd
+// pickle, the least); a trace of one chunk lost more (fraction_retry 19%:
+// 2.76x), and keeps the default.
+const fastMin = 2 * trace.DefaultChunkEvents / 8
 
 // compressors returns how many goroutines compress the chunks of an
 // imported trace of n events: one per core, at most one per chunk.
