@@ -113,8 +113,8 @@ func TestStreamedMatchesWhole(t *testing.T) {
 func TestParallelMatchesSequential(t *testing.T) {
 	// The initial state and the conversion on goroutines too, from 64
 	// events of a device on.
-	defer func(n int) { parallelMin = n }(parallelMin)
-	parallelMin = 64
+	defer func(n, m int) { parallelMin, partMin = n, m }(parallelMin, partMin)
+	parallelMin, partMin = 64, 16
 	for name, data := range testSnapshots(t) {
 		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
 		if err != nil {
