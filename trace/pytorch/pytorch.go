@@ -562,6 +562,9 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 		}
 	}
 	doc, err := dec.DecodeDoc()
+	if st != nil {
+		st.wait() // Merge's copies
+	}
 	if err != nil && stream {
 		if st.log.err != nil {
 			return nil, st.log.err // not an error of the pickle's

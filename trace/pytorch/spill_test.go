@@ -15,9 +15,10 @@ import (
 // of block events, until the function it returns is called (or the test
 // ends).
 func withSpill(t testing.TB, events, block int) func() {
-	oldEvents, oldBlock := spillEvents, spillBlock
-	spillEvents, spillBlock = events, block
-	restore := func() { spillEvents, spillBlock = oldEvents, oldBlock }
+	oldEvents, oldBlock, oldCopy := spillEvents, spillBlock, mergeCopyMin
+	// Merge's copies on other goroutines too, across the spills.
+	spillEvents, spillBlock, mergeCopyMin = events, block, 1
+	restore := func() { spillEvents, spillBlock, mergeCopyMin = oldEvents, oldBlock, oldCopy }
 	t.Cleanup(restore)
 	return restore
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -72,7 +73,16 @@ type streamer struct {
 
 	prepareAt int              // the offset from which to call prepare
 	prepare   func(events int) // see Options.prepare
+
+	// copies are Merge's copies of chunks' events into the log, made on
+	// other goroutines (the decoder, which merges the chunks in order,
+	// was the decode's slowest goroutine at its end). The log is not
+	// grown, spilled or read before they are done (wait).
+	copies sync.WaitGroup
 }
+
+// wait returns once Merge's copies into the log are done.
+func (s *streamer) wait() { s.copies.Wait() }
 
 // perByte is the entries a byte of input held from the first entry to
 // offset off, n entries: the rate at which the estimates of the entries to
@@ -114,6 +124,7 @@ func (s *streamer) reserve(off int) {
 // reserveFor is reserve when the entries up to off are those of the log
 // and more others (a chunk's, about to be added).
 func (s *streamer) reserveFor(off, more int) {
+	s.wait() // the log may move, or be written out
 	n := s.log.Len()
 	if n == 0 {
 		s.first = off
@@ -296,9 +307,11 @@ func (c *conv) action(e *event, v pickle.Value) bool {
 // (pickle.ParallelHandler).
 type chunkEntries struct {
 	conv
-	strs  int  // the decoder's strings at the fork: the chunk's own are above
-	texts bool // some event has a text
-	evs   []event
+	strs    int  // the decoder's strings at the fork: the chunk's own are above
+	texts   bool // some event has a text
+	evs     []event
+	copying sync.WaitGroup // Merge's copies of evs not yet done
+	async   bool           // Merge copied some on another goroutine
 }
 
 func (h *chunkEntries) NewEntry(n uint32, off int) {
@@ -359,10 +372,24 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 func (s *streamer) Release(h pickle.EntryHandler) {
 	c := h.(*chunkEntries)
 	c.doc = nil
-	select {
-	case s.chunks <- c:
-	default:
+	keep := func() {
+		select {
+		case s.chunks <- c:
+		default:
+		}
 	}
+	if c.async {
+		// Kept once Merge's copies of its events are done.
+		s.copies.Add(1)
+		go func() {
+			defer s.copies.Done()
+			c.copying.Wait()
+			c.async = false
+			keep()
+		}()
+		return
+	}
+	keep()
 }
 
 // Merge appends the events from to to-1 of the chunk handler h as entries
@@ -397,11 +424,27 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 			}
 		}
 		k := min(to-from, cap(l.mem)-len(l.mem))
-		l.mem = append(l.mem, c.evs[from:from+k]...)
+		dst, src := l.mem[len(l.mem):len(l.mem)+k], c.evs[from:from+k]
+		l.mem = l.mem[:len(l.mem)+k]
+		if k < mergeCopyMin {
+			copy(dst, src)
+		} else {
+			s.copies.Add(1)
+			c.copying.Add(1)
+			c.async = true
+			go func() {
+				defer s.copies.Done()
+				defer c.copying.Done()
+				copy(dst, src)
+			}()
+		}
 		from += k
 	}
 	return nil
 }
+
+// mergeCopyMin is the fewest events Merge copies on another goroutine.
+var mergeCopyMin = 1024
 
 // streamEntries is entries for a streamed decode: device_traces must be
 // a list of lists of streamed entries, each list the entries created next,

@@ -113,8 +113,8 @@ func TestStreamedMatchesWhole(t *testing.T) {
 func TestParallelMatchesSequential(t *testing.T) {
 	// The initial state and the conversion on goroutines too, from 64
 	// events of a device on.
-	defer func(n, m int) { parallelMin, partMin = n, m }(parallelMin, partMin)
-	parallelMin, partMin = 64, 16
+	defer func(n, m, c int) { parallelMin, partMin, mergeCopyMin = n, m, c }(parallelMin, partMin, mergeCopyMin)
+	parallelMin, partMin, mergeCopyMin = 64, 16, 1 // Merge's copies on other goroutines too
 	for name, data := range testSnapshots(t) {
 		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
 		if err != nil {
