@@ -269,7 +269,7 @@ type devSeq struct {
 	ecFrom, ecTo int     // its inferred empty_cache() events in ecs
 	markers      []event // its annotations, in time order
 	conv         bool    // its entries in raw are converted already (see entry)
-	plain        bool    // none of them has a stack or a text (putBlock need not look)
+	bare         bool    // none of them has a stack or a text (putBlock need not look)
 }
 
 const noFrames = ^pickle.Value(0)
@@ -706,7 +706,7 @@ type eventWriter struct {
 
 	batcher batcher // the sink, when it takes events in batches
 	batch   []trace.Event
-	plain   bool // the events putBlock is given have no stack or text
+	bare    bool // the events putBlock is given are all bare
 
 	// queue set (by eachOf, for a device in memory), the events without
 	// a stack or text that put and putBlock are given wait in queued,
@@ -716,6 +716,20 @@ type eventWriter struct {
 	queue   bool
 	queued  []queuedRun
 	nQueued int
+}
+
+// bare reports whether e has neither a stack nor a text: it goes to the
+// sink in batches.
+func (e *event) bare() bool { return e.frames == noFrames && e.text == 0 }
+
+// allBare reports whether every event of b is bare.
+func allBare(b []event) bool {
+	for i := range b {
+		if !b[i].bare() {
+			return false
+		}
+	}
+	return true
 }
 
 // queuedRun is a run of events putBlock was given (in memory until
@@ -738,7 +752,7 @@ type batcher interface {
 // them (an event with a stack or a text goes alone, through put).
 func (w *eventWriter) putBlock(b []event) error {
 	if w.queue && w.batcher != nil && !w.collect {
-		if w.plain || !slices.ContainsFunc(b, func(e event) bool { return e.frames != noFrames || e.text != 0 }) {
+		if w.bare || allBare(b) {
 			w.queued = append(w.queued, queuedRun{evs: b})
 			w.nQueued += len(b)
 			return nil
@@ -755,7 +769,7 @@ func (w *eventWriter) putBlock(b []event) error {
 		}
 		return nil
 	}
-	plain := w.plain || !slices.ContainsFunc(b, func(e event) bool { return e.frames != noFrames || e.text != 0 })
+	plain := w.bare || allBare(b)
 	if plain {
 		// Converted where the writer wants them, maybe on several
 		// goroutines at once (trace.Writer.WriteRange).
@@ -790,7 +804,7 @@ func (w *eventWriter) putBlock(b []event) error {
 	}
 	for i := range b {
 		e := &b[i]
-		if e.frames != noFrames || e.text != 0 {
+		if !e.bare() {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -875,7 +889,7 @@ func (w *eventWriter) put(e *event) error {
 		return nil
 	}
 	if w.queue && w.batcher != nil {
-		if e.frames == noFrames && e.text == 0 {
+		if e.bare() {
 			w.queued = append(w.queued, queuedRun{one: *e})
 			w.nQueued++
 			return nil
@@ -997,8 +1011,8 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	ms := q.markers
 	if q.conv && ec == nil && len(ms) == 0 {
 		// Converted in memory, nothing to merge in: the usual case.
-		w.plain = q.plain
-		defer func() { w.plain = false }()
+		w.bare = q.bare
+		defer func() { w.bare = false }()
 		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
 			return w.putBlock(b)
 		})
@@ -1040,8 +1054,8 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	var t int64
 	k := 0
 	if q.conv && !mergeOneByOne {
-		w.plain, w.queue = q.plain, true
-		defer func() { w.plain, w.queue = false, false }()
+		w.bare, w.queue = q.bare, true
+		defer func() { w.bare, w.queue = false, false }()
 		// Converted in memory: the entries between two events merged in
 		// go to putBlock together (one by one, they kept the writer's
 		// compressors waiting on this goroutine), and wait there with the
@@ -1804,7 +1818,7 @@ func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats, co
 		if ec != nil {
 			ec.inferParallel(raw.mem[seq.from:seq.to], conv.segs)
 		}
-		seq.plain = st.stacks == stacks
+		seq.bare = st.stacks == stacks
 		w = seq.to
 		goto done
 	}
@@ -1847,7 +1861,7 @@ func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats, co
 			return err
 		}
 	}
-	seq.plain = inPlace && st.stacks == stacks && st.kinds[trace.KindMarker] == kinds[trace.KindMarker]
+	seq.bare = inPlace && st.stacks == stacks && st.kinds[trace.KindMarker] == kinds[trace.KindMarker]
 done:
 	if inPlace {
 		seq.to, seq.conv = w, true
