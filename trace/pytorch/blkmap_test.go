@@ -51,9 +51,10 @@ func TestBlkMap(t *testing.T) {
 	}
 }
 
-// TestUndoParallel checks undoParallel against undo on random entries of
-// every kind over a few hundred addresses, from a random final state:
-// the same live blocks, segments and count of disagreeing entries.
+// TestUndoParallel checks forwardUndo's undo (without the conversion)
+// against undo on random entries of every kind over a few hundred
+// addresses, from a random final state: the same live blocks, segments
+// and count of disagreeing entries.
 func TestUndoParallel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for round := range 20 {
@@ -100,10 +101,12 @@ func TestUndoParallel(t *testing.T) {
 	}
 }
 
-// TestForwardParallel checks forwardParallel against entry and stats.add
-// over the events in order, with entries that carry no time (they take
-// the time before them, across the parts) and several streams; and that
-// it leaves events with a marker or no action to forward.
+// TestForwardParallel checks forwardUndo's conversion against entry and
+// stats.add over the events in order, with entries that carry no time
+// (they take the time before them, across the parts) and several
+// streams, its undo at the same time against undo, and inferParallel
+// against the inference over every event; and that it leaves events with
+// a marker or no action to forward.
 func TestForwardParallel(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	c := &converter{snap: &Snapshot{stacks: &stackTable{}}}

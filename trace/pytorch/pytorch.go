@@ -1772,7 +1772,7 @@ func (c *converter) forwardUndo(evs []event, dev trace.DeviceID, k int, convert 
 }
 
 // inferParallel is the empty_cache() inference of forward over a
-// device's events evs, converted by forwardParallel, which found its
+// device's events evs, converted by forwardUndo, which found its
 // segment events at segs: only they, and the event after a burst of
 // releases, which ends it, change the inference's state.
 func (ec *ecInfer) inferParallel(evs []event, segs []int32) {
@@ -1796,7 +1796,8 @@ func (ec *ecInfer) inferParallel(evs []event, segs []int32) {
 // forward reads a device's entries in order, converted: it counts them
 // by action, infers the empty_cache() calls (unless told not to) and adds
 // the events to st. Entries in memory are converted in place (the ones
-// skipped dropped), so that writing them reads them as they are.
+// skipped dropped), so that writing them reads them as they are; those
+// forwardUndo converted already (conv.ok) are only counted and inferred.
 func (c *converter) forward(seq *devSeq, init *trace.InitialState, st *stats, conv *convResult) error {
 	sum := &c.snap.summary
 	var ec *ecInfer
