@@ -749,18 +749,10 @@ type batcher interface {
 }
 
 // putBlock writes the events b, in order: in batches when the sink takes
-// them (an event with a stack or a text goes alone, through put).
+// them (an event with a stack or a text goes alone, through put). A block
+// of bare events goes to the sink as one range (flushQueue), and while
+// queue is set waits there for the next ones.
 func (w *eventWriter) putBlock(b []event) error {
-	if w.queue && w.batcher != nil && !w.collect {
-		if w.bare || allBare(b) {
-			w.queued = append(w.queued, queuedRun{evs: b})
-			w.nQueued += len(b)
-			return nil
-		}
-		if err := w.flushQueue(); err != nil {
-			return err
-		}
-	}
 	if w.batcher == nil || w.collect {
 		for i := range b {
 			if err := w.put(&b[i]); err != nil {
@@ -769,23 +761,16 @@ func (w *eventWriter) putBlock(b []event) error {
 		}
 		return nil
 	}
-	plain := w.bare || allBare(b)
-	if plain {
-		// Converted where the writer wants them, maybe on several
-		// goroutines at once (trace.Writer.WriteRange).
-		err := w.batcher.WriteRange(len(b), func(dst []trace.Event, i int) {
-			for j := range dst {
-				dst[j] = b[i+j].Event()
-			}
-		})
-		if err != nil {
-			return fmt.Errorf("events %d to %d: %w", w.i, w.i+len(b)-1, err)
+	if w.bare || allBare(b) {
+		w.queued = append(w.queued, queuedRun{evs: b})
+		w.nQueued += len(b)
+		if w.queue {
+			return nil
 		}
-		if w.progress != nil && (w.i+len(b))>>18 != w.i>>18 {
-			w.progress("write", int64(w.i+len(b)), w.total)
-		}
-		w.i += len(b)
-		return nil
+		return w.flushQueue()
+	}
+	if err := w.flushQueue(); err != nil {
+		return err
 	}
 	batch := w.batch[:0]
 	flush := func() error {
@@ -795,10 +780,7 @@ func (w *eventWriter) putBlock(b []event) error {
 		if err := w.batcher.WriteEvents(batch); err != nil {
 			return fmt.Errorf("events %d to %d: %w", w.i, w.i+len(batch)-1, err)
 		}
-		if w.progress != nil && (w.i+len(batch))>>18 != w.i>>18 {
-			w.progress("write", int64(w.i+len(batch)), w.total)
-		}
-		w.i += len(batch)
+		w.wrote(len(batch))
 		batch = batch[:0]
 		return nil
 	}
@@ -875,11 +857,16 @@ func (w *eventWriter) flushQueue() error {
 	if err != nil {
 		return fmt.Errorf("events %d to %d: %w", w.i, w.i+n-1, err)
 	}
+	w.wrote(n)
+	return nil
+}
+
+// wrote counts n events given to the sink, and reports the progress.
+func (w *eventWriter) wrote(n int) {
 	if w.progress != nil && (w.i+n)>>18 != w.i>>18 {
 		w.progress("write", int64(w.i+n), w.total)
 	}
 	w.i += n
-	return nil
 }
 
 // put writes e, the next event.
@@ -1009,18 +996,6 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	ecs := newCursor(&s.ecs, q.ecFrom, q.ecTo)
 	ec := ecs.next()
 	ms := q.markers
-	if q.conv && ec == nil && len(ms) == 0 {
-		// Converted in memory, nothing to merge in: the usual case.
-		w.bare = q.bare
-		defer func() { w.bare = false }()
-		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
-			return w.putBlock(b)
-		})
-		if err != nil {
-			return err
-		}
-		return ecs.err
-	}
 	// marks writes the annotations of a time before t.
 	marks := func(t int64) error {
 		for len(ms) > 0 && ms[0].TimeNS < t {
@@ -1056,10 +1031,11 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 	if q.conv && !mergeOneByOne {
 		w.bare, w.queue = q.bare, true
 		defer func() { w.bare, w.queue = false, false }()
-		// Converted in memory: the entries between two events merged in
-		// go to putBlock together (one by one, they kept the writer's
-		// compressors waiting on this goroutine), and wait there with the
-		// empty_cache() events until an annotation or the end.
+		// Converted in memory (the usual case): the entries between two
+		// events merged in go to putBlock together (one by one, they kept
+		// the writer's compressors waiting on this goroutine), and wait
+		// there with the empty_cache() events until an annotation or the
+		// end, to go to the writer as one range.
 		err := s.raw.blocks(q.from, q.to, false, func(_ int, b []event) error {
 			for len(b) > 0 {
 				if err := flushECs(k); err != nil {
