@@ -219,7 +219,7 @@ type rangeCheck struct {
 // invalid one, noting the first.
 func (c *rangeCheck) scan(evs []Event, from int) bool {
 	for i := range evs {
-		if e := &evs[i]; !e.Kind.Valid() || int(e.Text) >= c.nStr || int(e.Stack) >= c.nStk {
+		if invalidEvent(&evs[i], c.nStr, c.nStk) {
 			g := int64(from+i) + 1
 			for {
 				f := c.first.Load()

@@ -230,8 +230,12 @@ func (w *Writer) WriteEvents(evs []Event) error {
 
 // invalid reports whether WriteEvent refuses e: a kind it does not know,
 // or a string or stack not defined.
-func (w *Writer) invalid(e *Event) bool {
-	return !e.Kind.Valid() || int(e.Text) >= w.nStr || int(e.Stack) >= w.nStk
+func (w *Writer) invalid(e *Event) bool { return invalidEvent(e, w.nStr, w.nStk) }
+
+// invalidEvent reports whether e has a kind not known, or a string or
+// stack beyond the nStr strings and nStk stacks defined.
+func invalidEvent(e *Event, nStr, nStk int) bool {
+	return !e.Kind.Valid() || int(e.Text) >= nStr || int(e.Stack) >= nStk
 }
 
 // eventError is WriteEvent's error for e, invalid, event n of the trace.
