@@ -117,7 +117,7 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 }
 
 // docUint returns the int v as a uint64 (bit-cast; 0 when v is not a
-// number), as getUint does for a Go value.
+// number).
 func docUint(doc *pickle.Doc, v pickle.Value) uint64 {
 	i, _ := doc.Int(v)
 	return uint64(i)

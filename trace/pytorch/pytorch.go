@@ -1276,11 +1276,6 @@ func getInt(d *pickle.Dict, key string) (int64, bool) {
 	return toInt(v)
 }
 
-func getUint(d *pickle.Dict, key string) uint64 {
-	i, _ := getInt(d, key)
-	return uint64(i)
-}
-
 func asItems(v any) []any {
 	switch x := v.(type) {
 	case *pickle.List:

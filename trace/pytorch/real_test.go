@@ -283,3 +283,10 @@ func TestImportFileMapped(t *testing.T) {
 		}
 	}
 }
+
+// getUint is the int at key of a snapshot dict taken as Go values, as a
+// uint64 (0 when missing).
+func getUint(d *pickle.Dict, key string) uint64 {
+	i, _ := getInt(d, key)
+	return uint64(i)
+}
