@@ -622,11 +622,12 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 			idx := m &^ missKey
 			var v Value
 			switch {
-			case idx < abs:
-				var got bool
-				if v, got = d.memoGet(idx); !got {
-					ok = false
-				}
+			case idx < d.memoBase:
+				v = d.memoOldAt(idx)
+				ok = ok && v != memoHole
+			case idx < abs: // in memo (d.memo is DecodeDoc's as of its last store)
+				v = memo[idx-d.memoBase]
+				ok = ok && v != memoHole
 			case idx-abs <= uint64(df.m0): // the chunk's, up to the entry's dict
 				v = ch.memo[idx-abs]
 				if j := idx - abs; j == uint64(df.m0) {

@@ -217,3 +217,33 @@ func FuzzParallel(f *testing.F) {
 		}
 	})
 }
+
+// TestFetchableLocalMemo checks that a chunk's entry that fetched a string
+// the decoder memoized after its last store of the memo (DecodeDoc works
+// on its own copy) is left to redo, not a cut of the chunk: the chunk
+// keeps its entries.
+func TestFetchableLocalMemo(t *testing.T) {
+	d := NewDecoder(nil)
+	str, _ := strValue(3)
+	d.memo = []Value{str, str} // as of the last store
+	memo := []Value{str, str, tagMask, str, tagMask | 1}
+	for _, tc := range []struct {
+		miss uint64
+		keep bool
+	}{
+		{3 | missKey, true},  // a string key, in memo past d.memo
+		{3, true},            // a string value
+		{2 | missKey, false}, // an entry, not a string
+		{1 << 20, false},     // past everything memoized
+	} {
+		ch := &parChunk{n: 5, end: 100, memo: make([]Value, 10), ops: []uint32{5},
+			defers: []deferral{{k: 2, off: 40, m0: 4, ops: 0, misses: []uint64{tc.miss}}}}
+		d.fetchable(ch, memo)
+		if kept := ch.n == 5 && len(ch.defers) == 1; kept != tc.keep {
+			t.Errorf("miss %#x: chunk of %d entries, %d left, want kept %v", tc.miss, ch.n, len(ch.defers), tc.keep)
+		}
+		if !tc.keep && (ch.n != 2 || ch.end != 40 || len(ch.memo) != 4) {
+			t.Errorf("miss %#x: cut to %d entries ending at %d with %d memo entries, want 2, 40, 4", tc.miss, ch.n, ch.end, len(ch.memo))
+		}
+	}
+}
