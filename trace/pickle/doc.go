@@ -596,12 +596,13 @@ type Decoder struct {
 	// Workers, when above 1 and the handler is a ParallelHandler, is how
 	// many goroutines decode entries ahead of the decoder (see
 	// parallel.go).
-	Workers  int
-	par      *parallel
-	launched bool
-	parStats ParallelStats
-	redoer   *redoer         // redo's scratch state
-	Tuning   *ParallelTuning // nil: the defaults
+	Workers   int
+	par       *parallel
+	launched  bool
+	allAtOnce bool // the workers start all at once (see ParallelReady)
+	parStats  ParallelStats
+	redoer    *redoer         // redo's scratch state
+	Tuning    *ParallelTuning // nil: the defaults
 
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
@@ -1278,7 +1279,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			if d.entries != nil {
 				switch {
 				case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
-					if d.Workers > 1 && !d.launched && d.nEntries == d.launchAt() && !d.noFast {
+					if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
 						d.launched = true
 						d.launch(pos, memo)
 					}

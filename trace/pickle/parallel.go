@@ -2,7 +2,8 @@ package pickle
 
 import (
 	"bytes"
-	"slices"
+	"maps"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -13,7 +14,7 @@ import (
 // made the same way: EMPTY_DICT MEMOIZE MARK, the pairs, SETITEMS, with
 // MARK and APPENDS around every thousand of them and a FRAME every 64 KiB.
 // When the handler is a ParallelHandler and Decoder.Workers > 1,
-// DecodeDoc decodes the first parLaunch entries itself, then splits the
+// DecodeDoc decodes the first entries itself (see settled), then splits the
 // rest of the input into chunks that worker goroutines decode at once,
 // each from the first entry that starts in it (found by the bytes the
 // entries start with: EMPTY_DICT MEMOIZE MARK and the first key, as the
@@ -63,9 +64,11 @@ type ParallelHandler interface {
 }
 
 const (
-	// parLaunch is how many entries the decoder decodes itself before
-	// the workers start: the memo then holds the keys and actions.
-	parLaunch = 1024
+	// parLaunch is the fewest entries the decoder decodes itself before
+	// the workers start (the memo then holds the keys and actions), and
+	// parLaunchMax the most (see settled).
+	parLaunch    = 1024
+	parLaunchMax = 4096
 	// parMinBytes is the least input left at the launch for workers to
 	// be worth starting.
 	parMinBytes = 1 << 20
@@ -115,8 +118,9 @@ type parallel struct {
 	old     []memoBlock
 	base    uint64
 	shift   uint8
-	strs    []string // the decoder's strings at the launch
-	sig     []byte   // the bytes every entry starts with
+	strs    []string          // the decoder's strings at the launch
+	intern  map[string]uint32 // and those of them interned, up to launchInterned (read only)
+	sig     []byte            // the bytes every entry starts with
 	fork    func(*Doc) EntryHandler
 	release func(EntryHandler)
 
@@ -128,7 +132,10 @@ type parallel struct {
 	ramp   int          // tokens given so far, until 2w
 	quit   chan struct{}
 	claim  atomic.Int64
-	wg     sync.WaitGroup
+	// waiting is the chunk the decoder waits for (setHop): its worker
+	// yields its core to the decoder when done (see work).
+	waiting atomic.Int64
+	wg      sync.WaitGroup
 	// known holds strings memoized after the launch, by memo index, for
 	// the workers of chunks not yet started: a chunk's first memo entry
 	// of each of its strings, published when the decoder takes it (an
@@ -137,6 +144,23 @@ type parallel struct {
 	known     atomic.Pointer[map[uint64]string]
 	published map[string]bool // the strings in known
 	stats     ParallelStats
+}
+
+// ParallelReady is a ParallelHandler that says when the workers may
+// start. A worker cannot resolve a string first memoized after the
+// launch (an action first met then) until the decoder has taken the
+// chunk that memoized it: the chunks started before that leave the
+// entries that fetch it to the decoder, which decodes them again. The
+// workers therefore start one chunk at a time (three more for each the
+// decoder takes), unless the handler is ready: then they all start at
+// once.
+type ParallelReady interface {
+	ParallelHandler
+	// ReadyForWorkers is called, on the decoding goroutine, at the
+	// creation of each streamed entry from the launch's fewest entries
+	// on until the workers start; true when the entries so far have
+	// shown the strings most later entries fetch.
+	ReadyForWorkers() bool
 }
 
 // ParallelStats says how much of a decode the workers did.
@@ -159,12 +183,23 @@ type ParallelTuning struct {
 	ChunkBytes int    // bytes of input a chunk spans
 }
 
-// launchAt is the number of entries decoded before the workers start.
-func (d *Decoder) launchAt() uint32 {
+// settled reports, at the creation of a streamed entry, whether the
+// workers may start: with a tuning, once its After entries are decoded;
+// by default, after parLaunch entries, once a handler that is a
+// ParallelReady is ready, or after parLaunchMax entries.
+func (d *Decoder) settled() bool {
 	if d.Tuning != nil {
-		return d.Tuning.After
+		return d.nEntries >= d.Tuning.After
 	}
-	return parLaunch
+	if d.nEntries < parLaunch {
+		return false
+	}
+	r, ok := d.entries.(ParallelReady)
+	if ok && r.ReadyForWorkers() {
+		d.allAtOnce = true
+		return true
+	}
+	return !ok || d.nEntries >= parLaunchMax
 }
 
 // launch starts the workers on data[pos:], pos being the start of the
@@ -207,6 +242,7 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		base:      d.memoBase,
 		shift:     d.memoShift,
 		strs:      d.doc.strs[:len(d.doc.strs):len(d.doc.strs)],
+		intern:    launchIntern(d.doc),
 		sig:       append([]byte(nil), data[pos:pos+3+klen]...),
 		fork:      ph.Fork(pos, size),
 		release:   ph.Release,
@@ -228,13 +264,20 @@ func (d *Decoder) launch(pos int, memo []Value) {
 		}
 		p.chunks = append(p.chunks, &parChunk{lo: lo, hi: min(lo+sz, len(data)), done: make(chan struct{})})
 	}
-	// One chunk at first, then three more for each the decoder takes, up
-	// to 2w in flight: a chunk that starts before the decoder has taken
+	// 2w chunks in flight when the handler is ready (see ParallelReady);
+	// else one chunk at first, then three more for each the decoder
+	// takes, up to 2w: a chunk that starts before the decoder has taken
 	// the one before does not know the strings memoized since the launch
 	// (the actions not met before: their entries are left to the
 	// decoder).
-	p.tokens <- struct{}{}
-	p.ramp = 1
+	t0 := 1
+	if d.allAtOnce {
+		t0 = 2 * w
+	}
+	for range t0 {
+		p.tokens <- struct{}{}
+	}
+	p.ramp = t0
 	p.wg.Add(w)
 	for range w {
 		go p.work(d)
@@ -242,6 +285,18 @@ func (d *Decoder) launch(pos int, memo []Value) {
 	d.par = p
 	p.stats.Workers = w
 	p.setHop()
+}
+
+// launchInterned is the most interned strings the workers start with.
+const launchInterned = 1024
+
+// launchIntern returns a copy of doc's intern map for the workers, or nil
+// when it holds more than launchInterned strings.
+func launchIntern(doc *Doc) map[string]uint32 {
+	if len(doc.intern) > launchInterned {
+		return nil
+	}
+	return maps.Clone(doc.intern)
 }
 
 // work decodes chunks, in order, as long as tokens allow (a token is
@@ -267,6 +322,13 @@ func (p *parallel) work(d *Decoder) {
 			p.decode(d, ch, c == 0)
 		}
 		close(ch.done)
+		if p.waiting.Load() == int64(c) {
+			// The decoder was readied onto this core, where it would wait
+			// until this worker blocked: with a worker on every core, it
+			// waited 2 ms of baseline_s1's import on the H200 host while
+			// the workers decoded, then merged their chunks alone.
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -286,7 +348,11 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 		start += i
 	}
 	ch.start = start
-	doc := &Doc{strs: p.strs, intern: map[string]uint32{}}
+	// The strings interned at the launch keep their indexes in the chunk
+	// (its values of them need no mapping in take): every entry of a
+	// PyTorch snapshot memoizes a new "N/A".
+	doc := &Doc{strs: p.strs, intern: make(map[string]uint32, len(p.intern))}
+	maps.Copy(doc.intern, p.intern)
 	w := &Decoder{
 		data: data, doc: doc, par: &parallel{worker: true, defers: true, memo: p.memo},
 		memoBase: p.base, memoOld: p.old, memoShift: p.shift,
@@ -366,6 +432,7 @@ func (p *parallel) setHop() {
 	p.hop = -1
 	for p.next < len(p.chunks) {
 		ch := p.chunks[p.next]
+		p.waiting.Store(int64(p.next))
 		<-ch.done
 		if ch.start >= 0 {
 			p.hop = ch.start
@@ -475,10 +542,13 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		base := len(memo)
 		var pub map[uint64]string // strings new to the workers, at their first memo entry
 		seen := make([]bool, len(strs))
+		memo = memo[:base+len(ch.memo)]
+		dst := memo[base:]
 		for i, v := range ch.memo {
 			switch {
 			case v&tagMask == tagMask:
 				v += Value(first)
+			case len(strs) == 0: // no string of the chunk's own
 			case v&tagMask == inlineBit|strBit && int(v&^(inlineBit|strBit)) >= n0:
 				id := int(v&^(inlineBit|strBit)) - n0
 				if !seen[id] {
@@ -500,7 +570,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 				}
 				v = sv
 			}
-			memo = append(memo, v)
+			dst[i] = v
 		}
 		p.publish(pub)
 		e := tagMask | Value(first)
@@ -597,7 +667,10 @@ func (d *Decoder) growMemo(memo []Value, ch *parChunk, pos int) []Value {
 		rest := min(len(d.data)-pos, d.checkEvery)
 		n = max(n, int(float64(n)/float64(span)*float64(rest)*1.1))
 	}
-	return slices.Grow(memo, n)
+	t := make([]Value, len(memo), len(memo)+n)
+	Prefault(spare(t)) // before the copy, so that it faults in huge pages
+	copy(t, memo)
+	return t
 }
 
 // redoer is what redo reuses from one entry to the next (made anew for

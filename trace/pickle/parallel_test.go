@@ -17,6 +17,7 @@ import (
 type parRecorder struct {
 	recorder
 	merges int
+	own    int // the most strings of a chunk's own in a Merge
 }
 
 func (r *parRecorder) Fork(off, _ int) func(*Doc) EntryHandler {
@@ -29,6 +30,7 @@ func (r *parRecorder) Merge(h EntryHandler, from, to int, first uint32, end int,
 	}
 	r.entries = append(r.entries, h.(*recorder).entries[from:to]...)
 	r.merges++
+	r.own = max(r.own, len(strs))
 	return nil
 }
 
@@ -244,6 +246,115 @@ func TestFetchableLocalMemo(t *testing.T) {
 		}
 		if !tc.keep && (ch.n != 2 || ch.end != 40 || len(ch.memo) != 4) {
 			t.Errorf("miss %#x: cut to %d entries ending at %d with %d memo entries, want 2, 40, 4", tc.miss, ch.n, ch.end, len(ch.memo))
+		}
+	}
+}
+
+// readyRecorder is a parRecorder that is ready for the workers once an
+// entry has had the value ready, or never when ready is "".
+type readyRecorder struct {
+	parRecorder
+	ready string
+	calls int
+}
+
+func (r *readyRecorder) ReadyForWorkers() bool {
+	r.calls++
+	return r.ready != "" && strings.Contains(r.entries[len(r.entries)-1], "="+r.ready+":")
+}
+
+// newStrSnapshot returns a snapshot of n entries {action, addr, note}:
+// action "alloc", and from entry free on, every other one "free" (first
+// met there, then fetched from the memo); note a new "N/A" string object
+// in every entry, as PyTorch writes compile_context.
+func newStrSnapshot(n, free int) pk {
+	p := pk{opProto, 4}.op(opEmptyDict, opMemoize, opMark)
+	p = p.str("segments").op(opMemoize, opEmptyList, opMemoize)                                      // 0..2
+	p = p.str("device_traces").op(opMemoize, opEmptyList, opMemoize, opEmptyList, opMemoize, opMark) // 3..5
+	p = p.op(opEmptyDict, opMemoize, opMark).str("action").op(opMemoize).str("alloc").op(opMemoize)  // 6, 7, 8
+	p = p.str("addr").op(opMemoize).long(1<<40).str("note").op(opMemoize).str("N/A").op(opMemoize, opSetItems)
+	memo, freeAt := 12, 0 // "note" is 10, the first "N/A" 11
+	for i := 1; i < n; i++ {
+		if i%1000 == 0 {
+			p = p.op(opAppends, opMark)
+		}
+		p = p.op(opEmptyDict, opMemoize, opMark, opLongBinGet).op(le32(7)...)
+		memo++
+		switch {
+		case i == free:
+			p = p.str("free").op(opMemoize)
+			freeAt = memo
+			memo++
+		case i > free && i%2 == 0:
+			p = p.op(opLongBinGet).op(le32(freeAt)...)
+		default:
+			p = p.op(opLongBinGet).op(le32(8)...)
+		}
+		p = p.op(opLongBinGet).op(le32(9)...).long(1<<40 + uint64(i)*512)
+		p = p.op(opLongBinGet).op(le32(10)...).str("N/A").op(opMemoize, opSetItems)
+		memo++
+	}
+	return p.op(opAppends, opAppend, opSetItems, opStop)
+}
+
+func le32(x int) []byte { return []byte{byte(x), byte(x >> 8), byte(x >> 16), byte(x >> 24)} }
+
+// TestParallelLaunch checks when the workers start by default: after
+// parLaunch entries for a plain ParallelHandler; once a ParallelReady is
+// ready, all at once, none of the entries redone (the action new since
+// the launch is known to every chunk); after parLaunchMax entries for
+// one never ready. The chunks' strings interned at the launch keep their
+// indexes ("N/A", new in every entry, is none of a chunk's own). Every
+// decode is the sequential one's.
+func TestParallelLaunch(t *testing.T) {
+	const n, free = 40000, 1500
+	data := newStrSnapshot(n, free)
+	if len(data) < parMinBytes+free*50 {
+		t.Fatalf("the snapshot is %d bytes: too small for the workers", len(data))
+	}
+	want, wdoc, _, werr := decodePar(data, 1, nil)
+	if werr != nil || len(want.entries) != n {
+		t.Fatalf("sequential decode: %d entries, %v", len(want.entries), werr)
+	}
+	for _, tc := range []struct {
+		name     string
+		h        ParallelHandler
+		launchAt int // the entries before the launch
+	}{
+		{"plain", &parRecorder{}, parLaunch},
+		{"ready", &readyRecorder{ready: "free"}, free + 1},
+		{"never ready", &readyRecorder{}, parLaunchMax},
+	} {
+		d := NewDecoder(data)
+		d.Workers = 4
+		var rec *parRecorder
+		switch h := tc.h.(type) {
+		case *parRecorder:
+			rec = h
+		case *readyRecorder:
+			rec = &h.parRecorder
+		}
+		rec.recorder = recorder{doc: d.Doc(), kinds: true}
+		d.StreamEntries("device_traces", tc.h)
+		gdoc, gerr := d.DecodeDoc()
+		if diff := sameDecode(want, rec, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatalf("%s: %s", tc.name, diff)
+		}
+		st := d.ParallelStats()
+		// The entries the workers took: all but the first launchAt, less
+		// the few that the chunks' signature search skips.
+		if st.Workers != 4 || st.Entries > int64(n-tc.launchAt) || st.Entries < int64(n-tc.launchAt)*9/10 {
+			t.Errorf("%s: the workers decoded %d of the %d entries after the launch (%+v)", tc.name, st.Entries, n-tc.launchAt, st)
+		}
+		if tc.name == "ready" && (st.Redone != 0 || !d.allAtOnce) {
+			t.Errorf("%s: %d entries redone, all at once %v; want none redone, all at once", tc.name, st.Redone, d.allAtOnce)
+		}
+		if r, ok := tc.h.(*readyRecorder); ok && r.calls == 0 {
+			t.Errorf("%s: ReadyForWorkers never called", tc.name)
+		}
+		// Before the launch, the plain handler's decode has not met "free".
+		if own := rec.own; own > 1 || own == 1 && tc.name != "plain" {
+			t.Errorf("%s: a chunk had %d strings of its own, want none but one met after the launch", tc.name, own)
 		}
 	}
 }

@@ -155,6 +155,7 @@ type conv struct {
 	doc    *pickle.Doc
 	keyOf  []uint8 // string index -> entry key, 0 when not yet known
 	kindOf []uint8 // string index -> action kind + 1 (1: unknown), 0 when not yet known
+	kinds  uint32  // bit k: an action of kind k met
 }
 
 // errChunk ends a chunk decoded on a worker before an entry the chunk
@@ -288,6 +289,7 @@ func (c *conv) action(e *event, v pickle.Value) bool {
 			k = 1
 			if kind, known := actionKinds[str]; known {
 				k = uint8(kind) + 1
+				c.kinds |= 1 << kind
 			}
 			c.kindOf[id] = k
 		}
@@ -323,6 +325,17 @@ func (h *chunkEntries) SetEntry(n uint32, kv []pickle.Value) error {
 	err := h.set(n, e, kv, nil)
 	h.texts = h.texts || e.text != 0
 	return err
+}
+
+// ReadyForWorkers reports whether the entries so far have had the actions
+// most later entries fetch from the memo, alloc and the two frees
+// (pickle.ParallelReady): the workers then start all at once. A snapshot
+// meets its first free once the model has loaded (entry 127 to 1,165 of
+// the 16 real ones); rarer actions (segment_free, oom) come in few
+// entries.
+func (s *streamer) ReadyForWorkers() bool {
+	const want = 1<<trace.KindAlloc | 1<<trace.KindFreeRequested | 1<<trace.KindFreeCompleted
+	return s.kinds&want == want
 }
 
 // Fork readies the chunk handlers (pickle.ParallelHandler): each gets a

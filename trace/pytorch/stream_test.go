@@ -381,3 +381,35 @@ func testSnapshots(t *testing.T) map[string][]byte {
 	}
 	return out
 }
+
+// TestReadyForWorkers checks that the streamer lets the pickle decoder's
+// workers start all at once only after alloc and both frees have been
+// met, whatever their order, and not for other actions.
+func TestReadyForWorkers(t *testing.T) {
+	actions := []any{"alloc", "segment_alloc", "free_requested", "oom", "free_completed"}
+	doc, err := pickle.NewDecoder(pk(actions)).DecodeDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []pickle.Value
+	doc.Items(doc.Root(), func(_ int, v pickle.Value) bool { vs = append(vs, v); return true })
+	for _, order := range [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 4, 1, 0}} {
+		s := &streamer{conv: conv{doc: doc}}
+		for i, k := range order {
+			if s.ReadyForWorkers() {
+				t.Fatalf("order %v: ready after %d actions", order, i)
+			}
+			s.action(&event{}, vs[k])
+		}
+		if !s.ReadyForWorkers() {
+			t.Errorf("order %v: not ready after all actions", order)
+		}
+	}
+	s := &streamer{conv: conv{doc: doc}}
+	for _, k := range []int{0, 1, 2, 3} {
+		s.action(&event{}, vs[k])
+	}
+	if s.ReadyForWorkers() {
+		t.Error("ready without free_completed")
+	}
+}
