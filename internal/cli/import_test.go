@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -272,5 +273,49 @@ func TestImportGC(t *testing.T) {
 	restore()
 	if now != pct {
 		t.Errorf("with GOGC set the collector's percent became %d", now)
+	}
+}
+
+// gcWriter records the collector's percent at each write.
+type gcWriter struct{ pcts []int }
+
+func (w *gcWriter) Write(p []byte) (int, error) {
+	pct := debug.SetGCPercent(-1)
+	debug.SetGCPercent(pct)
+	w.pcts = append(w.pcts, pct)
+	return len(p), nil
+}
+
+// TestImportGCUntilOutput checks that the command turns the collector
+// back on only after its summary is written (turned on with the import's
+// heap live, it started a collection while the summary was printed), and
+// that it is back on when the command returns.
+func TestImportGCUntilOutput(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOGC")
+	os.Unsetenv("GOMEMLIMIT")
+	pct := debug.SetGCPercent(-1)
+	debug.SetGCPercent(pct)
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"fragsim", "import", importTestdata + "basic.p5.pickle", "-o", filepath.Join(t.TempDir(), "o.fst")}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		w := &gcWriter{}
+		if rc := Main(args, w, io.Discard); rc != 0 {
+			t.Fatalf("JSON %v: exit %d", asJSON, rc)
+		}
+		if len(w.pcts) == 0 {
+			t.Fatalf("JSON %v: no output", asJSON)
+		}
+		for i, p := range w.pcts {
+			if p != -1 {
+				t.Errorf("JSON %v: write %d with the collector at %d%%, want off", asJSON, i, p)
+			}
+		}
+		if got := debug.SetGCPercent(pct); got != pct {
+			t.Errorf("JSON %v: percent %d after the command, was %d", asJSON, got, pct)
+		}
 	}
 }
