@@ -2,6 +2,8 @@ package trace
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -52,7 +54,8 @@ func TestPrepareWriterSameBytes(t *testing.T) {
 }
 
 // TestEncoderWindowSameBytes checks that the writer's encoder window gives
-// the bytes the level's default window gives, for chunks up to the window.
+// the bytes a window as large as the levels' defaults (8 MiB) gives, with
+// the same blocks (see newEncoder), for chunks up to the window.
 func TestEncoderWindowSameBytes(t *testing.T) {
 	for lv := range encoderLevels {
 		testEncoderWindow(t, lv)
@@ -61,7 +64,7 @@ func TestEncoderWindowSameBytes(t *testing.T) {
 
 func testEncoderWindow(t *testing.T, lv int) {
 	def, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false),
-		zstd.WithEncoderLevel(encoderLevels[lv]))
+		zstd.WithWindowSize(8<<20), zstd.WithEncoderLevel(encoderLevels[lv]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func testEncoderWindow(t *testing.T, lv int) {
 	for _, n := range []int{100, 5000, 200 << 10, 1 << 20, encoderWindow} {
 		src := all[:n]
 		if want, got := def.EncodeAll(src, nil), enc.EncodeAll(src, nil); !bytes.Equal(got, want) {
-			t.Fatalf("level %d, %d bytes: %d compressed bytes differ from the default window's %d", lv, n, len(got), len(want))
+			t.Fatalf("level %d, %d bytes: %d compressed bytes differ from an 8 MiB window's %d", lv, n, len(got), len(want))
 		}
 	}
 }
@@ -107,6 +110,66 @@ func TestPrepareWriterSized(t *testing.T) {
 		PrepareWriter(1, n)
 		if got, _, _ := writeRandom(t, 15, n); !bytes.Equal(got, want) {
 			t.Fatalf("%d events: %d bytes with a closed writer's buffers differ from the %d without", n, len(got), len(want))
+		}
+	}
+}
+
+// TestEncoderOneBlock checks that both encoder levels compress an input of
+// up to 128 KiB as a single zstd block (the path without history), and a
+// larger one as several.
+func TestEncoderOneBlock(t *testing.T) {
+	src := make([]byte, 200<<10)
+	x := uint64(1)
+	for i := range src {
+		x = x*6364136223846793005 + 1442695040888963407
+		src[i] = byte(x>>59) + 'a' // compressible, not to nothing
+	}
+	for lv := range encoderLevels {
+		e, err := newEncoder(lv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{1000, 64<<10 + 1, 100 << 10, 128 << 10, 128<<10 + 1} {
+			frame := e.EncodeAll(src[:n], nil)
+			blocks, err := zstdBlocks(frame)
+			if err != nil {
+				t.Fatalf("level %d, %d bytes: %v", lv, n, err)
+			}
+			if want1 := n <= 128<<10; (blocks == 1) != want1 {
+				t.Errorf("level %d, %d bytes: %d blocks, want one: %v", lv, n, blocks, want1)
+			}
+		}
+	}
+}
+
+// zstdBlocks counts the blocks of a single zstd frame.
+func zstdBlocks(f []byte) (int, error) {
+	if len(f) < 6 || binary.LittleEndian.Uint32(f) != 0xFD2FB528 {
+		return 0, errors.New("not a zstd frame")
+	}
+	fhd := f[4]
+	pos := 5
+	if fhd&0x20 == 0 { // no single segment: a window byte
+		pos++
+	}
+	pos += [4]int{0, 1, 2, 4}[fhd&3] // dictionary ID
+	fcs := [4]int{0, 2, 4, 8}[fhd>>6]
+	if fcs == 0 && fhd&0x20 != 0 {
+		fcs = 1
+	}
+	pos += fcs
+	for n := 1; ; n++ {
+		if pos+3 > len(f) {
+			return 0, errors.New("cut block header")
+		}
+		h := int(f[pos]) | int(f[pos+1])<<8 | int(f[pos+2])<<16
+		size := h >> 3
+		if (h>>1)&3 == 1 { // RLE: one byte
+			size = 1
+		}
+		pos += 3 + size
+		if h&1 == 1 {
+			return n, nil
 		}
 	}
 }
