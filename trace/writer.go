@@ -2,7 +2,6 @@ package trace
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -124,7 +123,7 @@ func NewWriter(w io.Writer, h *Header, opts ...WriterOption) (*Writer, error) {
 	if h == nil {
 		h = &Header{}
 	}
-	hj, err := json.Marshal(h)
+	hj, err := marshalHeader(h)
 	if err != nil {
 		return nil, fmt.Errorf("trace: encoding header: %w", err)
 	}
