@@ -358,3 +358,33 @@ func TestParallelLaunch(t *testing.T) {
 		}
 	}
 }
+
+// TestSizeTables checks that a streamed decode starts with small tables
+// and a decode of the whole tree with tables for the input's first 256
+// KiB, and that both decode the same values.
+func TestSizeTables(t *testing.T) {
+	data := newStrSnapshot(20000, 100)
+	streamed, sdoc, _, err := decodePar(data, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(sdoc.kinds); c != 4096 {
+		t.Errorf("streamed: kinds of capacity %d, want 4096", c)
+	}
+	if c := cap(sdoc.items); c != 16384 {
+		t.Errorf("streamed: items of capacity %d, want 16384", c)
+	}
+	d := NewDecoder(data)
+	doc, err := d.DecodeDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(doc.kinds); c < initialBytes/8 {
+		t.Errorf("whole tree: kinds of capacity %d, want at least %d", c, initialBytes/8)
+	}
+	// The streamed entries are the tree's dicts.
+	traces, _ := doc.Get(doc.Root(), "device_traces")
+	if n := doc.Len(doc.Slice(traces)[0]); n != len(streamed.entries) || n != 20000 {
+		t.Errorf("the tree has %d entries, the streamed decode %d", n, len(streamed.entries))
+	}
+}
