@@ -3,6 +3,7 @@ package pytorch
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"sort"
 	"testing"
 
@@ -16,6 +17,7 @@ type eventOnly struct{ w *trace.Writer }
 func (s eventOnly) WriteEvent(e trace.Event) error      { return s.w.WriteEvent(e) }
 func (s eventOnly) String(x string) trace.StringID      { return s.w.String(x) }
 func (s eventOnly) Stack(f []trace.Frame) trace.StackID { return s.w.Stack(f) }
+func (s eventOnly) Flush() error                        { return s.w.Flush() }
 
 // TestEmitBatchedSameBytes checks that Emit, which gives a trace.Writer
 // the plain events in batches and ranges, runs between the events it
@@ -90,4 +92,54 @@ func addMarkers(s *Snapshot) {
 		}
 	}
 	sort.SliceStable(q.markers, func(a, b int) bool { return q.markers[a].TimeNS < q.markers[b].TimeNS })
+}
+
+// rangeCounter counts the events Emit gives a trace.Writer one at a time
+// and in ranges.
+type rangeCounter struct {
+	*trace.Writer
+	single, ranged int
+}
+
+func (c *rangeCounter) WriteEvent(e trace.Event) error {
+	c.single++
+	return c.Writer.WriteEvent(e)
+}
+
+func (c *rangeCounter) WriteEvents(evs []trace.Event) error {
+	c.single += len(evs)
+	return c.Writer.WriteEvents(evs)
+}
+
+func (c *rangeCounter) WriteRange(n int, fill func(dst []trace.Event, i int)) error {
+	c.ranged += n
+	return c.Writer.WriteRange(n, fill)
+}
+
+// TestEmitTextsInRanges checks that Emit defines the annotations' texts
+// first, so that the annotations go to the writer in the ranges of the
+// events around them: none of a snapshot's events one at a time.
+func TestEmitTextsInRanges(t *testing.T) {
+	data := testSnapshots(t)["testdata/real/empty_cache.pickle.gz"]
+	s, err := LoadPickle(data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addMarkers(s)
+	w, err := trace.NewWriter(io.Discard, s.Header(), s.WriterOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rangeCounter{Writer: w}
+	if err := s.Emit(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := s.summary.Events + len(s.seqs[0].markers)
+	if c.single != 0 || c.ranged < n || len(s.seqs[0].markers) < 100 {
+		t.Errorf("%d events one at a time, %d in ranges, want 0 and %d (%d annotations)", c.single, c.ranged, n, len(s.seqs[0].markers))
+	}
 }
