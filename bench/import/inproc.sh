@@ -13,7 +13,9 @@
 #
 # usage: bench/import/inproc.sh SNAPSHOT.pickle ...
 #   ROUNDS (default 7), K (default 5), TESTBIN (a `go test -c` binary of
-#   ./trace/pytorch; built into a temporary directory when unset).
+#   ./trace/pytorch; built into a temporary directory when unset), and
+#   OLD_TESTBIN: another such binary (an older commit's), timed in the
+#   same rounds, after or before TESTBIN in turn; its figures come first.
 set -euo pipefail
 rounds=${ROUNDS:-7} k=${K:-5}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fragsim-inproc.XXXXXX")
@@ -23,7 +25,10 @@ if [ -z "$bin" ]; then
 	bin=$tmp/pytorch.test
 	(cd "$(dirname "$0")/../.." && CGO_ENABLED=0 go test -c -o "$bin" ./trace/pytorch/)
 fi
-printf '%-24s %8s %20s %20s %8s %8s\n' file MB "pickle_s best/med" "import_s best/med" best_x med_x
+old=${OLD_TESTBIN:-}
+printf '%-24s %8s %20s %20s %8s %8s' file MB "pickle_s best/med" "import_s best/med" best_x med_x
+[ -z "$old" ] || printf ' %20s %8s %8s' "old_s best/med" old_x old_med_x
+echo
 for f in "$@"; do
 	f=$(realpath "$f")
 	for r in $(seq "$rounds"); do
@@ -39,14 +44,29 @@ for _ in range(int(sys.argv[2])):
     gc.collect()
 print("%.4f" % (sum(ts) / len(ts)))
 PY
-		FRAGSIM_BENCH_SNAPSHOT=$f "$bin" -test.run '^$' -test.bench 'BenchmarkImportFile$' -test.benchtime "${k}x" |
-			awk '/^BenchmarkImportFile/ { printf "%.4f\n", $3 / 1e9 }' >>"$tmp/go"
+		run() {
+			FRAGSIM_BENCH_SNAPSHOT=$f "$1" -test.run '^$' -test.bench 'BenchmarkImportFile$' -test.benchtime "${k}x" |
+				awk '/^BenchmarkImportFile/ { printf "%.4f\n", $3 / 1e9 }' >>"$2"
+		}
+		if [ -n "$old" ] && [ $((r % 2)) = 0 ]; then
+			run "$old" "$tmp/old"
+		fi
+		run "$bin" "$tmp/go"
+		if [ -n "$old" ] && [ $((r % 2)) = 1 ]; then
+			run "$old" "$tmp/old"
+		fi
 	done
 	best() { sort -g "$1" | head -1; }
 	median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 	pb=$(best "$tmp/py") pm=$(median "$tmp/py") gb=$(best "$tmp/go") gm=$(median "$tmp/go")
-	printf '%-24s %8.1f %9.4f/%-10.4f %9.4f/%-10.4f %7.1fx %7.1fx\n' "$(basename "$f")" \
+	printf '%-24s %8.1f %9.4f/%-10.4f %9.4f/%-10.4f %7.1fx %7.1fx' "$(basename "$f")" \
 		"$(awk -v s="$(stat -c %s "$f")" 'BEGIN { print s / 1048576 }')" "$pb" "$pm" "$gb" "$gm" \
 		"$(awk -v a="$pb" -v b="$gb" 'BEGIN { print a / b }')" "$(awk -v a="$pm" -v b="$gm" 'BEGIN { print a / b }')"
-	rm -f "$tmp/py" "$tmp/go"
+	if [ -n "$old" ]; then
+		ob=$(best "$tmp/old") om=$(median "$tmp/old")
+		printf ' %9.4f/%-10.4f %7.1fx %7.1fx' "$ob" "$om" \
+			"$(awk -v a="$pb" -v b="$ob" 'BEGIN { print a / b }')" "$(awk -v a="$pm" -v b="$om" 'BEGIN { print a / b }')"
+	fi
+	echo
+	rm -f "$tmp/py" "$tmp/go" "$tmp/old"
 done
