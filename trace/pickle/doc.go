@@ -387,6 +387,26 @@ const consumedEvery = 16 << 20
 // tables for the rest, when it does not stream entries.
 const sampleBytes = 4 << 20
 
+// streamValues, streamItems and streamChunks are the tables' first sizes
+// in a streamed decode (see sizeTables). When the items have outgrown
+// theirs and still grow between streamSampleBytes and twice that of
+// input, they grow with the entries (a snapshot with call stacks that
+// memoizes new frame dicts for every entry keeps each entry's frames list
+// and frame dicts), and the table is sized for the rest of the input at
+// that rate (reserveMore), as a decode of the whole tree sizes its tables
+// at sampleBytes. (Grown by appending, 100,000 entries with 8-frame
+// stacks made 140 MB of items tables, faulted in page by page: most of a
+// 20 MB snapshot's import on the development VM.) The values are not
+// sized so: streaming, their table is cut back to what is kept after each
+// entry, and its length at a sample says little (a 2M-entry snapshot whose
+// frames the memo shares would have had 12 MB of them for nothing).
+const (
+	streamValues      = 4096
+	streamItems       = 16384
+	streamChunks      = 64
+	streamSampleBytes = 1 << 20
+)
+
 // initialBytes is how much input NewDecoder sizes the tables for.
 const initialBytes = 256 << 10
 
@@ -394,6 +414,22 @@ const initialBytes = 256 << 10
 // pos bytes needed len(s).
 func reserve[T any](s []T, pos, total int) []T {
 	want := int(float64(len(s))/float64(pos)*float64(total)*1.2) + 1024
+	if want <= cap(s) {
+		return s
+	}
+	t := make([]T, 0, want)
+	Prefault(spare(t)) // before the copy, so that it faults in huge pages
+	return append(t, s...)
+}
+
+// reserveMore grows s's capacity to what the rest of the input needs (rest
+// bytes) if it grows as it did from length was over the last span bytes;
+// s is left as it is when it has not outgrown first, its first size.
+func reserveMore[T any](s []T, was int, span float64, rest, first int) []T {
+	if len(s) <= first || len(s) <= was {
+		return s
+	}
+	want := len(s) + int(float64(len(s)-was)/span*float64(rest)*1.2) + 1024
 	if want <= cap(s) {
 		return s
 	}
@@ -662,7 +698,7 @@ func (d *Decoder) sizeTables() {
 	n := min(len(d.data), initialBytes)
 	nv, ni, nc := n/8+16, n/4+16, n/64+16
 	if d.entries != nil {
-		nv, ni, nc = min(nv, 4096), min(ni, 16384), min(nc, 64)
+		nv, ni, nc = min(nv, streamValues), min(ni, streamItems), min(nc, streamChunks)
 	}
 	doc.kinds = make([]Kind, 0, nv)
 	doc.xs = make([]uint64, 0, nv)
@@ -1195,9 +1231,13 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		nextProgress = int(min(every, total))
 	}
 	sampleAt := len(data) + 1 // where to size the tables for the whole input
-	if len(data) > sampleBytes && d.entries == nil {
+	switch {
+	case len(data) > sampleBytes && d.entries == nil:
 		sampleAt = sampleBytes
+	case len(data) > 4*streamSampleBytes && d.entries != nil:
+		sampleAt = streamSampleBytes
 	}
+	var sampled *[2]int // streaming: the offset and the items at the first sample
 	// Every consumedEvery bytes: Consumed, the memo's compaction and the
 	// tables' limits.
 	nextConsumed := d.checkEvery
@@ -1220,10 +1260,19 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		}
 		if pos >= next {
 			if pos >= sampleAt {
-				kinds, xs = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data))
-				doc.items = reserve(doc.items, pos, len(data))
-				doc.chunks = reserve(doc.chunks, pos, len(data))
-				sampleAt = len(data) + 1
+				switch {
+				case d.entries == nil:
+					kinds, xs = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data))
+					doc.items = reserve(doc.items, pos, len(data))
+					doc.chunks = reserve(doc.chunks, pos, len(data))
+					sampleAt = len(data) + 1
+				case sampled == nil:
+					sampled = &[2]int{pos, len(doc.items)}
+					sampleAt = 2 * streamSampleBytes
+				default:
+					doc.items = reserveMore(doc.items, sampled[1], float64(pos-sampled[0]), len(data)-pos, streamItems)
+					sampleAt = len(data) + 1
+				}
 			}
 			if pos >= nextProgress {
 				d.Progress(int64(pos), total)

@@ -388,3 +388,39 @@ func TestSizeTables(t *testing.T) {
 		t.Errorf("the tree has %d entries, the streamed decode %d", n, len(streamed.entries))
 	}
 }
+
+// TestReserveMore checks when reserveMore sizes a table for the rest of
+// the input: only once it has outgrown its first size and grew over the
+// span, to its length plus the rest at that rate with a fifth more, its
+// values kept.
+func TestReserveMore(t *testing.T) {
+	s := make([]Value, 5000, 6000)
+	for i := range s {
+		s[i] = Value(i)
+	}
+	for _, c := range []struct {
+		s         []Value
+		was, cap0 int
+	}{
+		{s[:100], 10, 6000},    // not outgrown its first size (1000)
+		{s, 5000, 6000},        // grew nothing over the span
+		{s[:4000], 4100, 6000}, // shrank
+	} {
+		if got := reserveMore(c.s, c.was, 1<<20, 10<<20, 1000); cap(got) != c.cap0 || len(got) != len(c.s) {
+			t.Errorf("len %d, was %d: capacity %d, want it left at %d", len(c.s), c.was, cap(got), c.cap0)
+		}
+	}
+	got := reserveMore(s, 4000, 1<<20, 10<<20, 1000) // 1,000 more a MiB, 10 MiB left
+	if want := 5000 + 12000 + 1024; cap(got) != want || len(got) != 5000 {
+		t.Errorf("capacity %d and length %d, want %d and 5000", cap(got), len(got), want)
+	}
+	for i, v := range got {
+		if v != Value(i) {
+			t.Fatalf("value %d is %d after the copy", i, v)
+		}
+	}
+	roomy := make([]Value, 5000, 8000)
+	if got := reserveMore(roomy, 4999, 1<<20, 1000, 1000); cap(got) != 8000 {
+		t.Errorf("capacity %d for a need within it, want it left at 8000", cap(got))
+	}
+}
