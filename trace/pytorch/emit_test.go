@@ -117,29 +117,37 @@ func (c *rangeCounter) WriteRange(n int, fill func(dst []trace.Event, i int)) er
 }
 
 // TestEmitTextsInRanges checks that Emit defines the annotations' texts
-// first, so that the annotations go to the writer in the ranges of the
-// events around them: none of a snapshot's events one at a time.
+// and the call stacks first, so that the events with one go to the writer
+// in the ranges of the events around them: none of a snapshot's events
+// one at a time (with annotations added to empty_cache, and with stacks).
 func TestEmitTextsInRanges(t *testing.T) {
-	data := testSnapshots(t)["testdata/real/empty_cache.pickle.gz"]
-	s, err := LoadPickle(data, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	addMarkers(s)
-	w, err := trace.NewWriter(io.Discard, s.Header(), s.WriterOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &rangeCounter{Writer: w}
-	if err := s.Emit(c, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	n := s.summary.Events + len(s.seqs[0].markers)
-	if c.single != 0 || c.ranged < n || len(s.seqs[0].markers) < 100 {
-		t.Errorf("%d events one at a time, %d in ranges, want 0 and %d (%d annotations)", c.single, c.ranged, n, len(s.seqs[0].markers))
+	for _, name := range []string{"testdata/real/empty_cache.pickle.gz", "testdata/real/stacks.pickle.gz"} {
+		data := testSnapshots(t)[name]
+		s, err := LoadPickle(data, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		markers := 0
+		if name == "testdata/real/empty_cache.pickle.gz" {
+			addMarkers(s)
+			markers = len(s.seqs[0].markers)
+		}
+		w, err := trace.NewWriter(io.Discard, s.Header(), s.WriterOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &rangeCounter{Writer: w}
+		if err := s.Emit(c, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n := s.summary.Events + markers
+		stacks := len(s.stacks.stacks)
+		if c.single != 0 || c.ranged < n || (markers < 100 && stacks == 0) {
+			t.Errorf("%s: %d events one at a time, %d in ranges, want 0 and %d (%d annotations, %d stacks)", name, c.single, c.ranged, n, markers, stacks)
+		}
+		s.Close()
 	}
 }

@@ -687,17 +687,22 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 	if doc := s.doc; doc != nil {
 		w.strIDs = make([]uint32, doc.NumStrings())
 	}
-	if f, ok := sink.(flusher); ok && len(s.texts) > 1 {
-		// The texts are defined first, in a table of their own: the
-		// events with one then go to the sink with the others, in ranges
-		// compressed on every core. (Defined where each was first used,
-		// they cut the ranges, and the writer wrote every event after one
-		// up to its chunk's end itself: train_s1's 240 annotations sent
-		// all its 103,000 events through that path, 4-5 ms of its import
-		// on the H200 host against 1 ms for baseline_s1's.)
+	if f, ok := sink.(flusher); ok && (len(s.texts) > 1 || len(s.stacks.stacks) > 0) {
+		// The texts and stacks are defined first, in a table of their
+		// own: the events with one then go to the sink with the others,
+		// in ranges compressed on every core. (Defined where each was
+		// first used, they cut the ranges, and the writer wrote every
+		// event after one up to its chunk's end itself: train_s1's 240
+		// annotations sent all its 103,000 events through that path, 4-5
+		// ms of its import on the H200 host against 1 ms for
+		// baseline_s1's; with call stacks, every event went so.)
 		w.texts = make([]trace.StringID, len(s.texts))
-		for i, t := range s.texts[1:] {
-			w.texts[i+1] = sink.String(t)
+		for i := 1; i < len(s.texts); i++ {
+			w.texts[i] = sink.String(s.texts[i])
+		}
+		w.stackIDs = make([]trace.StackID, len(s.stacks.stacks))
+		for id := range s.stacks.stacks {
+			w.stackIDs[id] = w.stack(pickle.Value(id))
 		}
 		if err := f.Flush(); err != nil {
 			return err
@@ -720,6 +725,7 @@ type eventWriter struct {
 	frames   []trace.Frame
 	strIDs   []uint32         // doc string index -> sink StringID + 1
 	texts    []trace.StringID // s.texts index -> sink StringID, when defined first (see Emit)
+	stackIDs []trace.StackID  // stack id -> sink StackID, when defined first (see Emit)
 
 	collect bool
 	out     []event
@@ -738,10 +744,10 @@ type eventWriter struct {
 	nQueued int
 }
 
-// plain reports whether e goes to the sink in batches: it has no stack,
-// and no text or one defined first (see Emit).
+// plain reports whether e goes to the sink in batches: it has no stack
+// or one defined first, and no text or one defined first (see Emit).
 func (w *eventWriter) plain(e *event) bool {
-	return e.frames == noFrames && (e.text == 0 || w.texts != nil)
+	return (e.frames == noFrames || w.stackIDs != nil) && (e.text == 0 || w.texts != nil)
 }
 
 // allPlain reports whether every event of b is plain.
@@ -759,6 +765,9 @@ func (w *eventWriter) event(e *event) trace.Event {
 	ev := e.Event()
 	if e.text != 0 && w.texts != nil {
 		ev.Text = w.texts[e.text]
+	}
+	if e.frames != noFrames && w.stackIDs != nil {
+		ev.Stack = w.stackIDs[e.frames]
 	}
 	return ev
 }
@@ -918,23 +927,10 @@ func (w *eventWriter) put(e *event) error {
 	}
 	ev := e.Event()
 	if e.frames != noFrames {
-		w.frames = w.frames[:0]
-		for _, f := range w.s.stacks.stacks[e.frames] {
-			fr := trace.Frame{Line: f.line}
-			// The strings go to the sink in the order of the frame's keys.
-			if f.nameFirst && f.name != noFrames {
-				fr.Func = w.str(f.name)
-			}
-			if f.file != noFrames {
-				fr.File = w.str(f.file)
-			}
-			if !f.nameFirst && f.name != noFrames {
-				fr.Func = w.str(f.name)
-			}
-			w.frames = append(w.frames, fr)
-		}
-		if len(w.frames) > 0 {
-			ev.Stack = w.sink.Stack(w.frames)
+		if w.stackIDs != nil {
+			ev.Stack = w.stackIDs[e.frames]
+		} else {
+			ev.Stack = w.stack(e.frames)
 		}
 	}
 	if e.text != 0 {
@@ -952,6 +948,30 @@ func (w *eventWriter) put(e *event) error {
 	}
 	w.i++
 	return nil
+}
+
+// stack returns the sink's stack of the snapshot's stack id, defining it
+// and its strings (NoStack for a stack of no frames).
+func (w *eventWriter) stack(id pickle.Value) trace.StackID {
+	w.frames = w.frames[:0]
+	for _, f := range w.s.stacks.stacks[id] {
+		fr := trace.Frame{Line: f.line}
+		// The strings go to the sink in the order of the frame's keys.
+		if f.nameFirst && f.name != noFrames {
+			fr.Func = w.str(f.name)
+		}
+		if f.file != noFrames {
+			fr.File = w.str(f.file)
+		}
+		if !f.nameFirst && f.name != noFrames {
+			fr.Func = w.str(f.name)
+		}
+		w.frames = append(w.frames, fr)
+	}
+	if len(w.frames) == 0 {
+		return trace.NoStack
+	}
+	return w.sink.Stack(w.frames)
 }
 
 // seqReader reads a device's event sequence (see devSeq).
