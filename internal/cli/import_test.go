@@ -238,15 +238,22 @@ func TestImportHeaderFlags(t *testing.T) {
 	}
 }
 
-// TestImportGC checks that importGC turns the collector off for a plain
-// pickle only, and that what it returns restores the settings.
-func TestImportGC(t *testing.T) {
+// noGCEnv unsets GOGC and GOMEMLIMIT for the test and returns the
+// collector's percent.
+func noGCEnv(t *testing.T) int {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
 	os.Unsetenv("GOGC")
 	os.Unsetenv("GOMEMLIMIT")
 	pct := debug.SetGCPercent(-1)
 	debug.SetGCPercent(pct)
+	return pct
+}
+
+// TestImportGC checks that importGC turns the collector off for a plain
+// pickle only, and that what it returns restores the settings.
+func TestImportGC(t *testing.T) {
+	pct := noGCEnv(t)
 	for _, c := range []struct {
 		path string
 		off  bool
@@ -291,12 +298,7 @@ func (w *gcWriter) Write(p []byte) (int, error) {
 // heap live, it started a collection while the summary was printed), and
 // that it is back on when the command returns.
 func TestImportGCUntilOutput(t *testing.T) {
-	t.Setenv("GOGC", "")
-	t.Setenv("GOMEMLIMIT", "")
-	os.Unsetenv("GOGC")
-	os.Unsetenv("GOMEMLIMIT")
-	pct := debug.SetGCPercent(-1)
-	debug.SetGCPercent(pct)
+	pct := noGCEnv(t)
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"fragsim", "import", importTestdata + "basic.p5.pickle", "-o", filepath.Join(t.TempDir(), "o.fst")}
 		if asJSON {
