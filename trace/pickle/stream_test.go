@@ -591,6 +591,26 @@ func TestTake(t *testing.T) {
 	if got, err := doc.ToAny(keep); err != nil || fmt.Sprint(plain(t, got)) != "[[3]]" {
 		t.Errorf("keep = %v (%v), want [[3]]", plain(t, got), err)
 	}
+	// A list below its entry on the stack is kept: the entry (memo 4) and
+	// the int below it are popped, the list made, and the entry pushed
+	// again from the memo, where it was made.
+	b := head().op(opBinInt1, 9, opEmptyDict, opMemoize, opPop, opPop)     // 4
+	b = b.op(opEmptyList, opMemoize, opMark, opBinInt1, 7, opAppends)      // 5
+	b = b.op(opBinGet, 4, opMark).str("frames").op(opMemoize, opBinGet, 5) // 6
+	b = b.op(opSetItems, opAppends, opAppend, opSetItems, opStop)
+	d = NewDecoder(b)
+	r = &taker{dec: d}
+	d.StreamEntries("device_traces", r)
+	if doc, err = d.DecodeDoc(); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := d.memoGet(5)
+	if got, err := doc.ToAny(v); v&tagMask == tagMask || err != nil || fmt.Sprint(plain(t, got)) != "[7]" {
+		t.Errorf("the list below the entry is %#x = %v (%v), want it kept: [7]", v, plain(t, got), err)
+	}
+	if want := []string{"L1 "}; !reflect.DeepEqual(r.entries, want) {
+		t.Errorf("entries %q, want %q", r.entries, want)
+	}
 }
 
 // TestTakeReal decodes the real snapshot with stacks with every frames
