@@ -413,7 +413,12 @@ const initialBytes = 256 << 10
 // reserve grows s's capacity to what the whole input needs if the first
 // pos bytes needed len(s).
 func reserve[T any](s []T, pos, total int) []T {
-	want := int(float64(len(s))/float64(pos)*float64(total)*1.2) + 1024
+	return withRoom(s, int(float64(len(s))/float64(pos)*float64(total)*1.2)+1024)
+}
+
+// withRoom returns s, or a copy of it with room for want values when it
+// has less, the room faulted in on another core.
+func withRoom[T any](s []T, want int) []T {
 	if want <= cap(s) {
 		return s
 	}
@@ -429,13 +434,7 @@ func reserveMore[T any](s []T, was int, span float64, rest, first int) []T {
 	if len(s) <= first || len(s) <= was {
 		return s
 	}
-	want := len(s) + int(float64(len(s)-was)/span*float64(rest)*1.2) + 1024
-	if want <= cap(s) {
-		return s
-	}
-	t := make([]T, 0, want)
-	Prefault(spare(t)) // before the copy, so that it faults in huge pages
-	return append(t, s...)
+	return withRoom(s, len(s)+int(float64(len(s)-was)/span*float64(rest)*1.2)+1024)
 }
 
 // MaxInputBytes is the largest pickle DecodeDoc accepts. (The tables it

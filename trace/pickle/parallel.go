@@ -672,10 +672,7 @@ func (d *Decoder) growMemo(memo []Value, ch *parChunk, pos int) []Value {
 		rest := min(len(d.data)-pos, d.checkEvery)
 		n = max(n, int(float64(n)/float64(span)*float64(rest)*1.1))
 	}
-	t := make([]Value, len(memo), len(memo)+n)
-	Prefault(spare(t)) // before the copy, so that it faults in huge pages
-	copy(t, memo)
-	return t
+	return withRoom(memo, len(memo)+n)
 }
 
 // redoer is what redo reuses from one entry to the next (made anew for
