@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"github.com/fragsim/fragsim/analysis"
@@ -59,10 +58,11 @@ func runImport(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("import: want one SNAPSHOT argument, got %d", c.NArg()))
 	}
 	in, out := c.Args().First(), c.String("output")
+	head := readHead(in)
 	format := c.String("format")
 	switch format {
 	case "auto":
-		format = importDetect(in)
+		format = importDetect(in, head)
 	case "pytorch", "rmm":
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
@@ -105,7 +105,7 @@ func runImport(c *cli.Context) error {
 		// import's heap live, turning the collector back on started a
 		// collection (about 1 ms of baseline_s1's command on the H200
 		// host, the summary's printing held in a mark assist).
-		defer importGC(in)()
+		defer importGC(head)()
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
 		if err != nil {
@@ -128,9 +128,37 @@ func runImport(c *cli.Context) error {
 	return nil
 }
 
-// importGC turns the garbage collector off for the import of the file
-// path when it is a plain pickle of at most gcOffMaxBytes (and neither
-// GOGC nor GOMEMLIMIT is set), and returns what restores the settings.
+// inputHead is what the import command reads of its input before
+// importing it: its first bytes, and whether it is a regular file of size
+// bytes.
+type inputHead struct {
+	bytes   []byte
+	regular bool
+	size    int64
+}
+
+// readHead reads the first 7 bytes of the file path (fewer when it is
+// shorter; none when it cannot be read: the import reports the error).
+func readHead(path string) inputHead {
+	var h inputHead
+	f, err := os.Open(path)
+	if err != nil {
+		return h
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		h.regular, h.size = st.Mode().IsRegular(), st.Size()
+	}
+	b := make([]byte, 7)
+	n, _ := io.ReadFull(f, b)
+	h.bytes = b[:n]
+	return h
+}
+
+// importGC turns the garbage collector off for the import of an input
+// that begins with head when it is a plain pickle of at most
+// gcOffMaxBytes (and neither GOGC nor GOMEMLIMIT is set), and returns
+// what restores the settings.
 // Such an import allocates a few times its input, most of it live to the
 // end, and in a fresh process the collections while the heap was still
 // small stalled the decoder: on the H200 host a mark assist held it 1.2
@@ -141,21 +169,12 @@ func runImport(c *cli.Context) error {
 // runs. Larger and compressed inputs (whose pickle may be far larger
 // than the file) keep the collector, and with it the import's flat
 // memory.
-func importGC(path string) (restore func()) {
+func importGC(head inputHead) (restore func()) {
 	none := func() {}
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return none
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return none
-	}
-	defer f.Close()
-	var b [1]byte
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() > gcOffMaxBytes {
-		return none
-	}
-	if _, err := io.ReadFull(f, b[:]); err != nil || b[0] != 0x80 { // PROTO: a pickle of protocol 2 or later
+	if !head.regular || head.size > gcOffMaxBytes || len(head.bytes) == 0 || head.bytes[0] != 0x80 { // PROTO: a pickle of protocol 2 or later
 		return none
 	}
 	pct := debug.SetGCPercent(-1)
@@ -202,18 +221,13 @@ func importMeta(c *cli.Context) (*trace.Header, error) {
 	return m, nil
 }
 
-// importDetect tells an RMM CSV log from a snapshot by its first bytes.
-func importDetect(path string) string {
+// importDetect tells an RMM CSV log from a snapshot by its name and its
+// first bytes.
+func importDetect(path string, head inputHead) string {
 	if strings.EqualFold(filepath.Ext(path), ".csv") {
 		return "rmm"
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "pytorch" // the import reports the error
-	}
-	defer f.Close()
-	head, _ := bufio.NewReader(f).Peek(7)
-	if strings.HasPrefix(strings.TrimPrefix(string(head), "\ufeff"), "Thread,") {
+	if strings.HasPrefix(strings.TrimPrefix(string(head.bytes), "\ufeff"), "Thread,") {
 		return "rmm"
 	}
 	return "pytorch"

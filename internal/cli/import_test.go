@@ -262,7 +262,7 @@ func TestImportGC(t *testing.T) {
 		{importTestdata + "basic.p5.pickle.gz", false}, // its pickle may be far larger
 		{importTestdata + "missing.pickle", false},
 	} {
-		restore := importGC(c.path)
+		restore := importGC(readHead(c.path))
 		now := debug.SetGCPercent(-1)
 		debug.SetGCPercent(now)
 		limit := debug.SetMemoryLimit(-1)
@@ -275,7 +275,7 @@ func TestImportGC(t *testing.T) {
 		}
 	}
 	t.Setenv("GOGC", "100")
-	restore := importGC(importTestdata + "basic.p5.pickle")
+	restore := importGC(readHead(importTestdata + "basic.p5.pickle"))
 	now := debug.SetGCPercent(pct)
 	restore()
 	if now != pct {
