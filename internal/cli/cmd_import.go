@@ -137,7 +137,7 @@ type inputHead struct {
 	size    int64
 }
 
-// readHead reads the first 7 bytes of the file path (fewer when it is
+// readHead reads the first headBytes of the file path (fewer when it is
 // shorter; none when it cannot be read: the import reports the error).
 func readHead(path string) inputHead {
 	var h inputHead
@@ -149,7 +149,7 @@ func readHead(path string) inputHead {
 	if st, err := f.Stat(); err == nil {
 		h.regular, h.size = st.Mode().IsRegular(), st.Size()
 	}
-	b := make([]byte, 7)
+	b := make([]byte, headBytes)
 	n, _ := io.ReadFull(f, b)
 	h.bytes = b[:n]
 	return h
@@ -221,13 +221,21 @@ func importMeta(c *cli.Context) (*trace.Header, error) {
 	return m, nil
 }
 
+// headBytes is what readHead reads: enough for an RMM log's first
+// column name after a byte-order mark (7 bytes, which left the mark's 3
+// and "Thre", did not tell such a log from a snapshot).
+const headBytes = len("\ufeff") + len(rmmFirstColumn)
+
+// rmmFirstColumn is how an RMM log's header line starts.
+const rmmFirstColumn = "Thread,"
+
 // importDetect tells an RMM CSV log from a snapshot by its name and its
 // first bytes.
 func importDetect(path string, head inputHead) string {
 	if strings.EqualFold(filepath.Ext(path), ".csv") {
 		return "rmm"
 	}
-	if strings.HasPrefix(strings.TrimPrefix(string(head.bytes), "\ufeff"), "Thread,") {
+	if strings.HasPrefix(strings.TrimPrefix(string(head.bytes), "\ufeff"), rmmFirstColumn) {
 		return "rmm"
 	}
 	return "pytorch"

@@ -164,6 +164,13 @@ func TestImportRMM(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "byte offset") {
 		t.Errorf("forced pytorch format on a CSV: exit %d %q", code, stderr)
 	}
+	// A log with a byte-order mark, under a name that is not .csv, is
+	// told from a snapshot by its first bytes.
+	bom := filepath.Join(dir, "bom.log")
+	os.WriteFile(bom, []byte("\ufeffThread,Time,Action,Pointer,Size,Stream\n1,10:00:00.000001,allocate,0x100,64,0x0\n"), 0o644)
+	if code, _, stderr := runImportCLI(t, bom, "-o", out); code != 0 {
+		t.Errorf("a log with a byte-order mark: exit %d %q", code, stderr)
+	}
 }
 
 // TestImportedRealSnapshotsReplayExactly imports real H200 snapshots and
