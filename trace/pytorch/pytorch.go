@@ -760,7 +760,8 @@ func (w *eventWriter) allPlain(b []event) bool {
 	return true
 }
 
-// event returns the sink's event of the plain event e.
+// event returns the sink's event of e, with its stack and text when they
+// were defined first (see Emit): all of a plain event.
 func (w *eventWriter) event(e *event) trace.Event {
 	ev := e.Event()
 	if e.text != 0 && w.texts != nil {
@@ -925,20 +926,12 @@ func (w *eventWriter) put(e *event) error {
 			return err
 		}
 	}
-	ev := e.Event()
-	if e.frames != noFrames {
-		if w.stackIDs != nil {
-			ev.Stack = w.stackIDs[e.frames]
-		} else {
-			ev.Stack = w.stack(e.frames)
-		}
+	ev := w.event(e) // its stack and text when defined first (see Emit)
+	if e.frames != noFrames && w.stackIDs == nil {
+		ev.Stack = w.stack(e.frames)
 	}
-	if e.text != 0 {
-		if w.texts != nil {
-			ev.Text = w.texts[e.text]
-		} else {
-			ev.Text = w.sink.String(w.s.texts[e.text])
-		}
+	if e.text != 0 && w.texts == nil {
+		ev.Text = w.sink.String(w.s.texts[e.text])
 	}
 	if err := w.sink.WriteEvent(ev); err != nil {
 		return fmt.Errorf("event %d: %w", w.i, err)
