@@ -26,7 +26,7 @@ const (
 	KindDict
 )
 
-var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict", "dict"}
+var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict", "dict", "list"}
 
 // String returns the Python type name.
 func (k Kind) String() string {
@@ -61,6 +61,13 @@ const (
 // kindEntry is the kind of a streamed entry: a dict whose keys and values
 // went to the EntryHandler (Kind reports it as a dict).
 const kindEntry = KindDict + 1
+
+// kindRefs is the kind, in a worker's chunk Doc, of a list the chunk made
+// of values fetched from the memo as it was when the workers started (a
+// snapshot's frames list of frame dicts; see ParallelLists): its bits are
+// the list's number in the chunk (Doc.RefList). Kind reports it as a
+// list, with no items.
+const kindRefs = kindEntry + 1
 
 // kindIn is v's kind with the kind table kinds (the decoder's local copy).
 func kindIn(kinds []Kind, v Value) Kind {
@@ -141,6 +148,10 @@ type Doc struct {
 	items  []Value
 	root   Value
 	intern map[string]uint32
+	// A worker's chunk: the items of its lists of fetched values (see
+	// RefList), and where each list's are (start<<32 | count).
+	refs     []uint64 // a Value, or pendingRef and a memo index
+	refLists []uint64
 }
 
 // Root returns the pickle's top-level value.
@@ -148,10 +159,26 @@ func (d *Doc) Root() Value { return d.root }
 
 // Kind returns v's kind (a streamed entry is a dict).
 func (d *Doc) Kind(v Value) Kind {
-	if k := d.val(v).kind; k != kindEntry {
+	switch k := d.val(v).kind; k {
+	case kindEntry:
+		return KindDict
+	case kindRefs:
+		return KindList
+	default:
 		return k
 	}
-	return KindDict
+}
+
+// RefList returns, in the Doc of a chunk decoded on a worker, the number
+// in the chunk of the list v, if v is a list of fetched values that the
+// decoder hands to ParallelLists.TakeList when it takes the chunk. Equal
+// lists (the same values in the same order) have the same number;
+// numbers start at 0, in the order the chunk first made each list.
+func (d *Doc) RefList(v Value) (uint32, bool) {
+	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != kindRefs {
+		return 0, false
+	}
+	return uint32(d.xs[v]), true
 }
 
 // Int returns v as an int64: ints (uint64 ones bit-cast), bools and floats
@@ -1544,7 +1571,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 // that are strings, given as SHORT_BINUNICODE (then maybe MEMOIZE) or
 // taken from the memo; values that are ints (BININT1, BININT2, BININT,
 // LONG1 of up to 8 bytes), strings (the same two ways), None, True,
-// False, BINFLOAT or another memoized scalar; then SETITEMS. It hands the
+// False, BINFLOAT, another memoized scalar or a memoized Ticket, and on a
+// worker whose handler is a ParallelLists a list of fetched values (see
+// refList); then SETITEMS. It hands the
 // pairs to the handler and returns the offset after SETITEMS, with the
 // memo and tables as the general path would have left them. On anything
 // else (another opcode, a FRAME between two pairs, input that ends, a
@@ -1733,11 +1762,21 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			default:
 				goto bail
 			}
-			// A memoized string or small int; a container, an entry or a
-			// hole goes the general way.
-			if val&inlineBit == 0 || val&tagMask == tagMask {
+			// A memoized string or small int, or a list the handler took;
+			// a container, an entry or a hole goes the general way.
+			if !fetchedScalar(val) {
 				goto bail
 			}
+		case opEmptyList:
+			// On a worker, a list of fetched values (see ParallelLists).
+			if d.par == nil || !d.par.worker || !d.par.lists {
+				goto bail
+			}
+			var ok bool
+			if val, pos, ok = d.refList(pos, memop, kindsp, xsp); !ok {
+				goto bail
+			}
+			memo = *memop
 		case opNone:
 			val = tableValue(kindsp, xsp, KindNone, 0)
 			pos++
@@ -1771,6 +1810,118 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 bail:
 	*memop, *kindsp, *xsp = (*memop)[:m0], (*kindsp)[:k0], (*xsp)[:k0]
 	return 0, false, nil
+}
+
+// refList decodes, on a worker whose handler is a ParallelLists, the list
+// that starts at pos (EMPTY_LIST) when it is what a snapshot's frames list
+// is: maybe memoized, then its items in batches (MARK items APPENDS, or
+// one item and APPEND), each item fetched from the memo: a container in
+// the memo as it was at the launch (a frame dict), or an index memoized
+// since (a frame first met after the launch), which the decoder checks
+// and resolves when it takes the chunk (see pendingRef). It returns the
+// list's Value in the chunk's Doc (see Doc.RefList) and the offset after
+// the list; ok false on anything else (fastEntry then bails, and the
+// decoder decodes the entry).
+func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64) (v Value, end int, ok bool) {
+	data, p, doc := d.data, d.par, d.doc
+	// item returns the item fetched at pos and the offset after it.
+	item := func(pos int) (uint64, int, bool) {
+		var idx uint64
+		switch {
+		case pos+1 < len(data) && data[pos] == opBinGet:
+			idx, pos = uint64(data[pos+1]), pos+2
+		case pos+4 < len(data) && data[pos] == opLongBinGet:
+			idx, pos = uint64(binary.LittleEndian.Uint32(data[pos+1:])), pos+5
+		default:
+			return 0, 0, false
+		}
+		var v Value
+		switch i := idx - d.memoBase; {
+		case i < uint64(len(p.memo)):
+			v = p.memo[i]
+		case idx < d.memoBase:
+			v = d.memoOldAt(idx)
+		default:
+			return pendingRef | idx, pos, true
+		}
+		return uint64(v), pos, v < inlineBit
+	}
+	skipFrame := func(pos int) int {
+		for pos+9 <= len(data) && data[pos] == opFrame {
+			pos += 9
+		}
+		return pos
+	}
+	v = tableValue(kindsp, xsp, kindRefs, 0)
+	pos++
+	if pos < len(data) && data[pos] == opMemoize {
+		*memop = append(*memop, v)
+		pos++
+	}
+	refs := p.refBuf[:0]
+	for {
+		pos = skipFrame(pos)
+		if pos >= len(data) {
+			return 0, 0, false
+		}
+		if data[pos] == opMark {
+			for pos = skipFrame(pos + 1); pos < len(data) && data[pos] != opAppends; pos = skipFrame(pos) {
+				var it uint64
+				if it, pos, ok = item(pos); !ok {
+					return 0, 0, false
+				}
+				refs = append(refs, it)
+			}
+			if pos >= len(data) {
+				return 0, 0, false
+			}
+			pos++
+			continue
+		}
+		// One item and APPEND, or what follows the list (the next key).
+		it, next, ok := item(pos)
+		if next = skipFrame(next); !ok || next >= len(data) || data[next] != opAppend {
+			break
+		}
+		refs = append(refs, it)
+		pos = next + 1
+	}
+	p.refBuf = refs
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(refs))), len(refs)*8)
+	id, seen := p.listIDs[string(b)]
+	if !seen {
+		id = uint32(len(doc.refLists))
+		doc.refLists = append(doc.refLists, uint64(len(doc.refs))<<32|uint64(len(refs)))
+		doc.refs = append(doc.refs, refs...)
+		p.listIDs[string(b)] = id
+		for _, r := range refs {
+			if r&pendingRef != 0 {
+				p.pending = append(p.pending, r&^pendingRef|missItem)
+			}
+		}
+	}
+	(*xsp)[v] = uint64(id)
+	d.keep = int(v) + 1 // the list stays: the memo may hold it
+	p.made = true
+	return v, pos, true
+}
+
+// pendingRef marks, in a chunk's list of fetched values, a memo index
+// memoized after the launch: the decoder takes the chunk when the index
+// was memoized before the chunk, as a container, and gives TakeList the
+// container.
+const pendingRef = 1 << 63
+
+// fetchedScalar reports whether v, fetched from the memo, is a value
+// fastEntry takes: a string or small int, or the Ticket of a list the
+// handler took (a snapshot's free_completed fetches the frames list of
+// its free_requested).
+func fetchedScalar(v Value) bool {
+	if v&tagMask == tagMask {
+		_, ok := TicketID(v)
+		return ok
+	}
+	return v&inlineBit != 0
 }
 
 // tableValue appends a scalar to the value table and returns its Value.

@@ -22,7 +22,9 @@ import (
 // chunk, or to the first thing that is not such an entry. A worker knows
 // the memo as it was at the split, but not how many memo entries the
 // chunks before its own add: it numbers what it memoizes, its entries and
-// its strings from 0 and stops at a reference it cannot resolve.
+// its strings from 0 and stops at a reference it cannot resolve. (When
+// the handler is a ParallelLists, an entry's frames list is decoded too:
+// see there.)
 //
 // The decoder goes on through the input as before; when it reaches the
 // entry a chunk starts with, in the device list where entries are
@@ -56,7 +58,9 @@ type ParallelHandler interface {
 	// and SetEntry); end is the input offset after the chunk. strs maps
 	// the chunk's string indexes from the fork's NumStrings on to the
 	// decoder's.
-	Merge(h EntryHandler, from, to int, first uint32, end int, strs []uint32) error
+	// lists maps the chunk's lists of fetched values (Doc.RefList), when
+	// the handler is a ParallelLists, to the ids TakeList gave them.
+	Merge(h EntryHandler, from, to int, first uint32, end int, strs, lists []uint32) error
 	// Release is called, on the decoding goroutine, once the decoder is
 	// done with the chunk handler h (taken or not), so that its memory
 	// may serve another chunk.
@@ -85,13 +89,20 @@ const (
 // number in the chunk, its offset and the chunk's memo length before it.
 type deferral struct {
 	k, off, m0 int
+	lists      int    // the chunk's lists of fetched values before it
 	ops        int    // len(ops) before it, and the entries of ops' last run then
 	run        uint32 //   (when that run goes on with this entry)
 	misses     []uint64
+	check      bool // only its lists' items are to check: the chunk's conversion of it stands
 }
 
-// missKey marks, in deferral.misses, a memo index fetched as a key.
-const missKey = 1 << 63
+// missKey marks, in deferral.misses, a memo index fetched as a key, and
+// missItem one fetched as an item of a list of fetched values (the entry
+// is not decoded again: see pendingRef).
+const (
+	missKey  = 1 << 63
+	missItem = 1 << 62
+)
 
 // parChunk is one chunk's work.
 type parChunk struct {
@@ -99,7 +110,8 @@ type parChunk struct {
 	start  int // where its worker started; -1: no entry starts from lo on
 	end    int // where it stopped
 	n      int
-	memo   []Value  // what it memoized: its entries (from 0) and its doc's strings
+	lists  int      // its lists of fetched values (Doc.RefList) up to end
+	memo   []Value  // what it memoized: its entries (from 0), its doc's strings and lists
 	ops    []uint32 // MARK, APPENDS and runs of entries
 	defers []deferral
 	doc    *Doc
@@ -111,10 +123,17 @@ type parChunk struct {
 // worker is set and memo is the memo at the launch (read through it).
 type parallel struct {
 	worker  bool
-	defers  bool             // a worker: fastEntry gives missedValue for a memo index above memo
-	misses  []uint64         // a worker: the memo indexes of its missedValues (missKey set for a key)
-	memo    []Value          // memo entries from base, at the launch (a copy)
-	extra   map[uint64]Value // a worker: memo entries past memo that it knows (see known)
+	defers  bool              // a worker: fastEntry gives missedValue for a memo index above memo
+	lists   bool              // the handler is a ParallelLists (a worker: see refList)
+	listIDs map[string]uint32 // a worker: its chunk's lists of fetched values, by their items' bytes
+	refBuf  []uint64          // a worker: refList's scratch
+	pending []uint64          // a worker: the memo indexes of the entry's new lists memoized after the launch (missItem set)
+	made    bool              // a worker: fastEntry made a list of fetched values
+	listBuf []uint32          // the decoder: take's ids of a chunk's lists
+	itemBuf []Value           // the decoder: take's items of a list
+	misses  []uint64          // a worker: the memo indexes of its missedValues (missKey set for a key)
+	memo    []Value           // memo entries from base, at the launch (a copy)
+	extra   map[uint64]Value  // a worker: memo entries past memo that it knows (see known)
 	old     []memoBlock
 	base    uint64
 	shift   uint8
@@ -146,6 +165,26 @@ type parallel struct {
 	stats     ParallelStats
 }
 
+// ParallelLists is a ParallelHandler that takes the lists its entries
+// make of values fetched from the memo (see Decoder.Take): a snapshot's
+// frames lists, of frame dicts memoized once and fetched by every later
+// entry with the same frame. A worker then decodes an entry with such a
+// list, when the values are in the memo as it was at the launch: the
+// chunk's Doc holds the list as a number (Doc.RefList), and the decoder,
+// when it takes the chunk, hands each list's values to TakeList, puts the
+// Ticket of its id where the chunk memoized the list, and gives Merge the
+// ids. Other lists, and lists of values memoized after the launch, are
+// left to the decoder.
+type ParallelLists interface {
+	ParallelHandler
+	// TakeList is called on the decoding goroutine with the items of a
+	// list a chunk made (Values of the decoder's Doc, valid during the
+	// call), in the order the chunk made them, as the decoder reaches the
+	// chunk; it returns the id under which the handler keeps what it
+	// needs of the list, as Decoder.Take's id (below 2^28).
+	TakeList(items []Value) uint32
+}
+
 // ParallelReady is a ParallelHandler that says when the workers may
 // start. A worker cannot resolve a string first memoized after the
 // launch (an action first met then) until the decoder has taken the
@@ -170,6 +209,7 @@ type ParallelStats struct {
 	Skipped int   // chunks decoded but not taken (the decoder decoded them)
 	Entries int64 // entries in the chunks taken
 	Redone  int64 // entries of those that the decoder decoded again
+	Lists   int64 // lists of fetched values those made (ParallelLists)
 }
 
 // ParallelStats returns, after DecodeDoc, how much the workers did.
@@ -241,7 +281,9 @@ func (d *Decoder) launch(pos int, memo []Value) {
 	if d.Tuning != nil {
 		size = max(d.Tuning.ChunkBytes, 1)
 	}
+	_, lists := ph.(ParallelLists)
 	p := &parallel{
+		lists:     lists,
 		memo:      append([]Value(nil), memo...),
 		old:       d.memoOld[:len(d.memoOld):len(d.memoOld)],
 		base:      d.memoBase,
@@ -359,9 +401,12 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 	doc := &Doc{strs: p.strs, intern: make(map[string]uint32, len(p.intern))}
 	maps.Copy(doc.intern, p.intern)
 	w := &Decoder{
-		data: data, doc: doc, par: &parallel{worker: true, defers: true, memo: p.memo},
+		data: data, doc: doc, par: &parallel{worker: true, defers: true, memo: p.memo, lists: p.lists},
 		memoBase: p.base, memoOld: p.old, memoShift: p.shift,
 		lastEntry: noValue, lastPos: -1, outer: noValue, cur: noValue,
+	}
+	if p.lists {
+		w.par.listIDs = make(map[string]uint32, 64)
 	}
 	h := p.fork(doc)
 	w.entries = h
@@ -406,16 +451,22 @@ loop:
 				run = ch.ops[opsLen-1]
 			}
 			h.NewEntry(n, pos)
+			l0 := len(doc.refLists)
+			w.par.made = false
 			end, ok, err := w.fastEntry(pos+3, tagMask|Value(n), &memo, &kinds, &xs)
-			if err != nil || !ok {
+			if err != nil || !ok || len(w.par.misses) > 0 && w.par.made {
+				// (An entry left to the decoder is decoded again with
+				// fastEntry, which makes no list.)
 				memo = memo[:m0]
-				w.par.misses = w.par.misses[:0]
+				doc.refLists = doc.refLists[:l0]
+				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 				break loop
 			}
-			if len(w.par.misses) > 0 {
-				ch.defers = append(ch.defers, deferral{k: int(n), off: pos, m0: m0, ops: opsLen, run: run,
-					misses: append([]uint64(nil), w.par.misses...)})
-				w.par.misses = w.par.misses[:0]
+			if len(w.par.misses) > 0 || len(w.par.pending) > 0 {
+				df := deferral{k: int(n), off: pos, m0: m0, lists: l0, ops: opsLen, run: run, check: len(w.par.misses) == 0}
+				df.misses = append(append(df.misses, w.par.misses...), w.par.pending...)
+				ch.defers = append(ch.defers, df)
+				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 			}
 			if k := len(ch.ops); k > 0 && ch.ops[k-1] < opsAppends {
 				ch.ops[k-1]++
@@ -429,6 +480,7 @@ loop:
 		}
 	}
 	ch.end, ch.n, ch.memo, ch.doc, ch.h = pos, int(n), memo, doc, h
+	ch.lists = len(doc.refLists)
 }
 
 // setHop waits for the next chunk in which an entry starts and sets hop to
@@ -534,6 +586,32 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			return pos, stack, memo, nil
 		}
 		d.fetchable(ch, memo)
+		// The chunk's lists, in the order it made them: the handler interns
+		// them as the sequential decode would have, entry by entry.
+		lists := p.listBuf[:0]
+		for _, x := range ch.doc.refLists[:ch.lists] {
+			start := uint32(x >> 32)
+			items := p.itemBuf[:0]
+			for _, r := range ch.doc.refs[start : start+uint32(x)&lowMask] {
+				v := Value(r)
+				if r&pendingRef != 0 { // memoized before the chunk (fetchable)
+					if idx := r &^ pendingRef; idx < d.memoBase {
+						v = d.memoOldAt(idx)
+					} else {
+						v = memo[idx-d.memoBase]
+					}
+				}
+				items = append(items, v)
+			}
+			p.itemBuf = items
+			id := d.entries.(ParallelLists).TakeList(items)
+			if id >= maxTickets {
+				return pos, stack, memo, ErrNotStreamable
+			}
+			lists = append(lists, id)
+		}
+		p.listBuf = lists
+		p.stats.Lists += int64(len(lists))
 		doc := d.doc
 		n0 := len(p.strs)
 		strs := make([]uint32, len(ch.doc.strs)-n0)
@@ -551,6 +629,8 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		dst := memo[base:]
 		for i, v := range ch.memo {
 			switch {
+			case v < inlineBit: // a list of fetched values
+				v = Ticket(lists[ch.doc.xs[v]])
 			case v&tagMask == tagMask:
 				v += Value(first)
 			case len(strs) == 0: // no string of the chunk's own
@@ -598,7 +678,10 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		h := d.entries.(ParallelHandler)
 		from := 0
 		for _, df := range ch.defers {
-			if err := h.Merge(ch.h, from, df.k, first+uint32(from), ch.end, strs); err != nil {
+			if df.check {
+				continue
+			}
+			if err := h.Merge(ch.h, from, df.k, first+uint32(from), ch.end, strs, lists); err != nil {
 				return pos, stack, memo, err
 			}
 			if err := d.redo(first+uint32(df.k), df.off, memo[:base+df.m0+1]); err != nil {
@@ -607,7 +690,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			p.stats.Redone++
 			from = df.k + 1
 		}
-		if err := h.Merge(ch.h, from, ch.n, first+uint32(from), ch.end, strs); err != nil {
+		if err := h.Merge(ch.h, from, ch.n, first+uint32(from), ch.end, strs, lists); err != nil {
 			return pos, stack, memo, err
 		}
 		p.release(ch.h)
@@ -694,7 +777,7 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 	for i, df := range ch.defers {
 		ok := true
 		for _, m := range df.misses {
-			idx := m &^ missKey
+			idx := m &^ (missKey | missItem)
 			var v Value
 			switch {
 			case idx < d.memoBase:
@@ -707,14 +790,19 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 				v = ch.memo[idx-abs]
 				if j := idx - abs; j == uint64(df.m0) {
 					v = tagMask // the entry itself
+				} else if v < inlineBit {
+					v = Ticket(0) // a list of fetched values: its ticket
 				}
 			default:
 				ok = false
 			}
-			if m&missKey != 0 {
+			if m&missItem != 0 {
+				// A list's item: a container memoized before the chunk.
+				ok = ok && idx < abs && v < inlineBit
+			} else if m&missKey != 0 {
 				ok = ok && v&tagMask == inlineBit|strBit
 			} else {
-				ok = ok && v&inlineBit != 0 && v&tagMask != tagMask
+				ok = ok && fetchedScalar(v)
 			}
 		}
 		if ok {
@@ -722,6 +810,7 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 		}
 		// Cut the chunk before entry df.k.
 		ch.n, ch.end, ch.memo, ch.defers = df.k, df.off, ch.memo[:df.m0], ch.defers[:i]
+		ch.lists = df.lists
 		ch.ops = ch.ops[:df.ops]
 		if df.run > 0 {
 			ch.ops[df.ops-1] = df.run

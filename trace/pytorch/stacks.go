@@ -33,6 +33,27 @@ type stackTable struct {
 // "filename", "name" and "line" (other items and keys are skipped, as a
 // trace of the whole pickle's would).
 func (t *stackTable) intern(doc *pickle.Doc, v pickle.Value) uint32 {
+	t.keys(doc)
+	t.key = t.key[:0]
+	doc.Items(v, func(_ int, f pickle.Value) bool {
+		t.frame(doc, f)
+		return true
+	})
+	return t.id()
+}
+
+// internItems returns the stack id of a frames list of the items.
+func (t *stackTable) internItems(doc *pickle.Doc, items []pickle.Value) uint32 {
+	t.keys(doc)
+	t.key = t.key[:0]
+	for _, f := range items {
+		t.frame(doc, f)
+	}
+	return t.id()
+}
+
+// keys looks up the frame keys until they are met.
+func (t *stackTable) keys(doc *pickle.Doc) {
 	if t.ids == nil {
 		t.ids = map[string]uint32{}
 	}
@@ -45,41 +66,46 @@ func (t *stackTable) intern(doc *pickle.Doc, v pickle.Value) uint32 {
 	if !t.line {
 		t.kLine, t.line = doc.LookupStr("line")
 	}
-	t.key = t.key[:0]
-	doc.Items(v, func(_ int, f pickle.Value) bool {
-		if doc.Kind(f) != pickle.KindDict {
-			return true
-		}
-		fr := frameRef{file: noFrames, name: noFrames}
-		ps := doc.PairSlice(f)
-		for j := 0; j+1 < len(ps); j += 2 {
-			k, x := ps[j], ps[j+1]
-			id, ok := doc.StrID(k)
-			switch {
-			case !ok:
-			case t.file && id == t.kFile:
-				fr.file = x
-				if _, ok := doc.StrID(x); !ok {
-					fr.file = noFrames
-				}
-			case t.name && id == t.kName:
-				fr.name = x
-				if _, ok := doc.StrID(x); !ok {
-					fr.name = noFrames
-				} else if fr.file == noFrames {
-					fr.nameFirst = true
-				}
-			case t.line && id == t.kLine:
-				if n, ok := doc.Int(x); ok && n >= 0 && n <= math.MaxUint32 {
-					fr.line = uint32(n)
-				} else {
-					fr.line = 0
-				}
+}
+
+// frame appends the frame f to key (a list item that is not a dict is
+// skipped).
+func (t *stackTable) frame(doc *pickle.Doc, f pickle.Value) {
+	if doc.Kind(f) != pickle.KindDict {
+		return
+	}
+	fr := frameRef{file: noFrames, name: noFrames}
+	ps := doc.PairSlice(f)
+	for j := 0; j+1 < len(ps); j += 2 {
+		k, x := ps[j], ps[j+1]
+		id, ok := doc.StrID(k)
+		switch {
+		case !ok:
+		case t.file && id == t.kFile:
+			fr.file = x
+			if _, ok := doc.StrID(x); !ok {
+				fr.file = noFrames
+			}
+		case t.name && id == t.kName:
+			fr.name = x
+			if _, ok := doc.StrID(x); !ok {
+				fr.name = noFrames
+			} else if fr.file == noFrames {
+				fr.nameFirst = true
+			}
+		case t.line && id == t.kLine:
+			if n, ok := doc.Int(x); ok && n >= 0 && n <= math.MaxUint32 {
+				fr.line = uint32(n)
+			} else {
+				fr.line = 0
 			}
 		}
-		t.key = append(t.key, fr)
-		return true
-	})
+	}
+	t.key = append(t.key, fr)
+}
+
+// id returns the id of the stack in key, adding it when new.
+func (t *stackTable) id() uint32 {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(t.key))), uintptr(len(t.key))*unsafe.Sizeof(frameRef{}))
 	if id, ok := t.ids[string(b)]; ok {
 		return id

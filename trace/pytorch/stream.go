@@ -156,7 +156,12 @@ type conv struct {
 	keyOf  []uint8 // string index -> entry key, 0 when not yet known
 	kindOf []uint8 // string index -> action kind + 1 (1: unknown), 0 when not yet known
 	kinds  uint32  // bit k: an action of kind k met
+	lists  bool    // a chunk's: some event's frames are a list of the chunk's (chunkList)
 }
+
+// chunkList marks, in a chunk's event, frames that are the chunk's list
+// of that number (pickle.Doc.RefList), until Merge gives its stack id.
+const chunkList = pickle.Value(1) << 31
 
 // errChunk ends a chunk decoded on a worker before an entry the chunk
 // cannot convert alone (an action the import does not know, a frames
@@ -185,8 +190,9 @@ func (s *streamer) SetEntry(n uint32, kv []pickle.Value) error {
 }
 
 // set stores kv, set on entry n, in its event e. s is the streamer, or
-// nil for a chunk's entry (whose frames lists must be known stacks, and
-// action one the import knows).
+// nil for a chunk's entry (whose frames lists must be the chunk's own,
+// numbered until Merge, or stacks known before the chunks, and action one
+// the import knows).
 func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 	doc := c.doc
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -242,8 +248,12 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 		case keyFrames:
 			// The stack's id in the table: a list shared by entries comes
 			// back as the decoder's ticket for it once taken. (A chunk's
-			// tickets are all of stacks interned before the chunks.)
-			if id, ok := pickle.TicketID(v); ok && (s == nil || int(id) < len(s.stacks.stacks)) {
+			// tickets are all of stacks interned before the chunks; its
+			// own lists are numbered in the chunk until Merge.)
+			if id, ok := doc.RefList(v); ok && s == nil {
+				e.frames = chunkList | pickle.Value(id)
+				c.lists = true
+			} else if id, ok := pickle.TicketID(v); ok && (s == nil || int(id) < len(s.stacks.stacks)) {
 				e.frames = pickle.Value(id)
 			} else if doc.Kind(v) == pickle.KindList {
 				if s == nil {
@@ -380,6 +390,18 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 	}
 }
 
+// TakeList interns the stack of a frames list a chunk made
+// (pickle.ParallelLists): items are its frame dicts.
+func (s *streamer) TakeList(items []pickle.Value) uint32 {
+	return s.stacks.internItems(s.doc, items)
+}
+
+// The streamer's entries may be decoded on workers, frames lists and all.
+var _ interface {
+	pickle.ParallelReady
+	pickle.ParallelLists
+} = (*streamer)(nil)
+
 // Release keeps the chunk handler h for another chunk
 // (pickle.ParallelHandler): its events' memory is then already faulted in.
 func (s *streamer) Release(h pickle.EntryHandler) {
@@ -407,7 +429,7 @@ func (s *streamer) Release(h pickle.EntryHandler) {
 
 // Merge appends the events from to to-1 of the chunk handler h as entries
 // first on (pickle.ParallelHandler); strs maps the chunk's own strings.
-func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, strs []uint32) error {
+func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, strs, lists []uint32) error {
 	c := h.(*chunkEntries)
 	if s.log.err != nil {
 		return s.log.err
@@ -423,6 +445,13 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 		for i := from; i < to; i++ {
 			if e := &c.evs[i]; e.text > int32(c.strs) { // a string of the chunk's own
 				e.text = int32(strs[int(e.text)-1-c.strs]) + 1
+			}
+		}
+	}
+	if c.lists {
+		for i := from; i < to; i++ {
+			if e := &c.evs[i]; e.frames != noFrames && e.frames&chunkList != 0 {
+				e.frames = pickle.Value(lists[e.frames&^chunkList])
 			}
 		}
 	}

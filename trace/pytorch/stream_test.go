@@ -14,6 +14,7 @@ import (
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
+	"github.com/fragsim/fragsim/trace/pytorch/snapgen"
 )
 
 // traceBytes returns the trace s writes, with the options ImportFile uses.
@@ -106,10 +107,9 @@ func TestStreamedMatchesWhole(t *testing.T) {
 // TestParallelMatchesSequential imports every test snapshot with its
 // entries decoded on workers, in small chunks from the ninth entry on, its
 // initial state rebuilt and its events converted on goroutines, and all on
-// one goroutine: the traces and summaries are byte for byte the
-// same, and the workers took part in the real snapshots without call
-// stacks. (How many entries they decode depends on timing: see
-// TestParallelReal in trace/pickle.)
+// one goroutine: the traces and summaries are byte for byte the same, and
+// the workers took part in the real snapshots. (How many entries they
+// decode depends on timing: see TestParallelReal in trace/pickle.)
 func TestParallelMatchesSequential(t *testing.T) {
 	// The initial state and the conversion on goroutines too, from 64
 	// events of a device on.
@@ -132,8 +132,53 @@ func TestParallelMatchesSequential(t *testing.T) {
 		if seq.par.Workers != 0 {
 			t.Errorf("%s: %d workers started with Workers 1", name, seq.par.Workers)
 		}
-		if strings.Contains(name, "real/") && !strings.Contains(name, "stacks") && (par.par.Chunks < 2 || par.par.Entries == 0) {
+		if strings.Contains(name, "real/") && (par.par.Chunks < 2 || par.par.Entries == 0) {
 			t.Errorf("%s: the workers decoded %d of %d entries (%+v)", name, par.par.Entries, par.summary.Events, par.par)
+		}
+	}
+}
+
+// TestParallelStacks imports snapshots with call stacks on every entry,
+// as PyTorch writes them (snapgen: frame dicts memoized once and fetched
+// by later entries, a free_completed sharing its free_requested's frames
+// list), on workers and on one goroutine: the traces and summaries
+// are byte for byte the same, and the workers decoded most entries,
+// frames lists and all (only a free_completed whose list another chunk
+// made is decoded again). The real snapshot with stacks is compared too,
+// in small chunks.
+func TestParallelStacks(t *testing.T) {
+	var buf bytes.Buffer
+	if err := snapgen.Write(&buf, 40_000, 7, 8); err != nil {
+		t.Fatal(err)
+	}
+	real := gunzip(t, "testdata/real/stacks.pickle.gz")
+	for _, tc := range []struct {
+		name string
+		data []byte
+		tune *pickle.ParallelTuning
+	}{
+		{"snapgen", buf.Bytes(), nil},
+		{"snapgen, small chunks", buf.Bytes(), &pickle.ParallelTuning{After: 1024, ChunkBytes: 20 << 10}},
+		{"real", real, &pickle.ParallelTuning{After: 8, ChunkBytes: 2000}},
+	} {
+		seq, err := loadPickle(tc.data, Options{Workers: 1}, true, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		par, err := loadPickle(tc.data, Options{Workers: 4, tune: tc.tune}, true, nil)
+		if err != nil {
+			t.Fatalf("%s: on workers: %v", tc.name, err)
+		}
+		gotTrace, gotSum := written(t, par)
+		wantTrace, wantSum := written(t, seq)
+		if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum {
+			t.Errorf("%s: on workers, the trace (%d bytes, %d alone) or summary differ:\n%s\n%s", tc.name, len(gotTrace), len(wantTrace), gotSum, wantSum)
+		}
+		if n := int64(par.summary.Events); par.par.Entries < n/2 || par.par.Lists == 0 || par.par.Redone > n/2 {
+			t.Errorf("%s: the workers decoded %d of %d entries (%+v)", tc.name, par.par.Entries, n, par.par)
+		}
+		if len(par.stacks.stacks) < 2 || len(par.stacks.stacks) != len(seq.stacks.stacks) {
+			t.Errorf("%s: %d stacks, %d on one goroutine", tc.name, len(par.stacks.stacks), len(seq.stacks.stacks))
 		}
 	}
 }

@@ -1,0 +1,366 @@
+package pickle
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// listTaker is a recorder whose handler takes the lists its entries
+// make (ParallelLists), as the importer takes frames lists: a list is
+// interned by what its items hold (a dict's pairs, or the item's kind),
+// taken (Decoder.Take) when decoded sequentially, and rendered "S<id>";
+// a ticket renders the same way. A chunk's list is rendered with its
+// number in the chunk until Merge gives its id.
+type listTaker struct {
+	parRecorder
+	dec  *Decoder
+	ids  map[string]uint32
+	took int // TakeList calls
+}
+
+func newListTaker(d *Decoder) *listTaker {
+	return &listTaker{parRecorder: parRecorder{recorder: recorder{doc: d.Doc(), kinds: true}}, dec: d, ids: map[string]uint32{}}
+}
+
+// describe renders the items of a list as the id they are interned by.
+func describe(doc *Doc, items []Value) string {
+	var b strings.Builder
+	for _, it := range items {
+		if doc.Kind(it) != KindDict {
+			fmt.Fprintf(&b, "%s;", doc.Kind(it))
+			continue
+		}
+		if _, ok := TicketID(it); ok {
+			b.WriteString("ticket;")
+			continue
+		}
+		doc.Pairs(it, func(k, v Value) bool {
+			ks, _ := doc.Str(k)
+			if s, ok := doc.Str(v); ok {
+				fmt.Fprintf(&b, "%s=%s,", ks, s)
+			} else {
+				x, _ := doc.Int(v)
+				fmt.Fprintf(&b, "%s=%d,", ks, x)
+			}
+			return true
+		})
+		b.WriteString(";")
+	}
+	return b.String()
+}
+
+func (r *listTaker) intern(doc *Doc, items []Value) uint32 {
+	key := describe(doc, items)
+	id, ok := r.ids[key]
+	if !ok {
+		id = uint32(len(r.ids))
+		r.ids[key] = id
+	}
+	return id
+}
+
+// render renders an entry's pairs; list values go through list.
+func render(doc *Doc, kv []Value, list func(v Value) (string, bool)) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := doc.Str(kv[i])
+		v := kv[i+1]
+		var s string
+		if id, ok := TicketID(v); ok {
+			s = fmt.Sprintf("S%d", id)
+		} else if ls, ok := list(v); ok {
+			s = ls
+		} else if str, ok := doc.Str(v); ok {
+			s = str + ":str"
+		} else {
+			x, _ := doc.Int(v)
+			s = fmt.Sprintf("%d:%s", x, doc.Kind(v))
+		}
+		fmt.Fprintf(&b, "%s=%s ", k, s)
+	}
+	return b.String()
+}
+
+func (r *listTaker) SetEntry(n uint32, kv []Value) error {
+	doc := r.dec.Doc()
+	r.entries[n] = render(doc, kv, func(v Value) (string, bool) {
+		if doc.Kind(v) != KindList {
+			return "", false
+		}
+		id := r.intern(doc, doc.Slice(v))
+		r.dec.Take(v, id)
+		return fmt.Sprintf("S%d", id), true
+	})
+	return nil
+}
+
+// chunkTaker records a chunk's entries; "\x00" stands for the id of the
+// chunk's list numbered in lists, in order.
+type chunkTaker struct {
+	recorder
+	lists [][]uint32
+}
+
+func (c *chunkTaker) NewEntry(n uint32, off int) {
+	c.recorder.NewEntry(n, off)
+	c.lists = append(c.lists, nil)
+}
+
+func (c *chunkTaker) SetEntry(n uint32, kv []Value) error {
+	c.entries[n] = render(c.doc, kv, func(v Value) (string, bool) {
+		if id, ok := c.doc.RefList(v); ok {
+			c.lists[n] = append(c.lists[n], id)
+			return "S\x00", true
+		}
+		if c.doc.Kind(v) == KindList {
+			return "a list not taken", true
+		}
+		return "", false
+	})
+	return nil
+}
+
+func (r *listTaker) Fork(off, _ int) func(*Doc) EntryHandler {
+	return func(doc *Doc) EntryHandler { return &chunkTaker{recorder: recorder{doc: doc}} }
+}
+
+func (r *listTaker) Merge(h EntryHandler, from, to int, first uint32, end int, strs, lists []uint32) error {
+	c := h.(*chunkTaker)
+	if int(first) != len(r.entries) {
+		return fmt.Errorf("merge at entry %d after %d", first, len(r.entries))
+	}
+	for i := from; i < to; i++ {
+		e := c.entries[i]
+		for _, id := range c.lists[i] {
+			e = strings.Replace(e, "\x00", fmt.Sprint(lists[id]), 1)
+		}
+		r.entries = append(r.entries, e)
+	}
+	r.merges++
+	return nil
+}
+
+func (r *listTaker) TakeList(items []Value) uint32 {
+	r.took++
+	return r.intern(r.dec.Doc(), items)
+}
+
+// stackSnapshot returns a snapshot of n entries shaped as PyTorch writes
+// them with call stacks, with the edges a frames list may have: frame
+// dicts memoized in the segments, and new ones first met anywhere in the
+// trace (inside a list, before other items); lists of one item (APPEND),
+// of none, and of several (MARK APPENDS); items fetched with BINGET and
+// LONG_BINGET; a free_completed fetching its free_requested's list, from
+// an entry just before or far before; FRAME opcodes between any two of a
+// list's items; a new "N/A" in every entry.
+func stackSnapshot(n int, seed uint64) pk {
+	p, _ := stackSnapshotMemo(n, seed)
+	return p
+}
+
+// stackSnapshotMemo is stackSnapshot, with the memo's length at its end.
+func stackSnapshotMemo(n int, seed uint64) (pk, int) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	memo := 0
+	memoize := func(p pk) pk { memo++; return p.op(opMemoize) }
+	get := func(p pk, i int) pk {
+		if i < 256 && rng.IntN(4) > 0 {
+			return p.op(opBinGet, byte(i))
+		}
+		return p.op(opLongBinGet, byte(i), byte(i>>8), byte(i>>16), byte(i>>24))
+	}
+	frame := func(p pk) pk {
+		if rng.IntN(40) == 0 {
+			return p.op(opFrame, 0, 0, 1, 0, 0, 0, 0, 0)
+		}
+		return p
+	}
+	p := pk{opProto, 4}
+	p = memoize(p.op(opEmptyDict)).op(opMark)
+	p = memoize(p.str("segments"))
+	p = memoize(p.op(opEmptyList))
+	keys := map[string]int{}
+	key := func(p pk, s string) pk {
+		if i, ok := keys[s]; ok {
+			return get(p, i)
+		}
+		keys[s] = memo
+		return memoize(p.str(s))
+	}
+	frames := make([]int, 60) // memo index of each frame's dict, or 0
+	newFrame := func(p pk, f int) pk {
+		frames[f] = memo
+		p = memoize(p.op(opEmptyDict)).op(opMark)
+		p = key(p, "name")
+		p = memoize(p.str(fmt.Sprintf("fn%d", f)))
+		p = key(p, "filename")
+		p = memoize(p.str(fmt.Sprintf("/src/file%d.py", f%7)))
+		p = key(p, "line")
+		return p.op(opBinInt1, byte(f), opSetItems)
+	}
+	// The segments' blocks hold the first few frames.
+	p = p.op(opMark)
+	for f := range 5 {
+		p = newFrame(p, f)
+	}
+	p = p.op(opAppends)
+	p = key(p, "device_traces")
+	p = memoize(p.op(opEmptyList))
+	p = memoize(p.op(opEmptyList)).op(opMark)
+	var lists []int // memo indexes of free_requested lists not yet completed
+	for i := range n {
+		if i%100 == 99 {
+			p = p.op(opAppends, opMark)
+		}
+		p = memoize(p.op(opEmptyDict)).op(opMark)
+		action := []string{"alloc", "free_requested", "free_completed"}[i%3]
+		if i < 3 {
+			action = "alloc"
+		}
+		p = key(p, "action")
+		p = key(p, action)
+		p = key(p, "addr").long(uint64(1<<40 + i*512))
+		p = key(p, "frames")
+		switch {
+		case action == "free_completed" && len(lists) > 0:
+			j := len(lists) - 1
+			if rng.IntN(5) == 0 {
+				j = rng.IntN(len(lists))
+			}
+			p = get(p, lists[j])
+			lists = append(lists[:j], lists[j+1:]...)
+		default:
+			if action == "free_requested" {
+				lists = append(lists, memo)
+			}
+			p = memoize(p.op(opEmptyList))
+			depth := rng.IntN(5)
+			if depth > 1 {
+				p = p.op(opMark)
+			}
+			// New frames are met less and less often, none after
+			// entry 550.
+			for range depth {
+				f := rng.IntN(min(len(frames), 5+i/10))
+				if frames[f] == 0 {
+					p = newFrame(p, f)
+				} else {
+					p = get(p, frames[f])
+				}
+				p = frame(p)
+				if depth == 1 {
+					p = p.op(opAppend)
+				}
+			}
+			if depth > 1 {
+				p = p.op(opAppends)
+			}
+		}
+		p = key(p, "compile_context")
+		p = memoize(p.str("N/A"))
+		p = p.op(opSetItems)
+	}
+	return p.op(opAppends, opAppend, opSetItems, opStop), memo
+}
+
+// decodeLists decodes data streamed to a listTaker, on workers when tune
+// is set.
+func decodeLists(data []byte, workers int, tune *ParallelTuning) (*listTaker, *Doc, ParallelStats, error) {
+	d := NewDecoder(data)
+	d.Workers, d.Tuning = workers, tune
+	r := newListTaker(d)
+	d.StreamEntries("device_traces", r)
+	doc, err := d.DecodeDoc()
+	return r, doc, d.ParallelStats(), err
+}
+
+// TestParallelLists checks that workers decode entries with frames lists
+// (ParallelLists) to what the sequential decode gives: the same entries
+// with the same stack ids, in the same order, the same values and strings
+// kept, and the same error for every cut of the input; and that the
+// workers took most entries and lists.
+func TestParallelLists(t *testing.T) {
+	full := stackSnapshot(3000, 1)
+	want, wdoc, _, werr := decodeLists(full, 1, nil)
+	if werr != nil || len(want.entries) != 3000 {
+		t.Fatalf("sequential: %d entries, %v", len(want.entries), werr)
+	}
+	if !strings.Contains(want.entries[1], "frames=S") || len(want.ids) < 50 {
+		t.Fatalf("sequential: entry 1 is %q, %d stacks", want.entries[1], len(want.ids))
+	}
+	for _, tune := range []*ParallelTuning{{After: 200, ChunkBytes: 2000}, {After: 10, ChunkBytes: 300}, {After: 1000, ChunkBytes: 64 << 10}} {
+		got, gdoc, st, gerr := decodeLists(full, 4, tune)
+		if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatalf("%+v: %s", *tune, diff)
+		}
+		if len(got.ids) != len(want.ids) {
+			t.Errorf("%+v: %d stacks, sequential %d", *tune, len(got.ids), len(want.ids))
+		}
+		rest := int64(3000 - tune.After)
+		if st.Entries < rest/2 || st.Lists == 0 || int64(got.took) != st.Lists || st.Redone > rest/2 {
+			t.Errorf("%+v: the workers decoded %d of %d entries; %d lists, %d taken (%+v)", *tune, st.Entries, rest, st.Lists, got.took, st)
+		}
+	}
+	tune := &ParallelTuning{After: 10, ChunkBytes: 500}
+	small := stackSnapshot(600, 4)
+	for cut := 1; cut < len(small); cut += 53 {
+		want, wdoc, _, werr := decodeLists(small[:cut], 1, nil)
+		got, gdoc, _, gerr := decodeLists(small[:cut], 3, tune)
+		if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatalf("cut at %d: %s", cut, diff)
+		}
+	}
+}
+
+// TestParallelListsLeft checks the lists a worker leaves to the decoder:
+// an item memoized in the chunk itself or in the one before, an item
+// that is not a container,
+// a hole in the memo, an index memoized later; each decode is the
+// sequential one's, entries and error.
+func TestParallelListsLeft(t *testing.T) {
+	base, m := stackSnapshotMemo(600, 2)
+	i := bytes.LastIndex(base, []byte{opAppends, opAppend})
+	own := m + 2 // the entry's dict, its list, the frame dict
+	for name, entry := range map[string]pk{
+		// A frame dict made in the entry, fetched again as a second item.
+		"own item": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opMark).
+			op(opEmptyDict, opMemoize, opMark).str("name").str("f").op(opSetItems).op(opLongBinGet, byte(own), byte(own>>8), 0, 0, opAppends, opSetItems),
+		// The entry before's "N/A", memoized in the same chunk, or in
+		// one before.
+		"string of the chunk": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opMark).
+			op(opLongBinGet, byte(m-1), byte((m-1)>>8), 0, 0, opAppends, opSetItems),
+		// A string as an item.
+		"string item": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opBinGet, 1, opAppend, opSetItems),
+		// An index never memoized.
+		"hole": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMark, opLongBinGet, 0, 0, 0, 1, opAppends, opSetItems),
+	} {
+		data := append(append(append(pk{}, base[:i]...), entry...), base[i:]...)
+		want, wdoc, _, werr := decodeLists(data, 1, nil)
+		for _, tune := range []*ParallelTuning{{After: 10, ChunkBytes: 300}, {After: 100, ChunkBytes: 4000}} {
+			got, gdoc, _, gerr := decodeLists(data, 3, tune)
+			if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
+				t.Fatalf("%s, %+v: %s", name, *tune, diff)
+			}
+		}
+	}
+}
+
+// FuzzParallelLists checks that decoding on workers, lists and all, never
+// changes what a streamed decode gives.
+func FuzzParallelLists(f *testing.F) {
+	f.Add([]byte(stackSnapshot(300, 3)), uint16(40))
+	for _, p := range fastEntriesSeeds() {
+		f.Add([]byte(p), uint16(7))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
+		tune := &ParallelTuning{After: uint32(chunk % 5), ChunkBytes: 8 + int(chunk)%512}
+		want, wdoc, _, werr := decodeLists(data, 1, nil)
+		got, gdoc, _, gerr := decodeLists(data, 3, tune)
+		if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatal(diff)
+		}
+	})
+}
