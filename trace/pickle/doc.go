@@ -26,7 +26,7 @@ const (
 	KindDict
 )
 
-var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict", "dict", "list"}
+var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "list", "tuple", "dict", "dict", "list", "fetched"}
 
 // String returns the Python type name.
 func (k Kind) String() string {
@@ -68,6 +68,12 @@ const kindEntry = KindDict + 1
 // the list's number in the chunk (Doc.RefList). Kind reports it as a
 // list, with no items.
 const kindRefs = kindEntry + 1
+
+// kindRef is the kind, in a worker's chunk Doc, of a value fetched from a
+// memo index the worker does not know (memoized after the launch), when
+// the handler is a ParallelLists: its bits are the fetch's number in the
+// chunk (Doc.Ref).
+const kindRef = kindRefs + 1
 
 // kindIn is v's kind with the kind table kinds (the decoder's local copy).
 func kindIn(kinds []Kind, v Value) Kind {
@@ -152,6 +158,8 @@ type Doc struct {
 	// RefList), and where each list's are (start<<32 | count).
 	refs     []uint64 // a Value, or pendingRef and a memo index
 	refLists []uint64
+	pending  []uint64 // the memo indexes of its fetches (see Ref)
+	order    []uint32 // its lists (their numbers) and fetches (orderRef and their numbers), as met
 }
 
 // Root returns the pickle's top-level value.
@@ -176,6 +184,22 @@ func (d *Doc) Kind(v Value) Kind {
 // numbers start at 0, in the order the chunk first made each list.
 func (d *Doc) RefList(v Value) (uint32, bool) {
 	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != kindRefs {
+		return 0, false
+	}
+	return uint32(d.xs[v]), true
+}
+
+// Ref returns, in the Doc of a chunk decoded on a worker whose handler is
+// a ParallelLists, the number in the chunk of the value v, if v is a value
+// fetched from the memo that the worker could not resolve (memoized after
+// the launch, as a snapshot's free_requested's frames list is for the
+// free_completed that fetches it). When the handler's SetEntry returns
+// nil, the decoder gives the fetched value to Merge (ChunkMap.Refs),
+// once it has checked that it was memoized before the entry and is not a
+// list (one the handler has taken is its Ticket); ErrDeferEntry leaves
+// the entry to the decoder. Numbers start at 0, in the chunk's order.
+func (d *Doc) Ref(v Value) (uint32, bool) {
+	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != kindRef {
 		return 0, false
 	}
 	return uint32(d.xs[v]), true
@@ -752,6 +776,12 @@ type EntryHandler interface {
 // error. (An error of the handler's is returned as it is; other errors are
 // the decoder's usual ones.)
 var ErrNotStreamable = errors.New("pickle: the entries cannot be streamed")
+
+// ErrDeferEntry is returned by the SetEntry of a chunk's handler (see
+// ParallelLists) for an entry with a fetch the worker could not resolve
+// (Doc.Ref) under a key whose value the handler needs: the decoder then
+// decodes the entry itself.
+var ErrDeferEntry = errors.New("pickle: entry left to the decoder")
 
 // StreamEntries makes DecodeDoc hand the dicts created as items of the
 // lists that are items of the list stored under key in the top-level dict
@@ -1585,7 +1615,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	// through a local copy, and the rare appends to it and to the value
 	// table go through the pointers.
 	data, mbase := d.data, d.memoBase
-	m0, k0 := len(*memop), len(*kindsp)
+	m0, k0, p0, o0 := len(*memop), len(*kindsp), len(d.doc.pending), len(d.doc.order)
 	*memop = append(*memop, e) // the dict's MEMOIZE
 	// look is where memo indexes from mbase are read: the memo itself,
 	// or on a worker (see parallel.go) the memo as it was when the
@@ -1756,6 +1786,11 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			case d.par != nil && d.par.worker && d.par.defers:
 				var ok bool
 				if val, ok = d.par.extra[idx]; !ok {
+					if d.par.lists {
+						// Left to the handler (see Doc.Ref).
+						kv = append(kv, key, d.fetchRef(idx, kindsp, xsp))
+						continue
+					}
 					val = missedValue
 					d.par.misses = append(d.par.misses, idx)
 				}
@@ -1763,8 +1798,13 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 				goto bail
 			}
 			// A memoized string or small int, or a list the handler took;
-			// a container, an entry or a hole goes the general way.
+			// a container (but to a worker's ParallelLists: see Doc.Ref),
+			// an entry or a hole goes the general way.
 			if !fetchedScalar(val) {
+				if val < inlineBit && d.par != nil && d.par.worker && d.par.lists {
+					kv = append(kv, key, d.fetchRef(idx, kindsp, xsp))
+					continue
+				}
 				goto bail
 			}
 		case opEmptyList:
@@ -1798,8 +1838,13 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	d.doc.kinds, d.doc.xs = *kindsp, *xsp
 	if d.par == nil || len(d.par.misses) == 0 { // (a worker's entry with a value it could not fetch is left to the decoder)
 		if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
-			return 0, false, err
+			if err != ErrDeferEntry || d.par == nil || !d.par.worker || !d.par.lists {
+				return 0, false, err
+			}
+			d.deferRefs(p0)
 		}
+	} else {
+		d.deferRefs(p0)
 	}
 	// The values made for the entry are dropped, as after the general
 	// path's SETITEMS.
@@ -1809,7 +1854,35 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	return pos + 1, true, nil
 bail:
 	*memop, *kindsp, *xsp = (*memop)[:m0], (*kindsp)[:k0], (*xsp)[:k0]
+	d.doc.pending = d.doc.pending[:p0]
+	d.doc.order = d.doc.order[:o0]
 	return 0, false, nil
+}
+
+// fetchRef returns, on a worker whose handler is a ParallelLists, the
+// chunk's Value of the fetch of memo index idx (see Doc.Ref).
+func (d *Decoder) fetchRef(idx uint64, kindsp *[]Kind, xsp *[]uint64) Value {
+	doc := d.doc
+	n := len(doc.pending)
+	doc.pending = append(doc.pending, idx)
+	doc.order = append(doc.order, orderRef|uint32(n))
+	return tableValue(kindsp, xsp, kindRef, uint64(n))
+}
+
+// orderRef marks a fetch in Doc.order.
+const orderRef = 1 << 31
+
+// deferRefs leaves the entry being decoded on a worker, whose fetches
+// from p0 on the handler would have taken (Doc.Ref), to the decoder: they
+// become misses.
+func (d *Decoder) deferRefs(p0 int) {
+	doc := d.doc
+	d.par.misses = append(d.par.misses, doc.pending[p0:]...)
+	doc.pending = doc.pending[:p0]
+	// (The entry made no list: see decode.)
+	for len(doc.order) > 0 && doc.order[len(doc.order)-1]&orderRef != 0 && int(doc.order[len(doc.order)-1]&^orderRef) >= p0 {
+		doc.order = doc.order[:len(doc.order)-1]
+	}
 }
 
 // refList decodes, on a worker whose handler is a ParallelLists, the list
@@ -1891,6 +1964,7 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 	id, seen := p.listIDs[string(b)]
 	if !seen {
 		id = uint32(len(doc.refLists))
+		doc.order = append(doc.order, id)
 		doc.refLists = append(doc.refLists, uint64(len(doc.refs))<<32|uint64(len(refs)))
 		doc.refs = append(doc.refs, refs...)
 		p.listIDs[string(b)] = id

@@ -55,12 +55,9 @@ type ParallelHandler interface {
 	// of the chunk handler h as entries first, first+1..., in order (the
 	// entries of a chunk come in one or more calls, in order; an entry
 	// the chunk could not convert comes between them through NewEntry
-	// and SetEntry); end is the input offset after the chunk. strs maps
-	// the chunk's string indexes from the fork's NumStrings on to the
-	// decoder's.
-	// lists maps the chunk's lists of fetched values (Doc.RefList), when
-	// the handler is a ParallelLists, to the ids TakeList gave them.
-	Merge(h EntryHandler, from, to int, first uint32, end int, strs, lists []uint32) error
+	// and SetEntry); end is the input offset after the chunk; m maps
+	// what the chunk numbered on its own to the decoder's.
+	Merge(h EntryHandler, from, to int, first uint32, end int, m *ChunkMap) error
 	// Release is called, on the decoding goroutine, once the decoder is
 	// done with the chunk handler h (taken or not), so that its memory
 	// may serve another chunk.
@@ -90,18 +87,22 @@ const (
 type deferral struct {
 	k, off, m0 int
 	lists      int    // the chunk's lists of fetched values before it
+	refs       int    // the chunk's fetches its handler took (Doc.Ref) before it
+	order      int    // and both in the order met (Doc.order)
 	ops        int    // len(ops) before it, and the entries of ops' last run then
 	run        uint32 //   (when that run goes on with this entry)
 	misses     []uint64
 	check      bool // only its lists' items are to check: the chunk's conversion of it stands
 }
 
-// missKey marks, in deferral.misses, a memo index fetched as a key, and
-// missItem one fetched as an item of a list of fetched values (the entry
-// is not decoded again: see pendingRef).
+// missKey marks, in deferral.misses, a memo index fetched as a key,
+// missItem one fetched as an item of a list of fetched values (see
+// pendingRef), and missRef a value the handler took unresolved (Doc.Ref);
+// the entries with the last two only are not decoded again.
 const (
 	missKey  = 1 << 63
 	missItem = 1 << 62
+	missRef  = 1 << 61
 )
 
 // parChunk is one chunk's work.
@@ -111,6 +112,8 @@ type parChunk struct {
 	end    int // where it stopped
 	n      int
 	lists  int      // its lists of fetched values (Doc.RefList) up to end
+	refs   int      // its fetches its handler took (Doc.Ref) up to end
+	order  int      // and both in the order met (Doc.order)
 	memo   []Value  // what it memoized: its entries (from 0), its doc's strings and lists
 	ops    []uint32 // MARK, APPENDS and runs of entries
 	defers []deferral
@@ -130,6 +133,8 @@ type parallel struct {
 	pending []uint64          // a worker: the memo indexes of the entry's new lists memoized after the launch (missItem set)
 	made    bool              // a worker: fastEntry made a list of fetched values
 	listBuf []uint32          // the decoder: take's ids of a chunk's lists
+	refVals []Value           // the decoder: take's values of a chunk's fetches
+	fetched [][2]uint32       // the decoder: take's fetches of lists (see take), and their ids
 	itemBuf []Value           // the decoder: take's items of a list
 	misses  []uint64          // a worker: the memo indexes of its missedValues (missKey set for a key)
 	memo    []Value           // memo entries from base, at the launch (a copy)
@@ -165,6 +170,19 @@ type parallel struct {
 	stats     ParallelStats
 }
 
+// ChunkMap maps what a chunk decoded on a worker numbered on its own to
+// the decoder's, for ParallelHandler.Merge.
+type ChunkMap struct {
+	// Strs maps the chunk's string indexes from the fork's NumStrings on
+	// to the decoder's.
+	Strs []uint32
+	// Lists maps the chunk's lists of fetched values (Doc.RefList) to
+	// the ids ParallelLists.TakeList gave them, and Refs its fetches
+	// (Doc.Ref) to the values fetched (the decoder's).
+	Lists []uint32
+	Refs  []Value
+}
+
 // ParallelLists is a ParallelHandler that takes the lists its entries
 // make of values fetched from the memo (see Decoder.Take): a snapshot's
 // frames lists, of frame dicts memoized once and fetched by every later
@@ -173,8 +191,11 @@ type parallel struct {
 // chunk's Doc holds the list as a number (Doc.RefList), and the decoder,
 // when it takes the chunk, hands each list's values to TakeList, puts the
 // Ticket of its id where the chunk memoized the list, and gives Merge the
-// ids. Other lists, and lists of values memoized after the launch, are
-// left to the decoder.
+// ids. Other lists are left to the decoder. A value the worker fetches
+// from a memo index it does not know (a free_completed fetches its
+// free_requested's frames list) is given to the handler as a number
+// (Doc.Ref), which it may take (the value then comes with Merge) or not
+// (ErrDeferEntry).
 type ParallelLists interface {
 	ParallelHandler
 	// TakeList is called on the decoding goroutine with the items of a
@@ -209,7 +230,8 @@ type ParallelStats struct {
 	Skipped int   // chunks decoded but not taken (the decoder decoded them)
 	Entries int64 // entries in the chunks taken
 	Redone  int64 // entries of those that the decoder decoded again
-	Lists   int64 // lists of fetched values those made (ParallelLists)
+	Lists   int64 // lists of those handed to ParallelLists.TakeList
+	Refs    int64 // fetches their handlers took unresolved (Doc.Ref)
 }
 
 // ParallelStats returns, after DecodeDoc, how much the workers did.
@@ -451,20 +473,23 @@ loop:
 				run = ch.ops[opsLen-1]
 			}
 			h.NewEntry(n, pos)
-			l0 := len(doc.refLists)
+			l0, r0, o0 := len(doc.refLists), len(doc.pending), len(doc.order)
 			w.par.made = false
 			end, ok, err := w.fastEntry(pos+3, tagMask|Value(n), &memo, &kinds, &xs)
 			if err != nil || !ok || len(w.par.misses) > 0 && w.par.made {
 				// (An entry left to the decoder is decoded again with
 				// fastEntry, which makes no list.)
 				memo = memo[:m0]
-				doc.refLists = doc.refLists[:l0]
+				doc.refLists, doc.pending, doc.order = doc.refLists[:l0], doc.pending[:r0], doc.order[:o0]
 				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 				break loop
 			}
-			if len(w.par.misses) > 0 || len(w.par.pending) > 0 {
-				df := deferral{k: int(n), off: pos, m0: m0, lists: l0, ops: opsLen, run: run, check: len(w.par.misses) == 0}
+			if refs := doc.pending[r0:]; len(w.par.misses) > 0 || len(w.par.pending) > 0 || len(refs) > 0 {
+				df := deferral{k: int(n), off: pos, m0: m0, lists: l0, refs: r0, order: o0, ops: opsLen, run: run, check: len(w.par.misses) == 0}
 				df.misses = append(append(df.misses, w.par.misses...), w.par.pending...)
+				for _, idx := range refs {
+					df.misses = append(df.misses, idx|missRef)
+				}
 				ch.defers = append(ch.defers, df)
 				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 			}
@@ -480,7 +505,7 @@ loop:
 		}
 	}
 	ch.end, ch.n, ch.memo, ch.doc, ch.h = pos, int(n), memo, doc, h
-	ch.lists = len(doc.refLists)
+	ch.lists, ch.refs, ch.order = len(doc.refLists), len(doc.pending), len(doc.order)
 }
 
 // setHop waits for the next chunk in which an entry starts and sets hop to
@@ -586,32 +611,53 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			return pos, stack, memo, nil
 		}
 		d.fetchable(ch, memo)
-		// The chunk's lists, in the order it made them: the handler interns
-		// them as the sequential decode would have, entry by entry.
-		lists := p.listBuf[:0]
-		for _, x := range ch.doc.refLists[:ch.lists] {
-			start := uint32(x >> 32)
-			items := p.itemBuf[:0]
-			for _, r := range ch.doc.refs[start : start+uint32(x)&lowMask] {
-				v := Value(r)
-				if r&pendingRef != 0 { // memoized before the chunk (fetchable)
-					if idx := r &^ pendingRef; idx < d.memoBase {
-						v = d.memoOldAt(idx)
-					} else {
-						v = memo[idx-d.memoBase]
-					}
-				}
-				items = append(items, v)
+		// The chunk's lists, and the lists of the decoder's it fetched, in
+		// the order it met them: the handler interns them as the
+		// sequential decode would have, entry by entry.
+		at := func(idx uint64) Value { // memoized before the chunk (fetchable)
+			if idx < d.memoBase {
+				return d.memoOldAt(idx)
 			}
-			p.itemBuf = items
-			id := d.entries.(ParallelLists).TakeList(items)
+			return memo[idx-d.memoBase]
+		}
+		hl, _ := d.entries.(ParallelLists) // (a chunk has lists only then)
+		lists, fetched := p.listBuf[:0], p.fetched[:0]
+		for _, o := range ch.doc.order[:ch.order] {
+			var id uint32
+			if o&orderRef == 0 {
+				x := ch.doc.refLists[o]
+				start := uint32(x >> 32)
+				items := p.itemBuf[:0]
+				for _, r := range ch.doc.refs[start : start+uint32(x)&lowMask] {
+					v := Value(r)
+					if r&pendingRef != 0 {
+						v = at(r &^ pendingRef)
+					}
+					items = append(items, v)
+				}
+				p.itemBuf = items
+				id = hl.TakeList(items)
+				lists = append(lists, id)
+			} else {
+				// A list of the decoder's, fetched: taken as set would
+				// take it (its Ticket goes to Merge).
+				idx := ch.doc.pending[o&^orderRef]
+				if idx >= d.memoBase+uint64(len(memo)) {
+					continue // the chunk's own
+				}
+				v := at(idx)
+				if v >= inlineBit || d.doc.kinds[v] != KindList {
+					continue
+				}
+				id = hl.TakeList(d.doc.Slice(v))
+				fetched = append(fetched, [2]uint32{o &^ orderRef, id})
+			}
 			if id >= maxTickets {
 				return pos, stack, memo, ErrNotStreamable
 			}
-			lists = append(lists, id)
 		}
-		p.listBuf = lists
-		p.stats.Lists += int64(len(lists))
+		p.listBuf, p.fetched = lists, fetched
+		p.stats.Lists += int64(len(lists) + len(fetched))
 		doc := d.doc
 		n0 := len(p.strs)
 		strs := make([]uint32, len(ch.doc.strs)-n0)
@@ -658,6 +704,21 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			dst[i] = v
 		}
 		p.publish(pub)
+		// The values of the fetches the handler took, the memo filled.
+		refs := p.refVals[:0]
+		for _, idx := range ch.doc.pending[:ch.refs] {
+			if idx < d.memoBase {
+				refs = append(refs, d.memoOldAt(idx))
+			} else {
+				refs = append(refs, memo[idx-d.memoBase])
+			}
+		}
+		for _, f := range fetched {
+			refs[f[0]] = Ticket(f[1])
+		}
+		p.refVals = refs
+		p.stats.Refs += int64(len(refs))
+		cm := &ChunkMap{Strs: strs, Lists: lists, Refs: refs}
 		e := tagMask | Value(first)
 		for _, op := range ch.ops {
 			switch op {
@@ -681,7 +742,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			if df.check {
 				continue
 			}
-			if err := h.Merge(ch.h, from, df.k, first+uint32(from), ch.end, strs, lists); err != nil {
+			if err := h.Merge(ch.h, from, df.k, first+uint32(from), ch.end, cm); err != nil {
 				return pos, stack, memo, err
 			}
 			if err := d.redo(first+uint32(df.k), df.off, memo[:base+df.m0+1]); err != nil {
@@ -690,7 +751,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			p.stats.Redone++
 			from = df.k + 1
 		}
-		if err := h.Merge(ch.h, from, ch.n, first+uint32(from), ch.end, strs, lists); err != nil {
+		if err := h.Merge(ch.h, from, ch.n, first+uint32(from), ch.end, cm); err != nil {
 			return pos, stack, memo, err
 		}
 		p.release(ch.h)
@@ -777,7 +838,7 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 	for i, df := range ch.defers {
 		ok := true
 		for _, m := range df.misses {
-			idx := m &^ (missKey | missItem)
+			idx := m &^ (missKey | missItem | missRef)
 			var v Value
 			switch {
 			case idx < d.memoBase:
@@ -796,12 +857,16 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 			default:
 				ok = false
 			}
-			if m&missItem != 0 {
+			switch {
+			case m&missItem != 0:
 				// A list's item: a container memoized before the chunk.
 				ok = ok && idx < abs && v < inlineBit
-			} else if m&missKey != 0 {
+			case m&missRef != 0:
+				// A value the handler took: memoized before the entry.
+				ok = ok && (idx < abs || idx-abs < uint64(df.m0))
+			case m&missKey != 0:
 				ok = ok && v&tagMask == inlineBit|strBit
-			} else {
+			default:
 				ok = ok && fetchedScalar(v)
 			}
 		}
@@ -810,7 +875,7 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 		}
 		// Cut the chunk before entry df.k.
 		ch.n, ch.end, ch.memo, ch.defers = df.k, df.off, ch.memo[:df.m0], ch.defers[:i]
-		ch.lists = df.lists
+		ch.lists, ch.refs, ch.order = df.lists, df.refs, df.order
 		ch.ops = ch.ops[:df.ops]
 		if df.run > 0 {
 			ch.ops[df.ops-1] = df.run

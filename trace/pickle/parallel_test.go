@@ -24,13 +24,13 @@ func (r *parRecorder) Fork(off, _ int) func(*Doc) EntryHandler {
 	return func(doc *Doc) EntryHandler { return &recorder{doc: doc, kinds: true} }
 }
 
-func (r *parRecorder) Merge(h EntryHandler, from, to int, first uint32, end int, strs, _ []uint32) error {
+func (r *parRecorder) Merge(h EntryHandler, from, to int, first uint32, end int, m *ChunkMap) error {
 	if int(first) != len(r.entries) {
 		return fmt.Errorf("merge at entry %d after %d", first, len(r.entries))
 	}
 	r.entries = append(r.entries, h.(*recorder).entries[from:to]...)
 	r.merges++
-	r.own = max(r.own, len(strs))
+	r.own = max(r.own, len(m.Strs))
 	return nil
 }
 

@@ -156,12 +156,17 @@ type conv struct {
 	keyOf  []uint8 // string index -> entry key, 0 when not yet known
 	kindOf []uint8 // string index -> action kind + 1 (1: unknown), 0 when not yet known
 	kinds  uint32  // bit k: an action of kind k met
-	lists  bool    // a chunk's: some event's frames are a list of the chunk's (chunkList)
+	lists  bool    // a chunk's: some event's frames are the chunk's (chunkList, chunkRef)
 }
 
 // chunkList marks, in a chunk's event, frames that are the chunk's list
-// of that number (pickle.Doc.RefList), until Merge gives its stack id.
-const chunkList = pickle.Value(1) << 31
+// of that number (pickle.Doc.RefList), and chunkRef frames fetched from
+// the memo, its fetch of that number (pickle.Doc.Ref), until Merge gives
+// the stack id.
+const (
+	chunkList = pickle.Value(1) << 31
+	chunkRef  = pickle.Value(1) << 30
+)
 
 // errChunk ends a chunk decoded on a worker before an entry the chunk
 // cannot convert alone (an action the import does not know, a frames
@@ -218,6 +223,16 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 		}
 		e.set |= bit
 		v := kv[i+1]
+		if r, ok := doc.Ref(v); ok && s == nil {
+			// A value the worker could not fetch: the frames list of a
+			// free_requested in another chunk, taken as Merge gets it.
+			if k != keyFrames {
+				return pickle.ErrDeferEntry
+			}
+			e.frames = chunkRef | pickle.Value(r)
+			c.lists = true
+			continue
+		}
 		switch k {
 		case keyAction:
 			if !c.action(e, v) {
@@ -429,7 +444,7 @@ func (s *streamer) Release(h pickle.EntryHandler) {
 
 // Merge appends the events from to to-1 of the chunk handler h as entries
 // first on (pickle.ParallelHandler); strs maps the chunk's own strings.
-func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, strs, lists []uint32) error {
+func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, m *pickle.ChunkMap) error {
 	c := h.(*chunkEntries)
 	if s.log.err != nil {
 		return s.log.err
@@ -444,14 +459,24 @@ func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end 
 	if c.texts {
 		for i := from; i < to; i++ {
 			if e := &c.evs[i]; e.text > int32(c.strs) { // a string of the chunk's own
-				e.text = int32(strs[int(e.text)-1-c.strs]) + 1
+				e.text = int32(m.Strs[int(e.text)-1-c.strs]) + 1
 			}
 		}
 	}
 	if c.lists {
 		for i := from; i < to; i++ {
-			if e := &c.evs[i]; e.frames != noFrames && e.frames&chunkList != 0 {
-				e.frames = pickle.Value(lists[e.frames&^chunkList])
+			e := &c.evs[i]
+			switch f := e.frames; {
+			case f == noFrames:
+			case f&chunkList != 0:
+				e.frames = pickle.Value(m.Lists[f&^chunkList])
+			case f&chunkRef != 0:
+				// As set would have taken the value: a Ticket, or no
+				// stack (the decoder leaves a list to set).
+				e.frames = noFrames
+				if id, ok := pickle.TicketID(m.Refs[f&^chunkRef]); ok && int(id) < len(s.stacks.stacks) {
+					e.frames = pickle.Value(id)
+				}
 			}
 		}
 	}

@@ -143,9 +143,9 @@ func TestParallelMatchesSequential(t *testing.T) {
 // by later entries, a free_completed sharing its free_requested's frames
 // list), on workers and on one goroutine: the traces and summaries
 // are byte for byte the same, and the workers decoded most entries,
-// frames lists and all (only a free_completed whose list another chunk
-// made is decoded again). The real snapshot with stacks is compared too,
-// in small chunks.
+// frames lists and all, a free_completed whose list another chunk made
+// included (few entries decoded again). The real snapshot with stacks is
+// compared too, in small chunks.
 func TestParallelStacks(t *testing.T) {
 	var buf bytes.Buffer
 	if err := snapgen.Write(&buf, 40_000, 7, 8); err != nil {
@@ -174,7 +174,7 @@ func TestParallelStacks(t *testing.T) {
 		if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum {
 			t.Errorf("%s: on workers, the trace (%d bytes, %d alone) or summary differ:\n%s\n%s", tc.name, len(gotTrace), len(wantTrace), gotSum, wantSum)
 		}
-		if n := int64(par.summary.Events); par.par.Entries < n/2 || par.par.Lists == 0 || par.par.Redone > n/2 {
+		if n := int64(par.summary.Events); par.par.Entries < n/2 || par.par.Lists == 0 || par.par.Refs == 0 || par.par.Redone > n/20 {
 			t.Errorf("%s: the workers decoded %d of %d entries (%+v)", tc.name, par.par.Entries, n, par.par)
 		}
 		if len(par.stacks.stacks) < 2 || len(par.stacks.stacks) != len(seq.stacks.stacks) {
