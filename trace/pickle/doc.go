@@ -687,8 +687,13 @@ type Decoder struct {
 	launched  bool
 	allAtOnce bool // the workers start all at once (see ParallelReady)
 	parStats  ParallelStats
-	redoer    *redoer         // redo's scratch state
-	Tuning    *ParallelTuning // nil: the defaults
+	redoer    *redoer // redo's scratch state
+	// taken holds the ids ParallelLists.TakeList gave lists of the
+	// decoder's Values, by the Values' bytes, while no dict below
+	// takenBelow (the values then) changes.
+	taken      map[string]uint32
+	takenBelow int
+	Tuning     *ParallelTuning // nil: the defaults
 
 	// Progress, when set, is called about every ProgressEvery bytes
 	// with the offset reached and the input's size.
@@ -1047,6 +1052,9 @@ func (d *Decoder) appendItems(v Value, items []Value) {
 	}
 	doc := d.doc
 	d.keep = len(doc.kinds) // the items may be any value made so far
+	if int(v) < d.takenBelow && doc.kinds[v] == KindDict {
+		d.taken = nil // a dict a list taken may hold changes (see take)
+	}
 	x := doc.xs[v]
 	if d.entries != nil && d.appendEntries(v, x, items) {
 		return

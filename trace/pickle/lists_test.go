@@ -178,12 +178,14 @@ func (r *listTaker) TakeList(items []Value) uint32 {
 // an entry just before or far before; FRAME opcodes between any two of a
 // list's items; a new "N/A" in every entry.
 func stackSnapshot(n int, seed uint64) pk {
-	p, _ := stackSnapshotMemo(n, seed)
+	p, _, _ := stackSnapshotMemo(n, seed)
 	return p
 }
 
-// stackSnapshotMemo is stackSnapshot, with the memo's length at its end.
-func stackSnapshotMemo(n int, seed uint64) (pk, int) {
+// stackSnapshotMemo is stackSnapshot, with the memo's length at its end
+// and how every entry starts (EMPTY_DICT MEMOIZE MARK and "action"
+// fetched: what the workers' chunks start at).
+func stackSnapshotMemo(n int, seed uint64) (pk, int, pk) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	memo := 0
 	memoize := func(p pk) pk { memo++; return p.op(opMemoize) }
@@ -206,6 +208,9 @@ func stackSnapshotMemo(n int, seed uint64) (pk, int) {
 	keys := map[string]int{}
 	key := func(p pk, s string) pk {
 		if i, ok := keys[s]; ok {
+			if s == "action" {
+				return p.op(opLongBinGet, byte(i), byte(i>>8), byte(i>>16), byte(i>>24))
+			}
 			return get(p, i)
 		}
 		keys[s] = memo
@@ -291,7 +296,8 @@ func stackSnapshotMemo(n int, seed uint64) (pk, int) {
 		p = memoize(p.str("N/A"))
 		p = p.op(opSetItems)
 	}
-	return p.op(opAppends, opAppend, opSetItems, opStop), memo
+	a := keys["action"]
+	return p.op(opAppends, opAppend, opSetItems, opStop), memo, pk{opEmptyDict, opMemoize, opMark, opLongBinGet, byte(a), byte(a >> 8), 0, 0}
 }
 
 // decodeLists decodes data streamed to a listTaker, on workers when tune
@@ -328,7 +334,7 @@ func TestParallelLists(t *testing.T) {
 			t.Errorf("%+v: %d stacks, sequential %d", *tune, len(got.ids), len(want.ids))
 		}
 		rest := int64(3000 - tune.After)
-		if st.Entries < rest/2 || st.Lists == 0 || int64(got.took) != st.Lists || st.Refs == 0 || int64(got.refs) != st.Refs || st.Redone > rest/10 {
+		if st.Entries < rest/2 || st.Lists == 0 || got.took == 0 || int64(got.took) > st.Lists || st.Refs == 0 || int64(got.refs) != st.Refs || st.Redone > rest/5 {
 			t.Errorf("%+v: the workers decoded %d of %d entries; %d lists, %d taken; %d fetches, %d taken (%+v)", *tune, st.Entries, rest, st.Lists, got.took, st.Refs, got.refs, st)
 		}
 	}
@@ -350,37 +356,55 @@ func TestParallelLists(t *testing.T) {
 // a hole in the memo, an index memoized later; each decode is the
 // sequential one's, entries and error.
 func TestParallelListsLeft(t *testing.T) {
-	base, m := stackSnapshotMemo(600, 2)
+	base, m, start := stackSnapshotMemo(600, 2)
+	// Each entry starts as the workers look for, "action" fetched
+	// ("alloc", then memo 1, "segments").
+	entry := func() pk { return append(pk{}, start...).op(opBinGet, 1) }
 	i := bytes.LastIndex(base, []byte{opAppends, opAppend})
 	own := m + 2 // the entry's dict, its list, the frame dict
-	for name, entry := range map[string]pk{
+	for name, insert := range map[string]pk{
 		// A frame dict made in the entry, fetched again as a second item.
-		"own item": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opMark).
+		"own item": entry().str("frames").op(opEmptyList, opMemoize, opMark).
 			op(opEmptyDict, opMemoize, opMark).str("name").str("f").op(opSetItems).op(opLongBinGet, byte(own), byte(own>>8), 0, 0, opAppends, opSetItems),
 		// The entry before's "N/A", memoized in the same chunk, or in
 		// one before.
-		"string of the chunk": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opMark).
+		"string of the chunk": entry().str("frames").op(opEmptyList, opMemoize, opMark).
 			op(opLongBinGet, byte(m-1), byte((m-1)>>8), 0, 0, opAppends, opSetItems),
 		// A string as an item.
-		"string item": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opBinGet, 1, opAppend, opSetItems),
+		"string item": entry().str("frames").op(opEmptyList, opMemoize, opBinGet, 1, opAppend, opSetItems),
 		// A list inside a dict, fetched as frames by an entry far after.
 		"list not taken": func() pk {
-			e := pk{}.op(opEmptyDict, opMemoize, opMark).str("meta").op(opEmptyDict, opMemoize, opMark).str("l").
+			e := entry().str("meta").op(opEmptyDict, opMemoize, opMark).str("l").
 				op(opEmptyList, opMemoize, opBinInt1, 1, opAppend, opSetItems, opSetItems)
 			list := m + 2
 			for range 60 {
-				e = e.op(opEmptyDict, opMemoize, opMark).str("action").str("alloc").op(opSetItems)
+				e = append(e, entry().op(opSetItems)...)
 			}
-			e = e.op(opEmptyDict, opMemoize, opMark).str("frames").op(opLongBinGet, byte(list), byte(list>>8), 0, 0, opSetItems)
+			e = append(e, entry().str("frames").op(opLongBinGet, byte(list), byte(list>>8), 0, 0, opSetItems)...)
 			// Then a stack new to the trace (frame 0, memo 3, five
 			// times): its id comes after the fetched list's.
-			return e.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMemoize, opMark).
-				op(opBinGet, 3, opBinGet, 3, opBinGet, 3, opBinGet, 3, opBinGet, 3, opAppends, opSetItems)
+			return append(e, entry().str("frames").op(opEmptyList, opMemoize, opMark).
+				op(opBinGet, 3, opBinGet, 3, opBinGet, 3, opBinGet, 3, opBinGet, 3, opAppends, opSetItems)...)
+		}(),
+		// A list of frame 0 twice (memo 3), then frame 0's dict changed
+		// (its "line" set again), then the same list far after: taken
+		// again.
+		"dict changed": func() pk {
+			list := entry().str("frames").op(opEmptyList, opMemoize, opMark, opBinGet, 3, opBinGet, 3, opAppends, opSetItems)
+			e := append(pk{}, list...)
+			for range 30 {
+				e = append(e, entry().op(opSetItems)...)
+			}
+			e = append(e, entry().str("x").op(opBinGet, 3, opMark).str("line").op(opBinInt1, 99, opSetItems, opSetItems)...)
+			for range 60 {
+				e = append(e, entry().op(opSetItems)...)
+			}
+			return append(e, list...)
 		}(),
 		// An index never memoized.
-		"hole": pk{}.op(opEmptyDict, opMemoize, opMark).str("frames").op(opEmptyList, opMark, opLongBinGet, 0, 0, 0, 1, opAppends, opSetItems),
+		"hole": entry().str("frames").op(opEmptyList, opMark, opLongBinGet, 0, 0, 0, 1, opAppends, opSetItems),
 	} {
-		data := append(append(append(pk{}, base[:i]...), entry...), base[i:]...)
+		data := append(append(append(pk{}, base[:i]...), insert...), base[i:]...)
 		want, wdoc, _, werr := decodeLists(data, 1, nil)
 		for _, tune := range []*ParallelTuning{{After: 10, ChunkBytes: 300}, {After: 100, ChunkBytes: 4000}} {
 			got, gdoc, _, gerr := decodeLists(data, 3, tune)

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Parallel decoding of streamed entries.
@@ -636,7 +637,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 					items = append(items, v)
 				}
 				p.itemBuf = items
-				id = hl.TakeList(items)
+				id = d.takeList(hl, items)
 				lists = append(lists, id)
 			} else {
 				// A list of the decoder's, fetched: taken as set would
@@ -649,7 +650,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 				if v >= inlineBit || d.doc.kinds[v] != KindList {
 					continue
 				}
-				id = hl.TakeList(d.doc.Slice(v))
+				id = d.takeList(hl, d.doc.Slice(v))
 				fetched = append(fetched, [2]uint32{o &^ orderRef, id})
 			}
 			if id >= maxTickets {
@@ -769,6 +770,31 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 	}
 	return pos, stack, memo, nil
 }
+
+// takeList returns the id h.TakeList gives the list of items, asked once
+// for equal lists while the dicts they may hold are unchanged: every chunk
+// makes its own lists, most of them the stacks of the chunks before (a
+// snapshot has a few hundred), and the handler reads every frame dict of
+// each (genpickle 100K -frames 8: 30,754 lists in 124 chunks, 0.5 us
+// each, on the decoding goroutine).
+func (d *Decoder) takeList(h ParallelLists, items []Value) uint32 {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(items))), len(items)*4)
+	if id, ok := d.taken[string(b)]; ok {
+		return id
+	}
+	id := h.TakeList(items)
+	if d.taken == nil {
+		d.taken = make(map[string]uint32, 1024)
+	}
+	if len(d.taken) < maxTaken {
+		d.taken[string(b)] = id
+	}
+	d.takenBelow = len(d.doc.kinds)
+	return id
+}
+
+// maxTaken bounds takeList's memory.
+const maxTaken = 1 << 16
 
 // redo decodes entry n again, at off, as the decoder would have: the
 // handler gets NewEntry and SetEntry, with the memo as it was then (look:
