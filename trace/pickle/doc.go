@@ -158,7 +158,7 @@ type Doc struct {
 	// RefList), and where each list's are (start<<32 | count).
 	refs     []uint64 // a Value, or pendingRef and a memo index
 	refLists []uint64
-	pending  []uint64 // the memo indexes of its fetches (see Ref)
+	pending  []uint64 // its fetches (see Ref): the memo index fetched (lowIdx), and the chunk's memo length before the entry <<32
 	order    []uint32 // its lists (their numbers) and fetches (orderRef and their numbers), as met
 }
 
@@ -1796,7 +1796,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 				if val, ok = d.par.extra[idx]; !ok {
 					if d.par.lists {
 						// Left to the handler (see Doc.Ref).
-						kv = append(kv, key, d.fetchRef(idx, kindsp, xsp))
+						kv = append(kv, key, d.fetchRef(idx, m0, kindsp, xsp))
 						continue
 					}
 					val = missedValue
@@ -1810,7 +1810,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			// an entry or a hole goes the general way.
 			if !fetchedScalar(val) {
 				if val < inlineBit && d.par != nil && d.par.worker && d.par.lists {
-					kv = append(kv, key, d.fetchRef(idx, kindsp, xsp))
+					kv = append(kv, key, d.fetchRef(idx, m0, kindsp, xsp))
 					continue
 				}
 				goto bail
@@ -1854,6 +1854,16 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	} else {
 		d.deferRefs(p0)
 	}
+	if d.par != nil && d.par.made && d.par.madeSlot > -2 && int(d.par.madeV) > k0 {
+		// On a worker, the entry's list moves to the entry's first value,
+		// so that the entry's other values are dropped.
+		p, v := d.par, d.par.madeV
+		(*kindsp)[k0], (*xsp)[k0] = (*kindsp)[v], (*xsp)[v]
+		if p.madeSlot >= 0 {
+			(*memop)[p.madeSlot] = Value(k0)
+		}
+		d.keep = k0 + 1
+	}
 	// The values made for the entry are dropped, as after the general
 	// path's SETITEMS.
 	if keep := max(d.keep, d.lastLen); keep < len(*kindsp) {
@@ -1868,24 +1878,31 @@ bail:
 }
 
 // fetchRef returns, on a worker whose handler is a ParallelLists, the
-// chunk's Value of the fetch of memo index idx (see Doc.Ref).
-func (d *Decoder) fetchRef(idx uint64, kindsp *[]Kind, xsp *[]uint64) Value {
+// chunk's Value of the fetch of memo index idx by the entry whose dict the
+// chunk's memo entry m0 is (see Doc.Ref).
+func (d *Decoder) fetchRef(idx uint64, m0 int, kindsp *[]Kind, xsp *[]uint64) Value {
 	doc := d.doc
 	n := len(doc.pending)
-	doc.pending = append(doc.pending, idx)
+	doc.pending = append(doc.pending, uint64(m0)<<32|idx)
 	doc.order = append(doc.order, orderRef|uint32(n))
 	return tableValue(kindsp, xsp, kindRef, uint64(n))
 }
 
-// orderRef marks a fetch in Doc.order.
-const orderRef = 1 << 31
+// orderRef marks a fetch in Doc.order; lowIdx is the memo index of a
+// Doc.pending.
+const (
+	orderRef = 1 << 31
+	lowIdx   = 1<<32 - 1
+)
 
 // deferRefs leaves the entry being decoded on a worker, whose fetches
 // from p0 on the handler would have taken (Doc.Ref), to the decoder: they
 // become misses.
 func (d *Decoder) deferRefs(p0 int) {
 	doc := d.doc
-	d.par.misses = append(d.par.misses, doc.pending[p0:]...)
+	for _, r := range doc.pending[p0:] {
+		d.par.misses = append(d.par.misses, r&lowIdx)
+	}
 	doc.pending = doc.pending[:p0]
 	// (The entry made no list: see decode.)
 	for len(doc.order) > 0 && doc.order[len(doc.order)-1]&orderRef != 0 && int(doc.order[len(doc.order)-1]&^orderRef) >= p0 {
@@ -1933,9 +1950,15 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 		}
 		return pos
 	}
+	if len(doc.refLists) == 0 && cap(*kindsp) < p.room {
+		// The chunk's first list: room for one an entry.
+		*kindsp, *xsp = withRoom(*kindsp, p.room), withRoom(*xsp, p.room)
+	}
 	v = tableValue(kindsp, xsp, kindRefs, 0)
 	pos++
+	slot := -1
 	if pos < len(data) && data[pos] == opMemoize {
+		slot = len(*memop)
 		*memop = append(*memop, v)
 		pos++
 	}
@@ -1984,7 +2007,11 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 	}
 	(*xsp)[v] = uint64(id)
 	d.keep = int(v) + 1 // the list stays: the memo may hold it
-	p.made = true
+	if p.made {
+		p.madeSlot = -2 // two lists: see fastEntry
+	} else {
+		p.made, p.madeV, p.madeSlot = true, v, slot
+	}
 	return v, pos, true
 }
 

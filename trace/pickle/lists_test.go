@@ -352,7 +352,7 @@ func TestParallelLists(t *testing.T) {
 // TestParallelListsLeft checks the lists a worker leaves to the decoder:
 // an item memoized in the chunk itself or in the one before, an item
 // that is not a container, a list fetched later that the handler did not
-// take,
+// take, frames fetched from a hole or from the entry itself,
 // a hole in the memo, an index memoized later; each decode is the
 // sequential one's, entries and error.
 func TestParallelListsLeft(t *testing.T) {
@@ -401,6 +401,10 @@ func TestParallelListsLeft(t *testing.T) {
 			}
 			return append(e, list...)
 		}(),
+		// Frames fetched from an index never memoized, and from the
+		// entry's own dict.
+		"fetched hole": entry().str("frames").op(opLongBinGet, 0, 0, 0, 1, opSetItems),
+		"fetched self": entry().str("frames").op(opLongBinGet, byte(m), byte(m>>8), 0, 0, opSetItems),
 		// An index never memoized.
 		"hole": entry().str("frames").op(opEmptyList, opMark, opLongBinGet, 0, 0, 0, 1, opAppends, opSetItems),
 	} {

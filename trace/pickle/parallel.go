@@ -96,14 +96,12 @@ type deferral struct {
 	check      bool // only its lists' items are to check: the chunk's conversion of it stands
 }
 
-// missKey marks, in deferral.misses, a memo index fetched as a key,
+// missKey marks, in deferral.misses, a memo index fetched as a key, and
 // missItem one fetched as an item of a list of fetched values (see
-// pendingRef), and missRef a value the handler took unresolved (Doc.Ref);
-// the entries with the last two only are not decoded again.
+// pendingRef; the entries with those only are not decoded again).
 const (
 	missKey  = 1 << 63
 	missItem = 1 << 62
-	missRef  = 1 << 61
 )
 
 // parChunk is one chunk's work.
@@ -126,28 +124,31 @@ type parChunk struct {
 // parallel is the decoder's parallel state; on a worker's Decoder,
 // worker is set and memo is the memo at the launch (read through it).
 type parallel struct {
-	worker  bool
-	defers  bool              // a worker: fastEntry gives missedValue for a memo index above memo
-	lists   bool              // the handler is a ParallelLists (a worker: see refList)
-	listIDs map[string]uint32 // a worker: its chunk's lists of fetched values, by their items' bytes
-	refBuf  []uint64          // a worker: refList's scratch
-	pending []uint64          // a worker: the memo indexes of the entry's new lists memoized after the launch (missItem set)
-	made    bool              // a worker: fastEntry made a list of fetched values
-	listBuf []uint32          // the decoder: take's ids of a chunk's lists
-	refVals []Value           // the decoder: take's values of a chunk's fetches
-	fetched [][2]uint32       // the decoder: take's fetches of lists (see take), and their ids
-	itemBuf []Value           // the decoder: take's items of a list
-	misses  []uint64          // a worker: the memo indexes of its missedValues (missKey set for a key)
-	memo    []Value           // memo entries from base, at the launch (a copy)
-	extra   map[uint64]Value  // a worker: memo entries past memo that it knows (see known)
-	old     []memoBlock
-	base    uint64
-	shift   uint8
-	strs    []string          // the decoder's strings at the launch
-	intern  map[string]uint32 // and those of them interned, up to launchInterned (read only)
-	sig     []byte            // the bytes every entry starts with
-	fork    func(*Doc) EntryHandler
-	release func(EntryHandler)
+	worker   bool
+	defers   bool              // a worker: fastEntry gives missedValue for a memo index above memo
+	lists    bool              // the handler is a ParallelLists (a worker: see refList)
+	listIDs  map[string]uint32 // a worker: its chunk's lists of fetched values, by their items' bytes
+	refBuf   []uint64          // a worker: refList's scratch
+	pending  []uint64          // a worker: the memo indexes of the entry's new lists memoized after the launch (missItem set)
+	made     bool              // a worker: fastEntry made a list of fetched values,
+	madeV    Value             //   this one,
+	madeSlot int               //   memoized there (-1: not memoized; -2: two lists)
+	room     int               // a worker: the values its chunk's lists are likely to need
+	listBuf  []uint32          // the decoder: take's ids of a chunk's lists
+	refVals  []Value           // the decoder: take's values of a chunk's fetches
+	fetched  [][2]uint32       // the decoder: take's fetches of lists (see take), and their ids
+	itemBuf  []Value           // the decoder: take's items of a list
+	misses   []uint64          // a worker: the memo indexes of its missedValues (missKey set for a key)
+	memo     []Value           // memo entries from base, at the launch (a copy)
+	extra    map[uint64]Value  // a worker: memo entries past memo that it knows (see known)
+	old      []memoBlock
+	base     uint64
+	shift    uint8
+	strs     []string          // the decoder's strings at the launch
+	intern   map[string]uint32 // and those of them interned, up to launchInterned (read only)
+	sig      []byte            // the bytes every entry starts with
+	fork     func(*Doc) EntryHandler
+	release  func(EntryHandler)
 
 	chunks []*parChunk
 	next   int // the next chunk the decoder takes or skips
@@ -430,6 +431,7 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 	}
 	if p.lists {
 		w.par.listIDs = make(map[string]uint32, 64)
+		w.par.room = (ch.hi - ch.lo) / 64
 	}
 	h := p.fork(doc)
 	w.entries = h
@@ -485,12 +487,11 @@ loop:
 				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 				break loop
 			}
-			if refs := doc.pending[r0:]; len(w.par.misses) > 0 || len(w.par.pending) > 0 || len(refs) > 0 {
+			if len(w.par.misses) > 0 || len(w.par.pending) > 0 {
+				// (The fetches the handler took are checked apart: see
+				// refsFetchable.)
 				df := deferral{k: int(n), off: pos, m0: m0, lists: l0, refs: r0, order: o0, ops: opsLen, run: run, check: len(w.par.misses) == 0}
 				df.misses = append(append(df.misses, w.par.misses...), w.par.pending...)
-				for _, idx := range refs {
-					df.misses = append(df.misses, idx|missRef)
-				}
 				ch.defers = append(ch.defers, df)
 				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
 			}
@@ -611,6 +612,10 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			p.skip()
 			return pos, stack, memo, nil
 		}
+		if !d.refsFetchable(ch, memo) {
+			p.skip()
+			return pos, stack, memo, nil
+		}
 		d.fetchable(ch, memo)
 		// The chunk's lists, and the lists of the decoder's it fetched, in
 		// the order it met them: the handler interns them as the
@@ -642,7 +647,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 			} else {
 				// A list of the decoder's, fetched: taken as set would
 				// take it (its Ticket goes to Merge).
-				idx := ch.doc.pending[o&^orderRef]
+				idx := ch.doc.pending[o&^orderRef] & lowIdx
 				if idx >= d.memoBase+uint64(len(memo)) {
 					continue // the chunk's own
 				}
@@ -707,8 +712,8 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		p.publish(pub)
 		// The values of the fetches the handler took, the memo filled.
 		refs := p.refVals[:0]
-		for _, idx := range ch.doc.pending[:ch.refs] {
-			if idx < d.memoBase {
+		for _, r := range ch.doc.pending[:ch.refs] {
+			if idx := r & lowIdx; idx < d.memoBase {
 				refs = append(refs, d.memoOldAt(idx))
 			} else {
 				refs = append(refs, memo[idx-d.memoBase])
@@ -854,6 +859,32 @@ type redoer struct {
 	scratch []Value
 }
 
+// refsFetchable reports whether the fetches of chunk ch that its handler
+// took (Doc.Ref) were memoized before their entries, with the memo as it
+// was at the chunk: memo, the decoder's from memoBase, then the chunk's.
+// (A pickle that fetches a memo index not yet memoized fails there; the
+// decoder then decodes the chunk itself. Checked apart from the entries
+// fetchable checks, they need no record each: a third of a snapshot's
+// entries, with call stacks, have one.)
+func (d *Decoder) refsFetchable(ch *parChunk, memo []Value) bool {
+	abs := d.memoBase + uint64(len(memo)) // the chunk's first memo index
+	for _, r := range ch.doc.pending {
+		switch idx, m0 := r&lowIdx, r>>32; {
+		case idx < d.memoBase:
+			if d.memoOldAt(idx) == memoHole {
+				return false
+			}
+		case idx < abs:
+			if memo[idx-d.memoBase] == memoHole {
+				return false
+			}
+		case idx-abs >= m0:
+			return false
+		}
+	}
+	return true
+}
+
 // fetchable ends chunk ch before its first left entry (see redo) whose
 // memo fetches would not give what fastEntry takes (a string key; a
 // string or small int value), with the memo as it was at that entry:
@@ -864,7 +895,7 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 	for i, df := range ch.defers {
 		ok := true
 		for _, m := range df.misses {
-			idx := m &^ (missKey | missItem | missRef)
+			idx := m &^ (missKey | missItem)
 			var v Value
 			switch {
 			case idx < d.memoBase:
@@ -887,9 +918,6 @@ func (d *Decoder) fetchable(ch *parChunk, memo []Value) {
 			case m&missItem != 0:
 				// A list's item: a container memoized before the chunk.
 				ok = ok && idx < abs && v < inlineBit
-			case m&missRef != 0:
-				// A value the handler took: memoized before the entry.
-				ok = ok && (idx < abs || idx-abs < uint64(df.m0))
 			case m&missKey != 0:
 				ok = ok && v&tagMask == inlineBit|strBit
 			default:
