@@ -8,13 +8,34 @@ import (
 	"github.com/fragsim/fragsim/trace/pickle"
 )
 
-// TestRealStackedSnapshot imports a snapshot PyTorch 2.11 wrote on an H200
-// with Python stacks on every entry (traces/workloads/stacks.py), whose
-// frame dicts are shared between entries through the memo, and checks
-// every event's stack against the entry's frames as pickle.Decode reads
-// them.
+// TestRealStackedSnapshot imports snapshots PyTorch 2.11 wrote on an H200
+// with Python stacks on every entry (traces/workloads/stacks.py, and
+// multi_agent.py --context all: 25,234 entries of BERT inference, 21-26
+// frames deep), whose frame dicts and lists are shared between entries
+// through the memo, and checks every event's stack against the entry's
+// frames as pickle.Decode reads them: decoded on one goroutine, and on
+// workers in small chunks.
 func TestRealStackedSnapshot(t *testing.T) {
-	data := gunzip(t, "testdata/real/stacks.pickle.gz")
+	// (The workers leave an entry whose frames list holds a frame dict
+	// not met before to the decoder, and the rest of its chunk: the
+	// workers start after the first forward passes.)
+	for _, tc := range []struct {
+		file    string
+		entries int
+		after   uint32
+	}{{"stacks.pickle.gz", 783, 100}, {"stacks_agents.pickle.gz", 25234, 1024}} {
+		data := gunzip(t, "testdata/real/"+tc.file)
+		for _, opt := range []Options{{Workers: 1}, {Workers: 4, tune: &pickle.ParallelTuning{After: tc.after, ChunkBytes: 16 << 10}}} {
+			t.Run(fmt.Sprintf("%s/workers=%d", tc.file, opt.Workers), func(t *testing.T) {
+				checkStacks(t, data, opt, tc.entries)
+			})
+		}
+	}
+}
+
+// checkStacks checks the stack of every event data imports to with opt
+// against its entry's frames.
+func checkStacks(t *testing.T, data []byte, opt Options, n int) {
 	v, err := pickle.Decode(data)
 	if err != nil {
 		t.Fatal(err)
@@ -35,9 +56,12 @@ func TestRealStackedSnapshot(t *testing.T) {
 		want = append(want, s)
 	}
 
-	s, err := LoadPickle(data, Options{})
+	s, err := LoadPickle(data, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opt.Workers > 1 && s.par.Entries < int64(n)/2 {
+		t.Errorf("the workers decoded %d of %d entries (%+v)", s.par.Entries, n, s.par)
 	}
 	var got []string
 	sink := &stackSink{}
@@ -54,7 +78,7 @@ func TestRealStackedSnapshot(t *testing.T) {
 		}
 		got = append(got, str)
 	}
-	if len(got) != 783 || len(got) != len(want) || s.Summary().Stacks != 783 {
+	if len(got) != n || len(got) != len(want) || s.Summary().Stacks != n {
 		t.Fatalf("%d events (%d with stacks), %d entries", len(got), s.Summary().Stacks, len(want))
 	}
 	for i := range want {

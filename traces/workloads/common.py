@@ -23,6 +23,9 @@ def main(run_fn, add_args=None, description=""):
     p.add_argument("--snapshot", help="write a PyTorch memory snapshot (pickle) here")
     p.add_argument("--max-entries", type=int, default=5_000_000,
                    help="trace ring-buffer size for --snapshot")
+    p.add_argument("--context", choices=["none", "all"], default="none",
+                   help="call stacks in --snapshot: none (the recorded traces), or all "
+                        "(Python stacks on every entry, as PyTorch records by default)")
     p.add_argument("--fraction", type=float, default=0.0,
                    help="torch.cuda.set_per_process_memory_fraction before the run")
     p.add_argument("--stats-out", help="write a JSON summary here")
@@ -33,7 +36,8 @@ def main(run_fn, add_args=None, description=""):
     import torch
     if args.snapshot:
         torch.cuda.memory._record_memory_history(
-            enabled="all", context=None, stacks="python", max_entries=args.max_entries)
+            enabled="all", context=None if args.context == "none" else args.context,
+            stacks="python", max_entries=args.max_entries)
     if args.fraction > 0:
         torch.cuda.set_per_process_memory_fraction(args.fraction)
     random.seed(args.seed)

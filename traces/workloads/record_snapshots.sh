@@ -28,6 +28,7 @@ runs=(
 "expandable_empty|expandable_segments:True|multi_agent.py --seed 11 --agents 3 --steps 120 --empty-cache-every 3"
 "expandable_fraction|expandable_segments:True|multi_agent.py --seed 12 --agents 3 --steps 150 --fraction $fr_retry"
 "ring|           |multi_agent.py --seed 13 --steps 150 --max-entries 30000"
+"stacks_agents||multi_agent.py --seed 14 --agents 3 --steps 40 --context all"
 )
 
 run_one() {
