@@ -2001,7 +2001,7 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 		p.listIDs[string(b)] = id
 		for _, r := range refs {
 			if r&pendingRef != 0 {
-				p.pending = append(p.pending, r&^pendingRef|missItem)
+				p.itemMisses = append(p.itemMisses, r&^pendingRef|missItem)
 			}
 		}
 	}

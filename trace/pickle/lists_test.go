@@ -418,20 +418,3 @@ func TestParallelListsLeft(t *testing.T) {
 		}
 	}
 }
-
-// FuzzParallelLists checks that decoding on workers, lists and all, never
-// changes what a streamed decode gives.
-func FuzzParallelLists(f *testing.F) {
-	f.Add([]byte(stackSnapshot(300, 3)), uint16(40))
-	for _, p := range fastEntriesSeeds() {
-		f.Add([]byte(p), uint16(7))
-	}
-	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
-		tune := &ParallelTuning{After: uint32(chunk % 5), ChunkBytes: 8 + int(chunk)%512}
-		want, wdoc, _, werr := decodeLists(data, 1, nil)
-		got, gdoc, _, gerr := decodeLists(data, 3, tune)
-		if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
-			t.Fatal(diff)
-		}
-	})
-}

@@ -124,31 +124,35 @@ type parChunk struct {
 // parallel is the decoder's parallel state; on a worker's Decoder,
 // worker is set and memo is the memo at the launch (read through it).
 type parallel struct {
-	worker   bool
-	defers   bool              // a worker: fastEntry gives missedValue for a memo index above memo
-	lists    bool              // the handler is a ParallelLists (a worker: see refList)
-	listIDs  map[string]uint32 // a worker: its chunk's lists of fetched values, by their items' bytes
-	refBuf   []uint64          // a worker: refList's scratch
-	pending  []uint64          // a worker: the memo indexes of the entry's new lists memoized after the launch (missItem set)
-	made     bool              // a worker: fastEntry made a list of fetched values,
-	madeV    Value             //   this one,
-	madeSlot int               //   memoized there (-1: not memoized; -2: two lists)
-	room     int               // a worker: the values its chunk's lists are likely to need
-	listBuf  []uint32          // the decoder: take's ids of a chunk's lists
-	refVals  []Value           // the decoder: take's values of a chunk's fetches
-	fetched  [][2]uint32       // the decoder: take's fetches of lists (see take), and their ids
-	itemBuf  []Value           // the decoder: take's items of a list
-	misses   []uint64          // a worker: the memo indexes of its missedValues (missKey set for a key)
-	memo     []Value           // memo entries from base, at the launch (a copy)
-	extra    map[uint64]Value  // a worker: memo entries past memo that it knows (see known)
-	old      []memoBlock
-	base     uint64
-	shift    uint8
-	strs     []string          // the decoder's strings at the launch
-	intern   map[string]uint32 // and those of them interned, up to launchInterned (read only)
-	sig      []byte            // the bytes every entry starts with
-	fork     func(*Doc) EntryHandler
-	release  func(EntryHandler)
+	worker  bool
+	memo    []Value // memo entries from base, at the launch (a copy)
+	old     []memoBlock
+	base    uint64
+	shift   uint8
+	strs    []string          // the decoder's strings at the launch
+	intern  map[string]uint32 // and those of them interned, up to launchInterned (read only)
+	sig     []byte            // the bytes every entry starts with
+	fork    func(*Doc) EntryHandler
+	release func(EntryHandler)
+	lists   bool // the handler is a ParallelLists (see refList)
+
+	// A worker's.
+	defers     bool              // fastEntry gives missedValue for a memo index above memo
+	misses     []uint64          // the memo indexes of its missedValues (missKey set for a key)
+	extra      map[uint64]Value  // memo entries past memo that it knows (see known)
+	listIDs    map[string]uint32 // its chunk's lists of fetched values, by their items' bytes
+	refBuf     []uint64          // refList's scratch
+	itemMisses []uint64          // the memo indexes memoized after the launch in the entry's new lists (missItem set)
+	made       bool              // fastEntry made a list of fetched values,
+	madeV      Value             //   this one,
+	madeSlot   int               //   memoized there (-1: not memoized; -2: two lists)
+	room       int               // the values its chunk's lists are likely to need
+
+	// The decoder's scratch in take.
+	listBuf []uint32    // the ids of a chunk's lists
+	refVals []Value     // the values of a chunk's fetches
+	fetched [][2]uint32 // its fetches of lists, and their ids
+	itemBuf []Value     // the items of a list
 
 	chunks []*parChunk
 	next   int // the next chunk the decoder takes or skips
@@ -484,16 +488,16 @@ loop:
 				// fastEntry, which makes no list.)
 				memo = memo[:m0]
 				doc.refLists, doc.pending, doc.order = doc.refLists[:l0], doc.pending[:r0], doc.order[:o0]
-				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
+				w.par.misses, w.par.itemMisses = w.par.misses[:0], w.par.itemMisses[:0]
 				break loop
 			}
-			if len(w.par.misses) > 0 || len(w.par.pending) > 0 {
+			if len(w.par.misses) > 0 || len(w.par.itemMisses) > 0 {
 				// (The fetches the handler took are checked apart: see
 				// refsFetchable.)
 				df := deferral{k: int(n), off: pos, m0: m0, lists: l0, refs: r0, order: o0, ops: opsLen, run: run, check: len(w.par.misses) == 0}
-				df.misses = append(append(df.misses, w.par.misses...), w.par.pending...)
+				df.misses = append(append(df.misses, w.par.misses...), w.par.itemMisses...)
 				ch.defers = append(ch.defers, df)
-				w.par.misses, w.par.pending = w.par.misses[:0], w.par.pending[:0]
+				w.par.misses, w.par.itemMisses = w.par.misses[:0], w.par.itemMisses[:0]
 			}
 			if k := len(ch.ops); k > 0 && ch.ops[k-1] < opsAppends {
 				ch.ops[k-1]++

@@ -206,17 +206,24 @@ func TestParallelEdges(t *testing.T) {
 }
 
 // FuzzParallel checks that decoding on workers never changes what a
-// streamed decode gives: the same entries, values, strings and error.
+// streamed decode gives: the same entries, values, strings and error, for
+// a handler that takes no lists and for one that does (ParallelLists).
 func FuzzParallel(f *testing.F) {
 	for _, p := range fastEntriesSeeds() {
 		f.Add([]byte(p), uint16(40))
 	}
+	f.Add([]byte(stackSnapshot(300, 3)), uint16(40))
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
 		tune := &ParallelTuning{After: uint32(chunk % 5), ChunkBytes: 8 + int(chunk)%512}
 		want, wdoc, _, werr := decodePar(data, 1, nil)
 		got, gdoc, _, gerr := decodePar(data, 3, tune)
 		if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
 			t.Fatal(diff)
+		}
+		wantL, wdoc, _, werr := decodeLists(data, 1, nil)
+		gotL, gdoc, _, gerr := decodeLists(data, 3, tune)
+		if diff := sameDecode(&wantL.parRecorder, &gotL.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
+			t.Fatal("taking lists:", diff)
 		}
 	})
 }
