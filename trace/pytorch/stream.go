@@ -459,7 +459,8 @@ func (s *streamer) Release(h pickle.EntryHandler) {
 }
 
 // Merge appends the events from to to-1 of the chunk handler h as entries
-// first on (pickle.ParallelHandler); strs maps the chunk's own strings.
+// first on (pickle.ParallelHandler); m maps the chunk's own strings,
+// lists and fetches.
 func (s *streamer) Merge(h pickle.EntryHandler, from, to int, first uint32, end int, m *pickle.ChunkMap) error {
 	c := h.(*chunkEntries)
 	if s.log.err != nil {
