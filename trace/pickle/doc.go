@@ -156,10 +156,11 @@ type Doc struct {
 	intern map[string]uint32
 	// A worker's chunk: the items of its lists of fetched values (see
 	// RefList), and where each list's are (start<<32 | count).
-	refs     []uint64 // a Value, or pendingRef and a memo index
-	refLists []uint64
-	pending  []uint64 // its fetches (see Ref): the memo index fetched (lowIdx), and the chunk's memo length before the entry <<32
-	order    []uint32 // its lists (their numbers) and fetches (orderRef and their numbers), as met
+	refs      []uint64 // a Value, or pendingRef and a memo index
+	refLists  []uint64
+	listSlots []uint32 // where its memo holds its lists
+	pending   []uint64 // its fetches (see Ref): the memo index fetched (lowIdx), and the chunk's memo length before the entry <<32
+	order     []uint32 // its lists (their numbers) and fetches (orderRef and their numbers), as met
 }
 
 // Root returns the pickle's top-level value.
@@ -1960,6 +1961,7 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 	if pos < len(data) && data[pos] == opMemoize {
 		slot = len(*memop)
 		*memop = append(*memop, v)
+		doc.listSlots = append(doc.listSlots, uint32(slot))
 		pos++
 	}
 	refs := p.refBuf[:0]

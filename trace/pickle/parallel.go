@@ -685,8 +685,6 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		dst := memo[base:]
 		for i, v := range ch.memo {
 			switch {
-			case v < inlineBit: // a list of fetched values
-				v = Ticket(lists[ch.doc.xs[v]])
 			case v&tagMask == tagMask:
 				v += Value(first)
 			case len(strs) == 0: // no string of the chunk's own
@@ -712,6 +710,11 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 				v = sv
 			}
 			dst[i] = v
+		}
+		for _, j := range ch.doc.listSlots { // the lists of fetched values
+			if int(j) < len(ch.memo) {
+				dst[j] = Ticket(lists[ch.doc.xs[ch.memo[j]]])
+			}
 		}
 		p.publish(pub)
 		// The values of the fetches the handler took, the memo filled.
