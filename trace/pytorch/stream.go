@@ -290,11 +290,14 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 				if s == nil {
 					return errChunk
 				}
-				id := s.stacks.intern(doc, v)
-				e.frames = pickle.Value(id)
+				var id uint32
 				if s.dec != nil {
+					id = s.dec.ListID(s, v)
 					s.dec.Take(v, id)
+				} else {
+					id = s.stacks.intern(doc, v)
 				}
+				e.frames = pickle.Value(id)
 			}
 		case keyDeviceFree:
 			// Kept in Addr for an OOM, which has no address: the action
