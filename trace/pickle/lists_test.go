@@ -330,7 +330,11 @@ func decodeListsVia(data []byte, workers int, tune *ParallelTuning, listID bool)
 // (ParallelLists) to what the sequential decode gives: the same entries
 // with the same stack ids, in the same order, the same values and strings
 // kept, and the same error for every cut of the input; and that the
-// workers took most entries and lists.
+// workers took nine tenths of the entries after the launch, lists
+// and all, though new frame dicts come in lists until entry 550 (the
+// worker leaves each such entry to the decoder and goes on from the next:
+// started after 10 entries in chunks of 64 KiB, the workers took 1,814 of
+// the 2,990 entries when a chunk ended there).
 func TestParallelLists(t *testing.T) {
 	full := stackSnapshot(3000, 1)
 	want, wdoc, _, werr := decodeLists(full, 1, nil)
@@ -340,7 +344,7 @@ func TestParallelLists(t *testing.T) {
 	if !strings.Contains(want.entries[1], "frames=S") || len(want.ids) < 50 {
 		t.Fatalf("sequential: entry 1 is %q, %d stacks", want.entries[1], len(want.ids))
 	}
-	for _, tune := range []*ParallelTuning{{After: 200, ChunkBytes: 2000}, {After: 10, ChunkBytes: 300}, {After: 1000, ChunkBytes: 64 << 10}} {
+	for _, tune := range []*ParallelTuning{{After: 200, ChunkBytes: 2000}, {After: 10, ChunkBytes: 300}, {After: 1000, ChunkBytes: 64 << 10}, {After: 10, ChunkBytes: 64 << 10}} {
 		got, gdoc, st, gerr := decodeLists(full, 4, tune)
 		if diff := sameDecode(&want.parRecorder, &got.parRecorder, wdoc, gdoc, werr, gerr); diff != "" {
 			t.Fatalf("%+v: %s", *tune, diff)
@@ -349,7 +353,7 @@ func TestParallelLists(t *testing.T) {
 			t.Errorf("%+v: %d stacks, sequential %d", *tune, len(got.ids), len(want.ids))
 		}
 		rest := int64(3000 - tune.After)
-		if st.Entries < rest/2 || st.Lists == 0 || got.took == 0 || st.Refs == 0 || int64(got.refs) != st.Refs || st.Redone > rest/5 {
+		if st.Entries < rest*9/10 || st.Lists == 0 || got.took == 0 || st.Refs == 0 || int64(got.refs) != st.Refs || st.Redone > rest/5 {
 			t.Errorf("%+v: the workers decoded %d of %d entries; %d lists, %d taken; %d fetches, %d taken (%+v)", *tune, st.Entries, rest, st.Lists, got.took, st.Refs, got.refs, st)
 		}
 	}

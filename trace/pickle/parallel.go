@@ -25,7 +25,9 @@ import (
 // chunks before its own add: it numbers what it memoizes, its entries and
 // its strings from 0 and stops at a reference it cannot resolve. (When
 // the handler is a ParallelLists, an entry's frames list is decoded too:
-// see there.)
+// see there.) An entry the worker cannot decode is left to the decoder,
+// and the worker goes on from the next entry of its chunk, as a chunk of
+// its own (parChunk.cont).
 //
 // The decoder goes on through the input as before; when it reaches the
 // entry a chunk starts with, in the device list where entries are
@@ -118,7 +120,11 @@ type parChunk struct {
 	defers []deferral
 	doc    *Doc
 	h      EntryHandler
-	done   chan struct{}
+	done   chan struct{} // closed when the chunk and its continuations are decoded
+	// cont is the rest of the chunk after an entry its worker left to the
+	// decoder, from the next entry: decoded as a chunk of its own, taken
+	// after it.
+	cont *parChunk
 }
 
 // parallel is the decoder's parallel state; on a worker's Decoder,
@@ -422,6 +428,38 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 		}
 		start += i
 	}
+	// An entry the worker cannot decode ends the chunk's part; the worker
+	// goes on from the next entry in a continuation (see decodeAt), up to
+	// maxConts of them.
+	for c, k := ch, 0; c != nil; c, k = c.cont, k+1 {
+		select {
+		case <-p.quit:
+			c.start = -1
+			return
+		default:
+		}
+		if c != ch {
+			start = c.lo
+		}
+		p.decodeAt(d, c, start, k < maxConts)
+	}
+}
+
+// maxConts is the most continuations of a chunk. Each costs a chunk's
+// start (a Doc, its copy of the interned strings, a handler), which a
+// snapshot whose entries the workers leave to the decoder one in a few
+// would pay over and over (a snapshot with call stacks decoded for a
+// handler that takes no lists: without a bound, this package's tests took
+// 141 s under the race detector on the VM, against 52 s).
+const maxConts = 16
+
+// decodeAt decodes chunk ch from start, the start of an entry; when it
+// stops at an entry it cannot decode (one the decoder must decode: a list
+// holding a frame dict first met there, an action the handler does not
+// know) and more is set, it sets ch.cont to the rest of the chunk from
+// the next entry.
+func (p *parallel) decodeAt(d *Decoder, ch *parChunk, start int, more bool) {
+	data := d.data
 	ch.start = start
 	// The strings interned at the launch keep their indexes in the chunk
 	// (its values of them need no mapping in take): every entry of a
@@ -456,6 +494,7 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 	var kinds []Kind
 	var xs []uint64
 	pos, n := start, uint32(0)
+	failed := false
 loop:
 	for pos < len(data) {
 		switch data[pos] {
@@ -484,6 +523,7 @@ loop:
 			w.par.made = false
 			end, ok, err := w.fastEntry(pos+3, tagMask|Value(n), &memo, &kinds, &xs)
 			if err != nil || !ok || len(w.par.misses) > 0 && w.par.made {
+				failed = true
 				// (An entry left to the decoder is decoded again with
 				// fastEntry, which makes no list.)
 				memo = memo[:m0]
@@ -512,6 +552,13 @@ loop:
 	}
 	ch.end, ch.n, ch.memo, ch.doc, ch.h = pos, int(n), memo, doc, h
 	ch.lists, ch.refs, ch.order = len(doc.refLists), len(doc.pending), len(doc.order)
+	if failed && more && pos+1 < ch.hi {
+		// The next entry within the chunk (a false match is no harm: the
+		// decoder takes a part only where it creates an entry).
+		if i := bytes.Index(data[pos+1:min(len(data), ch.hi+len(p.sig)-1)], p.sig); i >= 0 {
+			ch.cont = &parChunk{lo: pos + 1 + i, hi: ch.hi, done: ch.done}
+		}
+	}
 }
 
 // setHop waits for the next chunk in which an entry starts and sets hop to
@@ -540,9 +587,21 @@ func (p *parallel) drop() {
 
 // skip passes over the next chunk, whose work the decoder does not take.
 func (p *parallel) skip() {
-	if ch := p.chunks[p.next]; ch.start >= 0 {
+	ch := p.chunks[p.next]
+	if ch.start >= 0 {
 		p.release(ch.h)
 		p.stats.Skipped++
+	}
+	p.onward(ch)
+}
+
+// onward is done with chunk ch, the next: its continuation is the next,
+// if any.
+func (p *parallel) onward(ch *parChunk) {
+	if ch.cont != nil {
+		p.chunks[p.next] = ch.cont
+		p.hop = ch.cont.start
+		return
 	}
 	p.drop()
 	p.setHop()
@@ -777,8 +836,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		p.stats.Chunks++
 		p.stats.Entries += int64(ch.n)
 		pos = ch.end
-		p.drop()
-		p.setHop()
+		p.onward(ch)
 	}
 	return pos, stack, memo, nil
 }
