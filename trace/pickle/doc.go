@@ -1855,14 +1855,12 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	} else {
 		d.deferRefs(p0)
 	}
-	if d.par != nil && d.par.made && d.par.madeSlot > -2 && int(d.par.madeV) > k0 {
+	if d.par != nil && d.par.made && int(d.par.madeV) > k0 {
 		// On a worker, the entry's list moves to the entry's first value,
 		// so that the entry's other values are dropped.
 		p, v := d.par, d.par.madeV
 		(*kindsp)[k0], (*xsp)[k0] = (*kindsp)[v], (*xsp)[v]
-		if p.madeSlot >= 0 {
-			(*memop)[p.madeSlot] = Value(k0)
-		}
+		(*memop)[p.madeSlot] = Value(k0)
 		d.keep = k0 + 1
 	}
 	// The values made for the entry are dropped, as after the general
@@ -1913,7 +1911,7 @@ func (d *Decoder) deferRefs(p0 int) {
 
 // refList decodes, on a worker whose handler is a ParallelLists, the list
 // that starts at pos (EMPTY_LIST) when it is what a snapshot's frames list
-// is: maybe memoized, then its items in batches (MARK items APPENDS, or
+// is, the entry's only one: memoized, then its items in batches (MARK items APPENDS, or
 // one item and APPEND), each item fetched from the memo: a container in
 // the memo as it was at the launch (a frame dict), or an index memoized
 // since (a frame first met after the launch), which the decoder checks
@@ -1955,15 +1953,17 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 		// The chunk's first list: room for one an entry.
 		*kindsp, *xsp = withRoom(*kindsp, p.room), withRoom(*xsp, p.room)
 	}
-	v = tableValue(kindsp, xsp, kindRefs, 0)
-	pos++
-	slot := -1
-	if pos < len(data) && data[pos] == opMemoize {
-		slot = len(*memop)
-		*memop = append(*memop, v)
-		doc.listSlots = append(doc.listSlots, uint32(slot))
-		pos++
+	// One list an entry, memoized (as a snapshot's frames list is): the
+	// decoder drops such a list once its handler has taken it, and keeps
+	// the others (see reclaim), which the worker does not make.
+	if p.made || pos+1 >= len(data) || data[pos+1] != opMemoize {
+		return 0, 0, false
 	}
+	v = tableValue(kindsp, xsp, kindRefs, 0)
+	slot := len(*memop)
+	*memop = append(*memop, v)
+	doc.listSlots = append(doc.listSlots, uint32(slot))
+	pos += 2
 	refs := p.refBuf[:0]
 	for {
 		pos = skipFrame(pos)
@@ -2008,12 +2008,8 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 		}
 	}
 	(*xsp)[v] = uint64(id)
-	d.keep = int(v) + 1 // the list stays: the memo may hold it
-	if p.made {
-		p.madeSlot = -2 // two lists: see fastEntry
-	} else {
-		p.made, p.madeV, p.madeSlot = true, v, slot
-	}
+	d.keep = int(v) + 1 // the list stays: the memo holds it
+	p.made, p.madeV, p.madeSlot = true, v, slot
 	return v, pos, true
 }
 

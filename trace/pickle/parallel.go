@@ -151,7 +151,7 @@ type parallel struct {
 	itemMisses []uint64          // the memo indexes memoized after the launch in the entry's new lists (missItem set)
 	made       bool              // fastEntry made a list of fetched values,
 	madeV      Value             //   this one,
-	madeSlot   int               //   memoized there (-1: not memoized; -2: two lists)
+	madeSlot   int               //   memoized there
 	room       int               // the values its chunk's lists are likely to need
 
 	// The decoder's scratch in take.

@@ -218,17 +218,24 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 	doc := c.doc
 	for i := 0; i+1 < len(kv); i += 2 {
 		id, ok := doc.StrID(kv[i])
-		if !ok {
-			continue
+		k := uint8(keyOther)
+		if ok {
+			if int(id) >= len(c.keyOf) {
+				c.grow(id)
+			}
+			if k = c.keyOf[id]; k == 0 {
+				str, _ := doc.Str(kv[i])
+				k = entryKey(str)
+				c.keyOf[id] = k
+			}
 		}
-		if int(id) >= len(c.keyOf) {
-			c.grow(id)
-		}
-		k := c.keyOf[id]
-		if k == 0 {
-			str, _ := doc.Str(kv[i])
-			k = entryKey(str)
-			c.keyOf[id] = k
+		if k != keyFrames && s == nil {
+			// A chunk's list the import does not take as a stack: the
+			// decoder decodes the entry (it keeps the list, which the
+			// chunk would have taken).
+			if _, ok := doc.RefList(kv[i+1]); ok {
+				return errChunk
+			}
 		}
 		if k == keyOther {
 			continue

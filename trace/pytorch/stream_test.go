@@ -5,9 +5,11 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -180,6 +182,114 @@ func TestParallelStacks(t *testing.T) {
 		if len(par.stacks.stacks) < 2 || len(par.stacks.stacks) != len(seq.stacks.stacks) {
 			t.Errorf("%s: %d stacks, %d on one goroutine", tc.name, len(par.stacks.stacks), len(seq.stacks.stacks))
 		}
+	}
+}
+
+// TestParallelListOtherKey imports a snapshot whose entries have a frames
+// list of frame dicts but every 30th, whose list of the same dicts is
+// under another key, which the import does not take as a stack, fetched
+// again as frames 40 entries later, with a new stack between: on workers
+// in small chunks the trace is byte for byte the one-goroutine import's
+// (the workers leave those entries to the decoder; had they taken the
+// list, its stack would come before the new one), and they decode most
+// entries.
+func TestParallelListOtherKey(t *testing.T) {
+	// Memo: 0 root, 1 "device_traces", 2 outer list, 3 device list, then
+	// each entry's dict and lists (the frame dicts in the first entry's).
+	p := []byte{0x80, 4, '}', 0x94, '('}
+	p = appendStr(p, "device_traces")
+	p = append(p, 0x94, ']', 0x94, ']', 0x94, '(')
+	memo := 4
+	get := func(p []byte, i int) []byte { return append(p, 'j', byte(i), byte(i>>8), byte(i>>16), byte(i>>24)) }
+	keys := map[string]int{} // strings memoized, fetched again (entries start so for the workers)
+	str := func(p []byte, s string) []byte {
+		if i, ok := keys[s]; ok {
+			return get(p, i)
+		}
+		keys[s] = memo
+		memo++
+		return append(appendStr(p, s), 0x94)
+	}
+	frames := []int{}
+	others := map[int]int{} // entry -> memo index of its other list
+	for n := range 600 {
+		if n > 0 && n%100 == 0 {
+			p = append(p, 'e', '(')
+		}
+		p = append(p, '}', 0x94, '(')
+		memo++
+		action := []string{"alloc", "free_requested", "free_completed"}[n%3]
+		p = str(p, "action")
+		p = str(p, action)
+		p = str(p, "addr")
+		p = append(p, 'J', byte(n), byte(n>>8), 0, 1)
+		if n%30 != 29 {
+			p = str(p, "frames")
+		}
+		switch {
+		case n%30 == 29: // its only list under another key
+		case n == 0:
+			p = append(p, ']', 0x94, '(')
+			memo++
+			for f := range 3 {
+				p = append(p, '}', 0x94, '(')
+				frames = append(frames, memo)
+				memo++
+				p = str(p, "name")
+				p = str(p, fmt.Sprintf("fn%d", f))
+				p = str(p, "filename")
+				p = str(p, "a.py")
+				p = str(p, "line")
+				p = append(p, 'K', byte(f+1), 'u')
+			}
+			p = append(p, 'e')
+		case others[n-40] != 0:
+			p = get(p, others[n-40]) // the other list, as frames
+		case n == 45:
+			// A stack new to the trace between entry 29's other list and
+			// its fetch as frames: its id comes first.
+			p = append(p, ']', 0x94, '(')
+			memo++
+			p = get(get(get(p, frames[2]), frames[2]), frames[2])
+			p = append(p, 'e')
+		default:
+			p = append(p, ']', 0x94, '(')
+			memo++
+			p = get(p, frames[n%3])
+			p = get(p, frames[(n+1)%3])
+			p = append(p, 'e')
+		}
+		if n%30 == 29 {
+			p = str(p, "other")
+			p = append(p, ']', 0x94, '(')
+			others[n] = memo
+			memo++
+			p = get(p, frames[n%2])
+			p = append(p, 'e')
+		}
+		p = append(p, 'u')
+	}
+	p = append(p, 'e', 'a', 'u', '.')
+	seq, err := loadPickle(p, Options{Workers: 1}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	par, err := loadPickle(p, Options{Workers: 4, tune: &pickle.ParallelTuning{After: 8, ChunkBytes: 1000}}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotTrace, gotSum := written(t, par)
+	wantTrace, wantSum := written(t, seq)
+	if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum {
+		t.Errorf("on workers, the trace (%d bytes, %d alone) or summary differ:\n%s\n%s", len(gotTrace), len(wantTrace), gotSum, wantSum)
+	}
+	// (The trace numbers the stacks as its events first use them: the
+	// table's order shows apart from it.)
+	if !reflect.DeepEqual(par.stacks.stacks, seq.stacks.stacks) {
+		t.Errorf("the stack table differs on workers: %d stacks, %d alone", len(par.stacks.stacks), len(seq.stacks.stacks))
+	}
+	if par.par.Entries < 400 {
+		t.Errorf("the workers decoded %d of 600 entries (%+v)", par.par.Entries, par.par)
 	}
 }
 
