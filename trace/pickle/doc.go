@@ -1850,10 +1850,10 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			if err != ErrDeferEntry || d.par == nil || !d.par.worker || !d.par.lists {
 				return 0, false, err
 			}
-			d.deferRefs(p0)
+			d.deferRefs(p0, o0)
 		}
 	} else {
-		d.deferRefs(p0)
+		d.deferRefs(p0, o0)
 	}
 	if d.par != nil && d.par.made && int(d.par.madeV) > k0 {
 		// On a worker, the entry's list moves to the entry's first value,
@@ -1896,17 +1896,14 @@ const (
 
 // deferRefs leaves the entry being decoded on a worker, whose fetches
 // from p0 on the handler would have taken (Doc.Ref), to the decoder: they
-// become misses.
-func (d *Decoder) deferRefs(p0 int) {
+// become misses. (Doc.order from o0 holds them alone: an entry left to
+// the decoder with a list of its own ends its chunk, see decode.)
+func (d *Decoder) deferRefs(p0, o0 int) {
 	doc := d.doc
 	for _, r := range doc.pending[p0:] {
 		d.par.misses = append(d.par.misses, r&lowIdx)
 	}
-	doc.pending = doc.pending[:p0]
-	// (The entry made no list: see decode.)
-	for len(doc.order) > 0 && doc.order[len(doc.order)-1]&orderRef != 0 && int(doc.order[len(doc.order)-1]&^orderRef) >= p0 {
-		doc.order = doc.order[:len(doc.order)-1]
-	}
+	doc.pending, doc.order = doc.pending[:p0], doc.order[:o0]
 }
 
 // refList decodes, on a worker whose handler is a ParallelLists, the list

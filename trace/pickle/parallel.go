@@ -683,7 +683,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		// The chunk's lists, and the lists of the decoder's it fetched, in
 		// the order it met them: the handler interns them as the
 		// sequential decode would have, entry by entry.
-		at := func(idx uint64) Value { // memoized before the chunk (fetchable)
+		at := func(idx uint64) Value { // memoized before the chunk (fetchable), or by it once the memo is filled
 			if idx < d.memoBase {
 				return d.memoOldAt(idx)
 			}
@@ -779,11 +779,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		// The values of the fetches the handler took, the memo filled.
 		refs := p.refVals[:0]
 		for _, r := range ch.doc.pending[:ch.refs] {
-			if idx := r & lowIdx; idx < d.memoBase {
-				refs = append(refs, d.memoOldAt(idx))
-			} else {
-				refs = append(refs, memo[idx-d.memoBase])
-			}
+			refs = append(refs, at(r&lowIdx))
 		}
 		for _, f := range fetched {
 			refs[f[0]] = Ticket(f[1])

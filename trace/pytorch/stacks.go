@@ -33,13 +33,7 @@ type stackTable struct {
 // "filename", "name" and "line" (other items and keys are skipped, as a
 // trace of the whole pickle's would).
 func (t *stackTable) intern(doc *pickle.Doc, v pickle.Value) uint32 {
-	t.keys(doc)
-	t.key = t.key[:0]
-	doc.Items(v, func(_ int, f pickle.Value) bool {
-		t.frame(doc, f)
-		return true
-	})
-	return t.id()
+	return t.internItems(doc, doc.Slice(v))
 }
 
 // internItems returns the stack id of a frames list of the items.
