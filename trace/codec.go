@@ -137,6 +137,16 @@ func unitOf(g uint64) uint64 {
 type eventEncoder struct {
 	timeCol, addrCol, sizeCol, miscCol, ringCol, kinds []byte
 	m                                                  chunkModel
+	// The chunk in progress (begin, add, finish).
+	version    int
+	units      chunkUnits // version 2's, gathered by add
+	tu, au, su uint64     // the units add divides by
+	zigzagTime bool
+	pt         uint64 // the last event's time
+	prev       Event  // the last event
+	dev        DeviceID
+	stream     StreamID
+	batch      []Event // parallel.encodeRange's events in memory
 }
 
 // chunkModel follows, for a writer, the delta state of a chunk's
@@ -236,58 +246,110 @@ func (m *chunkModel) find(e *Event, ref *uint64) bool {
 // Delta state (time, addresses, ring, device, stream) starts at zero in
 // every chunk.
 func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
-	sp := &spec[version]
-	v2 := version >= 2
-	var tg, ag, sg uint64
-	var pt uint64
-	timeMode := uint64(timeUnsigned)
+	if version >= 2 {
+		c.begin(version, nil)
+	} else {
+		var u chunkUnits
+		c.scanV1(&u, evs)
+		c.begin(version, &u)
+	}
+	c.add(evs)
+	return c.finish(dst, len(evs))
+}
+
+// chunkUnits are what divides a chunk's values (the gcds that make its
+// units) and whether a time goes back.
+type chunkUnits struct {
+	tg, ag, sg uint64 // gcds of the time deltas, addresses (version 1: address deltas) and sizes
+	pt         uint64 // the time before the next event
+	back       bool   // a time delta is negative
+}
+
+// scanV1 gathers the units of evs, a chunk in format version 1, whose
+// address unit divides the address deltas: the first of its two passes.
+func (c *eventEncoder) scanV1(u *chunkUnits, evs []Event) {
+	sp := &spec[1]
 	prev := &Event{}
-	m := &c.m
-	// The units divide every value encoded: in version 1, the address
-	// deltas; in version 2, for speed, the addresses and sizes of every
-	// event (the registers, the ring and the repeats hold only values of
-	// events before, so that their deltas are multiples too).
-	m.reset(version)
+	c.m.reset(1)
 	for i := range evs {
 		e := &evs[i]
-		d := int64(uint64(e.TimeNS) - pt)
-		if tg != 1 {
-			tg = gcd(tg, absDelta(d))
+		d := int64(uint64(e.TimeNS) - u.pt)
+		if u.tg != 1 {
+			u.tg = gcd(u.tg, absDelta(d))
 		}
-		if d < 0 {
-			timeMode = timeZigzag
+		u.pt = uint64(e.TimeNS)
+		f, _, _, delta := c.m.code(sp, e, prev)
+		prev = e
+		if f&fieldAddr != 0 && u.ag != 1 {
+			u.ag = gcd(u.ag, absDelta(delta))
 		}
-		pt = uint64(e.TimeNS)
-		if v2 {
+		if f&fieldSize != 0 && u.sg != 1 {
+			u.sg = gcd(u.sg, e.SizeBytes)
+		}
+	}
+}
+
+// begin readies c for a chunk of format version version: add then takes
+// its events, in order (in batches, if need be), and finish writes it.
+// Version 1's units u are known first (scanV1). Version 2's (u nil) are
+// gathered as add goes: its times, addresses and sizes are encoded in
+// units of 1 and zigzag times, and finish divides them by the units,
+// which divide them exactly, so that a chunk's events need be given only
+// once, and not all at once (see parallel.encodeRange).
+func (c *eventEncoder) begin(version int, u *chunkUnits) {
+	c.version = version
+	c.units = chunkUnits{}
+	c.tu, c.au, c.su, c.zigzagTime = 1, 1, 1, true
+	if u != nil {
+		c.tu, c.au, c.su = unitOf(u.tg), unitOf(u.ag), unitOf(u.sg)
+	}
+	c.pt, c.prev, c.dev, c.stream = 0, Event{}, 0, 0
+	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol, c.ringCol = c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0], c.ringCol[:0]
+	c.m.reset(version)
+}
+
+// reserve gives the columns room for a chunk of n events: about what
+// version 2's values take in units of 1 (see begin), where appending
+// grew them by doubling, copying what they held. Room never written is
+// never touched.
+func (c *eventEncoder) reserve(n int) {
+	room := func(col []byte, per int) []byte {
+		if cap(col) < per*n {
+			return make([]byte, 0, per*n)
+		}
+		return col
+	}
+	c.kinds, c.timeCol, c.addrCol, c.sizeCol = room(c.kinds, 1), room(c.timeCol, 5), room(c.addrCol, 5), room(c.sizeCol, 4)
+	c.miscCol, c.ringCol = room(c.miscCol, 2), room(c.ringCol, 2)
+}
+
+// add encodes evs, the chunk's next events, into the columns.
+func (c *eventEncoder) add(evs []Event) {
+	if len(evs) == 0 {
+		return
+	}
+	sp := &spec[c.version]
+	m := &c.m
+	gather := c.version >= 2
+	tg, ag, sg, back := c.units.tg, c.units.ag, c.units.sg, c.units.back
+	tu, au, su, zz := int64(c.tu), int64(c.au), c.su, c.zigzagTime
+	kinds, tc, ac, sc, mc, rc := c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol, c.ringCol
+	pt, prev, dev, stream := c.pt, &c.prev, c.dev, c.stream
+	for i := range evs {
+		e := &evs[i]
+		dt := int64(uint64(e.TimeNS) - pt)
+		if gather {
+			if tg != 1 {
+				tg = gcd(tg, absDelta(dt))
+			}
+			back = back || dt < 0
 			if ag != 1 {
 				ag = gcd(ag, e.Addr)
 			}
 			if sg != 1 {
 				sg = gcd(sg, e.SizeBytes)
 			}
-			continue
 		}
-		f, _, _, delta := m.code(sp, e, prev)
-		prev = e
-		if f&fieldAddr != 0 && ag != 1 {
-			ag = gcd(ag, absDelta(delta))
-		}
-		if f&fieldSize != 0 && sg != 1 {
-			sg = gcd(sg, e.SizeBytes)
-		}
-	}
-	tu, au, su := unitOf(tg), unitOf(ag), unitOf(sg)
-	if !v2 {
-		timeMode = timeZigzag
-	}
-
-	kinds, tc, ac, sc, mc, rc := c.kinds[:0], c.timeCol[:0], c.addrCol[:0], c.sizeCol[:0], c.miscCol[:0], c.ringCol[:0]
-	pt, prev = 0, &Event{}
-	m.reset(version)
-	var dev DeviceID
-	var stream StreamID
-	for i := range evs {
-		e := &evs[i]
 		f, extra, ref, delta := m.code(sp, e, prev)
 		prev = e
 		tb := byte(e.Kind)
@@ -306,8 +368,8 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			mc = binary.AppendUvarint(mc, uint64(e.Stack))
 		}
 		kinds = append(kinds, tb)
-		d := int64(uint64(e.TimeNS)-pt) / int64(tu)
-		if timeMode == timeZigzag {
+		d := dt / tu
+		if zz {
 			tc = binary.AppendUvarint(tc, zigzag(d))
 		} else {
 			tc = binary.AppendUvarint(tc, uint64(d))
@@ -317,7 +379,7 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 			rc = binary.AppendUvarint(rc, ref)
 		}
 		if f&fieldAddr != 0 {
-			ac = binary.AppendUvarint(ac, zigzag(delta/int64(au)))
+			ac = binary.AppendUvarint(ac, zigzag(delta/au))
 		}
 		if f&fieldSize != 0 {
 			sc = binary.AppendUvarint(sc, e.SizeBytes/su)
@@ -333,12 +395,33 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 		}
 	}
 	c.kinds, c.timeCol, c.addrCol, c.sizeCol, c.miscCol, c.ringCol = kinds, tc, ac, sc, mc, rc
+	c.units.tg, c.units.ag, c.units.sg, c.units.back = tg, ag, sg, back
+	// The last event is kept by value: a batch's buffer is refilled.
+	c.pt, c.prev, c.dev, c.stream = pt, *prev, dev, stream
+}
 
-	dst = binary.AppendUvarint(dst, uint64(len(evs)))
-	dst = binary.AppendUvarint(dst, tu)
-	dst = binary.AppendUvarint(dst, au)
-	dst = binary.AppendUvarint(dst, su)
+// finish appends the payload of the chunk of n events given to add since
+// begin to dst.
+func (c *eventEncoder) finish(dst []byte, n int) []byte {
+	v2 := c.version >= 2
 	if v2 {
+		// The values were encoded in units of 1 (see begin).
+		c.tu, c.au, c.su = unitOf(c.units.tg), unitOf(c.units.ag), unitOf(c.units.sg)
+		c.zigzagTime = c.units.back
+		c.timeCol = rescale(c.timeCol, c.tu, true, c.zigzagTime)
+		c.addrCol = rescale(c.addrCol, c.au, true, true)
+		c.sizeCol = rescale(c.sizeCol, c.su, false, false)
+	}
+	tc, ac, sc, mc, rc := c.timeCol, c.addrCol, c.sizeCol, c.miscCol, c.ringCol
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = binary.AppendUvarint(dst, c.tu)
+	dst = binary.AppendUvarint(dst, c.au)
+	dst = binary.AppendUvarint(dst, c.su)
+	if v2 {
+		timeMode := uint64(timeUnsigned)
+		if c.zigzagTime {
+			timeMode = timeZigzag
+		}
 		dst = binary.AppendUvarint(dst, timeMode)
 	}
 	for _, l := range [...]int{len(tc), len(ac), len(sc), len(mc)} {
@@ -347,12 +430,47 @@ func (c *eventEncoder) encode(dst []byte, evs []Event, version int) []byte {
 	if v2 {
 		dst = binary.AppendUvarint(dst, uint64(len(rc)))
 	}
-	dst = append(dst, kinds...)
+	dst = append(dst, c.kinds...)
 	dst = append(dst, tc...)
 	dst = append(dst, ac...)
 	dst = append(dst, sc...)
 	dst = append(dst, mc...)
 	return append(dst, rc...)
+}
+
+// rescale rewrites in place col's uvarints, each a value that unit
+// divides exactly (zigzagged when in), as the value divided by unit
+// (zigzagged when out). A value is never longer after: a quotient is no
+// larger, and out is only false when in is for a value never negative
+// (a time delta of a chunk whose times never go back).
+func rescale(col []byte, unit uint64, in, out bool) []byte {
+	if unit == 1 && in == out {
+		return col
+	}
+	w := 0
+	for r := 0; r < len(col); {
+		var u uint64
+		for s := uint(0); ; s += 7 {
+			b := col[r]
+			r++
+			u |= uint64(b&0x7f) << s
+			if b < 0x80 {
+				break
+			}
+		}
+		if in {
+			v := unzigzag(u) / int64(unit)
+			if out {
+				u = zigzag(v)
+			} else {
+				u = uint64(v)
+			}
+		} else {
+			u /= unit
+		}
+		w = len(binary.AppendUvarint(col[:w], u))
+	}
+	return col[:w]
 }
 
 // eventBound bounds the bytes e adds to an events chunk after prev (the

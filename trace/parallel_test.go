@@ -100,7 +100,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	defer func(w, b int) { scanWindow, measureBatch = w, b }(scanWindow, measureBatch)
+	defer func(w, b, rb int) { scanWindow, measureBatch, rangeBatch = w, b, rb }(scanWindow, measureBatch, rangeBatch)
 	for c, opts := range [][]WriterOption{
 		{ChunkEvents(300), ChunkBytes(2048)},
 		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(3)},
@@ -112,6 +112,9 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	} {
 		scanWindow = []int{1 << 16, 1 << 16, 777, 5000, 1 << 16, 1 << 16, 777}[c]
 		measureBatch = []int{1 << 10, 13, 1, 1 << 10, 100, 7, 1 << 10}[c]
+		// A range's whole chunks are encoded a batch at a time: several
+		// to a chunk, one, and a chunk's worth and more.
+		rangeBatch = []int{1 << 10, 1 << 10, 1 << 10, 1 << 10, 1 << 10, 64, 1 << 10}[c]
 		var one, batch, ranged bytes.Buffer
 		w1, _ := NewWriter(&one, testHeader(), opts...)
 		wb, _ := NewWriter(&batch, testHeader(), opts...)
@@ -208,7 +211,8 @@ func TestWriteEventsSameBytes(t *testing.T) {
 			}
 		}
 		w1.Close()
-		for _, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}} {
+		for k, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(2)}} {
+			rangeBatch = []int{1 << 10, 1 << 10, 99}[k] // the invalid event in a chunk's first, middle or last batch
 			var out bytes.Buffer
 			wr, _ := NewWriter(&out, testHeader(), opts...)
 			got := wr.WriteRange(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
@@ -247,5 +251,48 @@ func TestMaxEventBound(t *testing.T) {
 			t.Fatalf("eventBound %d of %+v exceeds maxEventBound %d", n, e, maxEventBound)
 		}
 		prev = &e
+	}
+}
+
+// TestRangeBatches checks that a range's chunks encoded a batch at a time
+// on the compressors are the bytes WriteEvent writes, whatever event
+// ends a batch: what an event encodes depends on the one before (a free
+// repeating its block's address and size, a device or stream change, a
+// time delta), and the batches are refilled.
+func TestRangeBatches(t *testing.T) {
+	defer func(rb int) { rangeBatch = rb }(rangeBatch)
+	var evs []Event
+	for i := range 3000 {
+		addr, size := uint64(0x7f0000000000+i%97*4096), uint64(512*(1+i%13))
+		st, dev := StreamID(i/7%3), DeviceID(i/11%2)
+		ts := int64(1_000_000 + 3*i*1000)
+		evs = append(evs,
+			Event{Kind: KindAlloc, Device: dev, Stream: st, TimeNS: ts, Addr: addr, SizeBytes: size},
+			Event{Kind: KindFreeRequested, Device: dev, Stream: st, TimeNS: ts + 1000, Addr: addr, SizeBytes: size},
+			Event{Kind: KindFreeCompleted, Device: dev, Stream: st, TimeNS: ts + 2000, Addr: addr, SizeBytes: size})
+	}
+	var one bytes.Buffer
+	w1, _ := NewWriter(&one, testHeader(), ChunkEvents(1000))
+	for _, e := range evs {
+		if err := w1.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, rb := range []int{1, 2, 3, 5, 7, 100, 999, 1000, 4096} {
+		rangeBatch = rb
+		var out bytes.Buffer
+		w, _ := NewWriter(&out, testHeader(), ChunkEvents(1000), ChunksByEvents(), Concurrency(3))
+		if err := w.WriteRange(len(evs), func(dst []Event, i int) { copy(dst, evs[i:]) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), one.Bytes()) {
+			t.Fatalf("batches of %d events: %d bytes, WriteEvent %d", rb, out.Len(), one.Len())
+		}
 	}
 }
