@@ -140,6 +140,13 @@ func TestForwardParallel(t *testing.T) {
 		if round%2 == 0 {
 			evs[len(evs)-1].Kind = trace.KindSegmentFree // a burst at the end
 		}
+		if round%3 == 1 {
+			// A third of the entries without a time: whole parts with
+			// none, whose next part takes the time from further back.
+			for i := len(evs) / 3; i < 2*len(evs)/3; i++ {
+				evs[i].TimeNS, evs[i].set = 77, evs[i].set&^setTimeOK
+			}
+		}
 		want := append([]event(nil), evs...)
 		var ws stats
 		var at int64

@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fragsim/fragsim/trace"
@@ -1652,9 +1653,10 @@ type convResult struct {
 
 // forwardUndo walks a device's events evs, in memory, on k goroutines,
 // for forward's conversion (when convert is set) and for undo of the
-// device's final state ds (when not nil), at once: two rounds of k
-// goroutines, where the two walks apart took four (starting k goroutines
-// cost 0.2-0.4 ms on the H200 host before all of them ran).
+// device's final state ds (when not nil), at once: k goroutines, each
+// making two passes over its part with a barrier between them, where the
+// two walks apart took four rounds of goroutines and then two (starting
+// k goroutines cost 0.2-0.7 ms on the H200 host before all of them ran).
 //
 // The conversion converts the events in place, a k-th on each goroutine,
 // and counts them (entry, stats.add), the time an entry without one takes
@@ -1674,15 +1676,13 @@ type convResult struct {
 // snapshot entry's address, which undo does not read.
 func (c *converter) forwardUndo(evs []event, dev trace.DeviceID, k int, convert bool, ds *devState) (res convResult) {
 	type part struct {
-		lo, hi  int
-		timed   bool  // some entry sets its time
-		last    int64 // the last time set
-		skip    bool  // an entry to drop, or an annotation
-		carried int64
-		st      stats
-		segs    []int32
-		undo    *devState
-		_       [64]byte // the parts are written side by side
+		lo, hi int
+		timed  bool  // some entry sets its time
+		last   int64 // the last time set
+		st     stats
+		segs   []int32
+		undo   *devState
+		_      [64]byte // the parts are written side by side
 	}
 	parts := make([]part, k)
 	for i := range parts {
@@ -1697,7 +1697,15 @@ func (c *converter) forwardUndo(evs []event, dev trace.DeviceID, k int, convert 
 		parts[0].undo.segs, parts[0].undo.ends = ds.segs, ds.ends
 		ds.active.each(func(a uint64, b rblk) { parts[partOf(a, k)].undo.active.put(a, b) })
 	}
+	// One goroutine per part for both passes, which meet at a barrier:
+	// the second needs what the first found in every part. (Two rounds
+	// of goroutines cost a second ramp: on the H200 host's 16 cores the
+	// goroutines of a round started over 0.4-0.7 ms, each waking an idle
+	// core, for baseline_s1's 0.1-0.8 ms of work each.)
 	var wg sync.WaitGroup
+	var met atomic.Int32
+	var converting atomic.Bool // the parts' first pass found nothing to drop
+	converting.Store(convert)
 	for r := range parts {
 		wg.Go(func() {
 			p := &parts[r]
@@ -1708,46 +1716,44 @@ func (c *converter) forwardUndo(evs []event, dev trace.DeviceID, k int, convert 
 						p.timed, p.last = true, e.TimeNS
 					}
 					if e.set&setAction == 0 || e.Kind == trace.KindInvalid || e.Kind == trace.KindMarker {
-						p.skip = true
+						converting.Store(false)
 						break
 					}
 				}
 			}
-			if ds == nil {
-				return
-			}
-			lists := idx[r*k : (r+1)*k]
-			n := p.hi - p.lo
-			for q := range lists {
-				lists[q] = make([]int32, 0, n/k+n/(4*k)+16)
-			}
-			for i := p.lo; i < p.hi; i++ {
-				switch e := &evs[i]; {
-				case e.Kind >= trace.KindAlloc && e.Kind <= trace.KindFreeCompleted:
-					q := partOf(e.Addr, k)
-					lists[q] = append(lists[q], int32(i))
-				case e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap:
-					lists[0] = append(lists[0], int32(i))
+			if ds != nil {
+				lists := idx[r*k : (r+1)*k]
+				n := p.hi - p.lo
+				for q := range lists {
+					lists[q] = make([]int32, 0, n/k+n/(4*k)+16)
+				}
+				for i := p.lo; i < p.hi; i++ {
+					switch e := &evs[i]; {
+					case e.Kind >= trace.KindAlloc && e.Kind <= trace.KindFreeCompleted:
+						q := partOf(e.Addr, k)
+						lists[q] = append(lists[q], int32(i))
+					case e.Kind >= trace.KindSegmentAlloc && e.Kind <= trace.KindSegmentUnmap:
+						lists[0] = append(lists[0], int32(i))
+					}
 				}
 			}
-		})
-	}
-	wg.Wait()
-	var t int64 // forward's time before the first entry
-	for i := range parts {
-		if parts[i].skip {
-			convert = false
-		}
-		parts[i].carried = t
-		if parts[i].timed {
-			t = parts[i].last
-		}
-	}
-	for r := range parts {
-		wg.Go(func() {
-			p := &parts[r]
-			if convert {
-				t := p.carried
+			// The barrier: the goroutines are running, so they wait
+			// yielding, not blocked (a blocked one's core would idle and
+			// be woken again).
+			met.Add(1)
+			for met.Load() < int32(k) {
+				runtime.Gosched()
+			}
+			if converting.Load() {
+				// forward's time before the part's first entry: the last
+				// set before it.
+				var t int64
+				for i := r - 1; i >= 0; i-- {
+					if parts[i].timed {
+						t = parts[i].last
+						break
+					}
+				}
 				var st stats
 				var segs []int32
 				for i := p.lo; i < p.hi; i++ {
@@ -1771,6 +1777,7 @@ func (c *converter) forwardUndo(evs []event, dev trace.DeviceID, k int, convert 
 		})
 	}
 	wg.Wait()
+	convert = converting.Load()
 	if ds != nil {
 		ds.active = blkMap{}
 		ds.bad = 0
