@@ -148,11 +148,21 @@ func (s *streamer) reserveFor(off, more int) {
 		return
 	}
 	if s.ready != nil {
-		// Made by Fork: taken when it holds more than today.
-		mem := <-s.ready
-		s.ready = nil
-		if l := &s.log; !l.spilled() && cap(mem) > len(l.mem) {
-			l.mem = append(mem, l.mem...)
+		// Made by Fork: taken when it holds more than today. Until it is
+		// made, the log grows as little as it does (below, from the rate
+		// at its start): the decoder does not wait for it. (Made in memory
+		// the heap had freed, it is cleared first: on the H200 host, for
+		// baseline_s1 with the command's heap readied, 1.5 ms during which
+		// the decoder waited and the workers, given no more chunks, too.)
+		select {
+		case mem := <-s.ready:
+			s.ready = nil
+			if l := &s.log; !l.spilled() && cap(mem) > len(l.mem) {
+				l.mem = append(mem, l.mem...)
+				return
+			}
+		default:
+			s.log.grow(n+more, 0)
 			return
 		}
 	}
@@ -404,9 +414,13 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 		est := s.estimate(n, off) - n
 		if want := n + est + est/10 + 1024; !s.log.spilled() && want <= spillEvents && want > cap(s.log.mem) {
 			s.ready = make(chan []event, 1)
+			hold := forkHold
 			go func() {
 				mem := make([]event, 0, want)
 				pickle.Prefault(eventBytesOf(mem[:est]))
+				if hold != nil {
+					<-hold
+				}
 				s.ready <- mem
 			}()
 		}
@@ -430,6 +444,10 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 		return h
 	}
 }
+
+// forkHold, when not nil (tests), holds the events' memory Fork makes
+// until it is closed.
+var forkHold chan struct{}
 
 // TakeList interns the stack of a frames list a chunk made
 // (pickle.ParallelLists): items are its frame dicts.

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/fragsim/fragsim/trace"
@@ -136,6 +137,46 @@ func TestParallelMatchesSequential(t *testing.T) {
 		}
 		if strings.Contains(name, "real/") && (par.par.Chunks < 2 || par.par.Entries == 0) {
 			t.Errorf("%s: the workers decoded %d of %d entries (%+v)", name, par.par.Entries, par.summary.Events, par.par)
+		}
+	}
+}
+
+// TestForkMemoryLate imports the real snapshots on workers with the
+// events' memory Fork makes for the rest of the input held back: the
+// decoder goes on without it (the log grows as it did before), and the
+// traces are those of a decode on one goroutine.
+func TestForkMemoryLate(t *testing.T) {
+	forkHold = make(chan struct{})
+	defer func() { close(forkHold); forkHold = nil }()
+	for name, data := range testSnapshots(t) {
+		if !strings.Contains(name, "real/") {
+			continue
+		}
+		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		done := make(chan *Snapshot)
+		go func() {
+			par, err := loadPickle(data, Options{Workers: 4, tune: &pickle.ParallelTuning{After: 8, ChunkBytes: 3000}}, true, nil)
+			if err != nil {
+				t.Errorf("%s: on workers: %v", name, err)
+			}
+			done <- par
+		}()
+		var par *Snapshot
+		select {
+		case par = <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the decode waited for Fork's memory", name)
+		}
+		if par == nil {
+			continue
+		}
+		gotTrace, gotSum := written(t, par)
+		wantTrace, wantSum := written(t, seq)
+		if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum || par.par.Chunks < 2 {
+			t.Errorf("%s: Fork's memory held, the trace (%d bytes, %d alone) or summary differ, or the workers took %d chunks", name, len(gotTrace), len(wantTrace), par.par.Chunks)
 		}
 	}
 }
