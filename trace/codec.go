@@ -124,6 +124,20 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
+// gcdStep is gcd(g, x), for a running gcd g: most values are multiples of
+// it, which one test tells (a mask when g is a power of two: addresses
+// and many sizes), where gcd divides twice.
+func gcdStep(g, x uint64) uint64 {
+	if g&(g-1) == 0 {
+		if x&(g-1) == 0 {
+			return g
+		}
+	} else if x%g == 0 {
+		return g
+	}
+	return gcd(g, x)
+}
+
 // unitOf turns a gcd into a usable unit: 1 when nothing divides, and at
 // most MaxInt64 so that signed division stays exact.
 func unitOf(g uint64) uint64 {
@@ -340,14 +354,14 @@ func (c *eventEncoder) add(evs []Event) {
 		dt := int64(uint64(e.TimeNS) - pt)
 		if gather {
 			if tg != 1 {
-				tg = gcd(tg, absDelta(dt))
+				tg = gcdStep(tg, absDelta(dt))
 			}
 			back = back || dt < 0
 			if ag != 1 {
-				ag = gcd(ag, e.Addr)
+				ag = gcdStep(ag, e.Addr)
 			}
 			if sg != 1 {
-				sg = gcd(sg, e.SizeBytes)
+				sg = gcdStep(sg, e.SizeBytes)
 			}
 		}
 		f, extra, ref, delta := m.code(sp, e, prev)
@@ -368,7 +382,10 @@ func (c *eventEncoder) add(evs []Event) {
 			mc = binary.AppendUvarint(mc, uint64(e.Stack))
 		}
 		kinds = append(kinds, tb)
-		d := dt / tu
+		d := dt
+		if tu != 1 { // version 1's: version 2's are 1 here (see begin)
+			d /= tu
+		}
 		if zz {
 			tc = binary.AppendUvarint(tc, zigzag(d))
 		} else {
@@ -379,10 +396,17 @@ func (c *eventEncoder) add(evs []Event) {
 			rc = binary.AppendUvarint(rc, ref)
 		}
 		if f&fieldAddr != 0 {
-			ac = binary.AppendUvarint(ac, zigzag(delta/au))
+			if au != 1 {
+				delta /= au
+			}
+			ac = binary.AppendUvarint(ac, zigzag(delta))
 		}
 		if f&fieldSize != 0 {
-			sc = binary.AppendUvarint(sc, e.SizeBytes/su)
+			sz := e.SizeBytes
+			if su != 1 {
+				sz /= su
+			}
+			sc = binary.AppendUvarint(sc, sz)
 		}
 		if f&fieldAux != 0 {
 			mc = binary.AppendUvarint(mc, e.Aux)

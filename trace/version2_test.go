@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -369,5 +370,24 @@ func TestUvarint4(t *testing.T) {
 	}
 	if v, n := uvarint4(0xff00_8080); v != 0 || n != 3 { // 80 80 00: zero, overlong
 		t.Fatalf("uvarint4(80 80 00 ff) = %d, %d, want 0, 3", v, n)
+	}
+}
+
+// TestGcdStep checks the encoder's running gcd step against gcd: zero,
+// one, powers of two and others, for values they divide and values they
+// do not.
+func TestGcdStep(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	gs := []uint64{0, 1, 2, 512, 1000, 3 << 20, 1 << 63, math.MaxUint64, 6, 1 << 40}
+	for range 200 {
+		gs = append(gs, r.Uint64N(1<<20), uint64(1)<<r.IntN(64), r.Uint64())
+	}
+	for _, g := range gs {
+		xs := []uint64{0, 1, g, 2 * g, 3 * g, g + 1, g / 2, math.MaxUint64, r.Uint64(), r.Uint64N(1 << 16)}
+		for _, x := range xs {
+			if got, want := gcdStep(g, x), gcd(g, x); got != want {
+				t.Fatalf("gcdStep(%d, %d) = %d, gcd %d", g, x, got, want)
+			}
+		}
 	}
 }
