@@ -20,10 +20,11 @@ import (
 // 15; median 65.0) without, 1,405 and 45.8 ms (55.4) with; kv_decode_s1
 // 8,360 and 168 ms (175) against 2,260 and 132 ms (148), for 9 MB more
 // peak RSS (101 -> 110 MB). On the H200 host's 16 cores, where faults
-// run in parallel, the faults fell 4-10 times (kv_decode_s1 18,091 ->
-// 2,613, its system time 46 -> 34-55 ms) and the wall time was within
-// noise, best of 15: baseline_s1 15.3 -> 13.0 ms, kv_decode_s1 31.2 ->
-// 33.0; the medians 16.7 -> 15.8 and 36.3 -> 35.6.
+// run in parallel, the faults fell 3-11 times (baseline_s1 9,962 ->
+// 2,944, kv_decode_s1 29,091 -> 2,599) and the system time by up to
+// half, but the wall time only by 0.5-2 ms at best (baseline_s1 18.4 ->
+// 16.9 ms, best of 15), within noise in other calls: see
+// bench/import/README.md.
 func warmHeap(n int) <-chan struct{} {
 	done := make(chan struct{})
 	const huge = 2 << 20

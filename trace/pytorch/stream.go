@@ -149,11 +149,11 @@ func (s *streamer) reserveFor(off, more int) {
 	}
 	if s.ready != nil {
 		// Made by Fork: taken when it holds more than today. Until it is
-		// made, the log grows as little as it does (below, from the rate
-		// at its start): the decoder does not wait for it. (Made in memory
-		// the heap had freed, it is cleared first: on the H200 host, for
-		// baseline_s1 with the command's heap readied, 1.5 ms during which
-		// the decoder waited and the workers, given no more chunks, too.)
+		// made, the log grows by a quarter (or what the chunk adds): the
+		// decoder does not wait for it. (Made in memory the heap had
+		// freed, it is cleared first: on the H200 host, for baseline_s1
+		// with the command's heap readied, 1.5 ms during which the decoder
+		// waited and the workers, given no more chunks, too.)
 		select {
 		case mem := <-s.ready:
 			s.ready = nil
