@@ -183,12 +183,7 @@ func (d *Doc) Kind(v Value) Kind {
 // decoder hands to ParallelLists.TakeList when it takes the chunk. Equal
 // lists (the same values in the same order) have the same number;
 // numbers start at 0, in the order the chunk first made each list.
-func (d *Doc) RefList(v Value) (uint32, bool) {
-	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != kindRefs {
-		return 0, false
-	}
-	return uint32(d.xs[v]), true
-}
+func (d *Doc) RefList(v Value) (uint32, bool) { return d.numbered(v, kindRefs) }
 
 // Ref returns, in the Doc of a chunk decoded on a worker whose handler is
 // a ParallelLists, the number in the chunk of the value v, if v is a value
@@ -199,8 +194,12 @@ func (d *Doc) RefList(v Value) (uint32, bool) {
 // once it has checked that it was memoized before the entry and is not a
 // list (one the handler has taken is its Ticket); ErrDeferEntry leaves
 // the entry to the decoder. Numbers start at 0, in the chunk's order.
-func (d *Doc) Ref(v Value) (uint32, bool) {
-	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != kindRef {
+func (d *Doc) Ref(v Value) (uint32, bool) { return d.numbered(v, kindRef) }
+
+// numbered returns the number a chunk's Doc keeps for v, if v is a value
+// of kind k (kindRef or kindRefs).
+func (d *Doc) numbered(v Value, k Kind) (uint32, bool) {
+	if v&inlineBit != 0 || int(v) >= len(d.kinds) || d.kinds[v] != k {
 		return 0, false
 	}
 	return uint32(d.xs[v]), true
