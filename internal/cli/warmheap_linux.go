@@ -2,6 +2,7 @@ package cli
 
 import (
 	"runtime"
+	"strconv"
 	"syscall"
 	"unsafe"
 )
@@ -12,7 +13,8 @@ import (
 // instead of 512), and frees them with one collection, on another
 // goroutine, so that the import's allocations reuse them (the runtime
 // keeps freed pages; with the collector off nothing else would be
-// freed). It returns a channel closed once they are free.
+// freed). It returns a channel closed once they are free. It does
+// nothing in a 32-bit program.
 //
 // With the collector off every allocation is fresh memory, faulted in
 // page by page. On the development VM, where a fault costs 10-15 us,
@@ -27,6 +29,12 @@ import (
 // bench/import/README.md.
 func warmHeap(n int) <-chan struct{} {
 	done := make(chan struct{})
+	if strconv.IntSize < 64 {
+		// A 32-bit address space has no room to spare: the import may
+		// need all of it.
+		close(done)
+		return done
+	}
 	const huge = 2 << 20
 	b := make([]byte, n)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"testing"
 )
 
@@ -11,6 +12,9 @@ import (
 // the heap, kept for the allocations that follow, with the collector off
 // as importGC sets it.
 func TestWarmHeap(t *testing.T) {
+	if strconv.IntSize < 64 {
+		t.Skip("warmHeap does nothing in a 32-bit program")
+	}
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(gcOffLimitBytes))
 	read := func(name string) uint64 {
