@@ -310,6 +310,11 @@ func (c *eventEncoder) scanV1(u *chunkUnits, evs []Event) {
 // units of 1 and zigzag times, and finish divides them by the units,
 // which divide them exactly, so that a chunk's events need be given only
 // once, and not all at once (see parallel.encodeRange).
+//
+// The units divide every value encoded: in version 1, the address
+// deltas; in version 2, for speed, the addresses and sizes of every
+// event (the registers, the ring and the repeats hold only values of
+// events before, so that their deltas are multiples too).
 func (c *eventEncoder) begin(version int, u *chunkUnits) {
 	c.version = version
 	c.units = chunkUnits{}
@@ -474,14 +479,7 @@ func rescale(col []byte, unit uint64, in, out bool) []byte {
 	w := 0
 	for r := 0; r < len(col); {
 		var u uint64
-		for s := uint(0); ; s += 7 {
-			b := col[r]
-			r++
-			u |= uint64(b&0x7f) << s
-			if b < 0x80 {
-				break
-			}
-		}
+		u, r = uvarint(col, r) // valid: add wrote them
 		if in {
 			v := unzigzag(u) / int64(unit)
 			if out {
