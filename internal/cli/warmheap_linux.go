@@ -3,8 +3,8 @@ package cli
 import (
 	"runtime"
 	"strconv"
-	"syscall"
-	"unsafe"
+
+	"github.com/fragsim/fragsim/trace/pickle"
 )
 
 // warmHeap readies n bytes of the heap for the import that follows, when
@@ -35,14 +35,8 @@ func warmHeap(n int) <-chan struct{} {
 		close(done)
 		return done
 	}
-	const huge = 2 << 20
 	b := make([]byte, n)
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	start := (p + huge - 1) &^ (huge - 1)
-	end := (p + uintptr(n)) &^ (huge - 1)
-	if end > start {
-		syscall.Syscall(syscall.SYS_MADVISE, start, end-start, madvHugePage) // a hint: errors are harmless
-	}
+	pickle.HugePages(b)
 	runtime.KeepAlive(b)
 	go func() {
 		runtime.GC()
@@ -50,5 +44,3 @@ func warmHeap(n int) <-chan struct{} {
 	}()
 	return done
 }
-
-const madvHugePage = 14 // MADV_HUGEPAGE

@@ -14,11 +14,18 @@ const madvPopulateWrite = 23
 // filling them later takes fewer page faults (where touching fresh memory
 // is costly, as on virtual machines, they are most of a large decode). It
 // changes no byte: the pages stay zero. It does nothing on kernels without
-// MADV_POPULATE_WRITE.
+// MADV_POPULATE_WRITE. Their whole 2 MiB pages are asked to be huge
+// pages first (HugePages).
 func Prefault(tables ...[]byte) {
-	// Whole 2 MiB pages inside the tables are asked to be huge pages:
-	// faulting one in costs about what faulting a 4 KiB page does. (Go
-	// frees and reuses the memory as usual; it splits them if it must.)
+	HugePages(tables...)
+	go prefault(tables)
+}
+
+// HugePages asks the kernel to back the whole 2 MiB pages inside tables
+// with huge pages (MADV_HUGEPAGE): faulting one in costs about what
+// faulting a 4 KiB page does. (Go frees and reuses the memory as usual;
+// it splits them if it must.) It is a hint: errors are ignored.
+func HugePages(tables ...[]byte) {
 	for _, t := range tables {
 		if len(t) < hugePage {
 			continue
@@ -30,7 +37,6 @@ func Prefault(tables ...[]byte) {
 			syscall.Syscall(syscall.SYS_MADVISE, start, end-start, madvHugePage)
 		}
 	}
-	go prefault(tables)
 }
 
 const (
