@@ -64,7 +64,11 @@ func newParallel(w io.Writer, n, version, level int) *parallel {
 		free:    make(chan *chunkJob, 2*n),
 	}
 	for range 2 * n {
-		p.free <- &chunkJob{}
+		j, _ := idleJobs.Get().(*chunkJob)
+		if j == nil {
+			j = &chunkJob{}
+		}
+		p.free <- j
 	}
 	p.workers.Add(n + 1)
 	for range n {
@@ -73,6 +77,15 @@ func newParallel(w io.Writer, n, version, level int) *parallel {
 	go p.write(w)
 	return p
 }
+
+// idleJobs and idleEventEncoders hold the chunk jobs and event encoders
+// of stopped writers, for the next: their buffers (a chunk's encoded
+// columns, its frame, about 1 MiB a compressor at 8,192 events) are then
+// already faulted in, and need not be cleared.
+var (
+	idleJobs          sync.Pool // *chunkJob
+	idleEventEncoders sync.Pool // *eventEncoder
+)
 
 func (p *parallel) fail(err error) {
 	p.mu.Lock()
@@ -105,7 +118,9 @@ func (p *parallel) compress() {
 		}
 		encoded := j.fill != nil || len(j.evs) > 0
 		if encoded && ee == nil {
-			ee = &eventEncoder{}
+			if ee, _ = idleEventEncoders.Get().(*eventEncoder); ee == nil {
+				ee = &eventEncoder{}
+			}
 		}
 		if j.fill != nil {
 			j.raw, j.bad = p.encodeRange(ee, j)
@@ -131,6 +146,9 @@ func (p *parallel) compress() {
 	if enc != nil {
 		encoders[p.level].Put(enc)
 	}
+	if ee != nil {
+		idleEventEncoders.Put(ee)
+	}
 }
 
 // encodeRange encodes the events of j, a range's chunk, which j.fill
@@ -153,7 +171,7 @@ func (p *parallel) encodeRange(ee *eventEncoder, j *chunkJob) (raw []byte, bad b
 		}
 		return ee.encode(j.raw[:0], evs, p.version), false
 	}
-	if cap(ee.batch) == 0 {
+	if cap(ee.batch) != rangeBatch {
 		ee.batch = make([]Event, rangeBatch)
 	}
 	buf := ee.batch[:cap(ee.batch)]
@@ -286,6 +304,11 @@ func (p *parallel) stop() error {
 		close(p.jobs)
 		close(p.order)
 		p.workers.Wait()
+		for len(p.free) > 0 {
+			j := <-p.free
+			j.fill, j.filled, j.check, j.ready = nil, nil, nil, nil
+			idleJobs.Put(j)
+		}
 	}
 	return err
 }
