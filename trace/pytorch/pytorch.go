@@ -565,6 +565,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	doc, err := dec.DecodeDoc()
 	if st != nil {
 		st.wait() // Merge's copies
+		st.idle()
 	}
 	if err != nil && stream {
 		if st.log.err != nil {

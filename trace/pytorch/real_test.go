@@ -290,3 +290,40 @@ func getUint(d *pickle.Dict, key string) uint64 {
 	i, _ := getInt(d, key)
 	return uint64(i)
 }
+
+// TestImportReusesMemory imports real snapshots one after the other in one
+// process, in several orders: an import takes the memory of the ones
+// before (the events' log, the chunk handlers, the writer's jobs and
+// encoders), which must give the bytes a first import gave, even with the
+// reused events' memory filled with garbage.
+func TestImportReusesMemory(t *testing.T) {
+	poisonEvents = true
+	defer func() { poisonEvents = false }()
+	names := []string{"baseline_s1", "ring", "stacks_agents", "expandable_empty"}
+	dir := t.TempDir()
+	first := map[string][]byte{}
+	for _, name := range names {
+		in := filepath.Join(dir, name+".pickle")
+		if err := os.WriteFile(in, gunzip(t, "testdata/real/"+name+".pickle.gz"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 0, 3, 2, 0}} {
+		for _, i := range order {
+			name := names[i]
+			in := filepath.Join(dir, name+".pickle")
+			if _, err := ImportFile(in, in+".fst", Options{}); err != nil {
+				t.Fatalf("round %d, %s: %v", round, name, err)
+			}
+			got, err := os.ReadFile(in + ".fst")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, ok := first[name]; !ok {
+				first[name] = got
+			} else if !bytes.Equal(got, want) {
+				t.Errorf("round %d, %s: trace differs from the first import's (%d vs %d bytes)", round, name, len(got), len(want))
+			}
+		}
+	}
+}

@@ -416,8 +416,10 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 			s.ready = make(chan []event, 1)
 			hold := forkHold
 			go func() {
-				mem := make([]event, 0, want)
-				pickle.Prefault(eventBytesOf(mem[:est]))
+				mem, reused := newEvents(0, want)
+				if !reused {
+					pickle.Prefault(eventBytesOf(mem[:est]))
+				}
 				if hold != nil {
 					<-hold
 				}
@@ -434,7 +436,9 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 		select {
 		case h = <-s.chunks:
 		default:
-			h = &chunkEntries{}
+			if h, _ = idleChunks.Get().(*chunkEntries); h == nil {
+				h = &chunkEntries{}
+			}
 		}
 		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
 		if cap(h.evs) < perChunk {
@@ -442,6 +446,24 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 		}
 		h.strs, h.evs, h.texts = n, h.evs[:0], false
 		return h
+	}
+}
+
+// idleChunks holds the chunk handlers of finished imports (see
+// streamer.idle) for the next import's Fork.
+var idleChunks sync.Pool
+
+// idle gives the chunk handlers kept for this import's chunks to the next
+// import: their events' memory (a chunk's, up to 3.5 MiB) is then already
+// faulted in, and need not be cleared.
+func (s *streamer) idle() {
+	for {
+		select {
+		case c := <-s.chunks:
+			idleChunks.Put(c)
+		default:
+			return
+		}
 	}
 }
 
