@@ -10,26 +10,25 @@ import (
 // minMapBytes is the smallest file mapFile maps; smaller ones are read.
 const minMapBytes = 1 << 20
 
-// maxPopulateBytes is the largest file mapFile faults in whole at once.
+// maxPopulateBytes is the largest file mapFile faults in whole, on another
+// goroutine (see populate).
 const maxPopulateBytes = 64 << 20
 
 // mapFile maps the regular file f read-only into memory, with its pages
-// faulted in up front where the system can, so that a large snapshot is
-// neither copied nor faulted in page by page. It returns ok false when the
-// file cannot be mapped (too small, not regular, or mmap failed): the caller
-// then reads it. unmap releases the mapping; nothing may use data after it.
+// faulted in ahead of the decode where the system can (populate), so that
+// a large snapshot is neither copied nor faulted in page by page. It
+// returns ok false when the file cannot be mapped (too small, not
+// regular, or mmap failed): the caller then reads it. unmap releases the
+// mapping; nothing may use data after it.
 func mapFile(f *os.File) (data []byte, unmap func(), ok bool) {
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() || st.Size() < minMapBytes || st.Size() != int64(int(st.Size())) {
 		return nil, nil, false
 	}
-	flags := syscall.MAP_PRIVATE
-	if st.Size() <= maxPopulateBytes {
-		flags |= mapPopulate
-	} // a larger one is faulted in a window at a time (see releaser)
-	data, err = syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, flags)
+	data, err = syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE)
 	if err != nil {
 		return nil, nil, false
 	}
-	return data, func() { syscall.Munmap(data) }, true
+	done := populate(data)
+	return data, func() { done(); syscall.Munmap(data) }, true
 }
