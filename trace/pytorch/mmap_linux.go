@@ -64,7 +64,7 @@ const populateStep = 1 << 20
 // (MADV_POPULATE_READ), which mapFile did not fault in whole.
 func releaser(data []byte) func(off int) {
 	done, ahead := 0, 0
-	populate := func(off int) {
+	faultAhead := func(off int) {
 		if len(data) <= maxPopulateBytes {
 			return
 		}
@@ -74,9 +74,9 @@ func releaser(data []byte) func(off int) {
 			ahead = end
 		}
 	}
-	populate(0)
+	faultAhead(0)
 	return func(off int) {
-		populate(off)
+		faultAhead(off)
 		end := off &^ (hugePage - 1)
 		if end <= done {
 			return
