@@ -296,3 +296,102 @@ func TestRangeBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteRangeEnd checks that WriteRangeEnd writes what WriteRange then
+// Flush writes, event by event, and that an invalid event, in a whole
+// chunk or in the rest it ends the chunk with, gives WriteEvent's error
+// and the same file once the writer goes on.
+func TestWriteRangeEnd(t *testing.T) {
+	_, all, _ := writeRandom(t, 12, 20000)
+	var evs []Event
+	for _, e := range all {
+		if e.Text == NoString && e.Stack == NoStack {
+			evs = append(evs, e)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, opts := range [][]WriterOption{
+		{ChunkEvents(300), ChunksByEvents(), Concurrency(3)},
+		{ChunkEvents(1000), ChunksByEvents(), Concurrency(2)},
+		{ChunkEvents(5000), ChunkBytes(4096), Concurrency(4)}, // chunks cut by their bytes: measured
+		{ChunkEvents(700)}, // no compressors
+	} {
+		var one, ranged bytes.Buffer
+		w1, _ := NewWriter(&one, testHeader(), opts...)
+		wr, _ := NewWriter(&ranged, testHeader(), opts...)
+		var calls atomic.Int64
+		ends := 0
+		for rest := evs; len(rest) > 0; {
+			k := min(len(rest), 1+r.IntN(3000))
+			for _, e := range rest[:k] {
+				if err := w1.WriteEvent(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fill := func(dst []Event, i int) {
+				calls.Add(1)
+				copy(dst, rest[i:i+len(dst)])
+			}
+			if r.IntN(2) == 0 {
+				if err := w1.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				if err := wr.WriteRangeEnd(k, fill); err != nil {
+					t.Fatal(err)
+				}
+				ends++
+			} else if err := wr.WriteRange(k, fill); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		if err := w1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := wr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if ends == 0 || calls.Load() == 0 || !bytes.Equal(one.Bytes(), ranged.Bytes()) {
+			t.Fatalf("%v: WriteRangeEnd (%d of them) wrote %d bytes, WriteEvent and Flush %d", opts, ends, ranged.Len(), one.Len())
+		}
+	}
+	// 5,000 events in whole chunks and a rest of 300, which WriteRangeEnd
+	// gives the compressors too.
+	for _, at := range [][]int{{3333}, {4999}, {0}, {5000}, {5200}, {5299, 4999}, {5299}} {
+		bad := append([]Event(nil), evs[:5300]...)
+		for _, a := range at {
+			bad[a].Kind = 200
+		}
+		first := slices.Min(at)
+		var want error
+		var ref bytes.Buffer
+		w1, _ := NewWriter(&ref, testHeader(), ChunkEvents(1000))
+		for _, e := range bad[:first+1] {
+			if want = w1.WriteEvent(e); want != nil {
+				break
+			}
+		}
+		rest := evs[5300:5800]
+		for _, e := range rest {
+			if err := w1.WriteEvent(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w1.Close()
+		var out bytes.Buffer
+		wr, _ := NewWriter(&out, testHeader(), ChunkEvents(1000), ChunksByEvents(), Concurrency(3))
+		got := wr.WriteRangeEnd(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
+		if want == nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("invalid at %v: WriteRangeEnd: %v, WriteEvent: %v", at, got, want)
+		}
+		if err := wr.WriteRangeEnd(len(rest), func(dst []Event, i int) { copy(dst, rest[i:]) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := wr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), ref.Bytes()) {
+			t.Fatalf("invalid at %v: after the error, WriteRangeEnd wrote %d bytes, WriteEvent %d", at, out.Len(), ref.Len())
+		}
+	}
+}

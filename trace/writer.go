@@ -254,6 +254,26 @@ func (w *Writer) eventError(e *Event, n int64) error {
 // The file is what WriteEvent would write, event by event; fill is no
 // longer called once WriteRange returns.
 func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
+	return w.writeRange(n, fill, false)
+}
+
+// WriteRangeEnd is WriteRange followed by the end of the chunk in
+// progress, as Flush ends it but without waiting for the compressors: with
+// Concurrency, the range's last events (less than a chunk) are then
+// compressed alongside its whole chunks, not after them. The file is what
+// WriteRange then Flush would write. (On the H200 host's 16 cores, ring's
+// 30,000 events made 3 whole chunks and a rest of 5,424 events that was
+// compressed alone once they were done: 0.5 ms of its 5.8 ms import.)
+func (w *Writer) WriteRangeEnd(n int, fill func(dst []Event, i int)) error {
+	if err := w.writeRange(n, fill, true); err != nil {
+		return err
+	}
+	return w.endChunk()
+}
+
+// writeRange is WriteRange; with end set, the caller ends the chunk in
+// progress next, and writeWhole may end it first.
+func (w *Writer) writeRange(n int, fill func(dst []Event, i int), end bool) error {
 	if cap(w.scratch) == 0 {
 		w.scratch = make([]Event, 1024)
 	}
@@ -287,7 +307,7 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 	// can reach its byte bound and every event is valid, that is every
 	// chunkEvents events.
 	if w.opts.chunkEvents*maxEventBound <= w.opts.chunkBytes {
-		return w.writeWhole(fill, i, n)
+		return w.writeWhole(fill, i, n, end)
 	}
 	// Else a window of
 	// events at a time is measured on the compressors' number of
@@ -349,23 +369,34 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 // writeWhole is WriteRange of the events i to n-1 when chunks end every
 // chunkEvents events (if they are valid): whole chunks go to the
 // compressors at once, which check their events; the rest is the chunk in
-// progress. A chunk with an invalid event is not written, nor those after
-// it: from its first event on, the events go through WriteEvents, which
-// keeps those before the invalid one and returns its error.
-func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int) error {
+// progress, or, with end set, a chunk of its own, which goes to them too.
+// A chunk with an invalid event is not written, nor those after it: from
+// its first event on, the events go through WriteEvents, which keeps
+// those before the invalid one and returns its error.
+func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int, end bool) error {
 	var filled sync.WaitGroup
 	defer filled.Wait()
 	check := &rangeCheck{nStr: w.nStr, nStk: w.nStk}
-	c, from, sent := w.opts.chunkEvents, i, 0
+	c, from, sent, events := w.opts.chunkEvents, i, 0, 0
 	for ; n-i >= c && check.first.Load() == 0; i += c {
 		if err := w.par.submitRange(fill, i, c, &filled, check); err != nil {
 			w.err = err
 			return err
 		}
 		sent++
+		events += c
+	}
+	if end && i < n && check.first.Load() == 0 {
+		if err := w.par.submitRange(fill, i, n-i, &filled, check); err != nil {
+			w.err = err
+			return err
+		}
+		sent++
+		events += n - i
+		i = n
 	}
 	w.nChunks += int64(sent)
-	w.nEvents += int64(sent * c)
+	w.nEvents += int64(events)
 	// The rest, the chunk in progress, as WriteEvents writes it, while
 	// the compressors check theirs (less than a chunk: it ends none).
 	var err error
@@ -382,11 +413,11 @@ func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int) error {
 			return err
 		}
 		w.par.dropping = false
-		drop := sent - (bad-from)/c
-		w.nChunks -= int64(drop)
-		w.nEvents -= int64(drop * c)
+		keep := (bad - from) / c // the whole chunks before it
+		w.nChunks -= int64(sent - keep)
+		w.nEvents -= int64(events - keep*c)
 		w.events, w.estBytes, w.estAddr = w.events[:0], 0, 0
-		return w.writeEvents(fill, from+(sent-drop)*c, n)
+		return w.writeEvents(fill, from+keep*c, n)
 	}
 	return err
 }

@@ -684,7 +684,13 @@ func salvage(dec *pickle.Decoder, opt Options, size int, cause error) *Snapshot 
 // Emit writes the snapshot's events to sink, in order. It may be called
 // again, but not concurrently on one Snapshot.
 func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) error {
-	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events)}
+	return s.emit(sink, progress, false)
+}
+
+// emit is Emit; closing is set when the sink is given nothing after the
+// events but its end (see eventWriter.closing).
+func (s *Snapshot) emit(sink trace.Sink, progress func(string, int64, int64), closing bool) error {
+	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events), closing: closing}
 	w.batcher, _ = sink.(batcher)
 	if doc := s.doc; doc != nil {
 		w.strIDs = make([]uint32, doc.NumStrings())
@@ -744,6 +750,11 @@ type eventWriter struct {
 	queue   bool
 	queued  []queuedRun
 	nQueued int
+
+	// closing is set when nothing is given to the sink after the
+	// events but its end (ImportFile closes it), and last while the
+	// events written are the last ones.
+	closing, last bool
 }
 
 // plain reports whether e goes to the sink in batches: it has no stack
@@ -789,6 +800,12 @@ const writeBatch = 1024
 type batcher interface {
 	WriteEvents(evs []trace.Event) error
 	WriteRange(n int, fill func(dst []trace.Event, i int)) error
+}
+
+// rangeEnder is a batcher that can end its chunk in progress with a range
+// (trace.Writer).
+type rangeEnder interface {
+	WriteRangeEnd(n int, fill func(dst []trace.Event, i int)) error
 }
 
 // putBlock writes the events b, in order: in batches when the sink takes
@@ -867,19 +884,29 @@ func (w *eventWriter) str(v pickle.Value) trace.StringID {
 }
 
 // flushQueue writes the events queued, in order, as one range.
-func (w *eventWriter) flushQueue() error {
+func (w *eventWriter) flushQueue() error { return w.flushQueueEnd(false) }
+
+// flushQueueEnd is flushQueue; with end set, the events queued are the
+// last the sink is given before it is closed, and when it can (a
+// trace.Writer), it ends its chunk in progress with them (see
+// trace.Writer.WriteRangeEnd).
+func (w *eventWriter) flushQueueEnd(end bool) error {
 	q, n := w.queued, w.nQueued
 	if len(q) == 0 {
 		return nil
 	}
 	w.queued, w.nQueued = q[:0], 0
+	write := w.batcher.WriteRange
+	if e, ok := w.batcher.(rangeEnder); ok && end {
+		write = e.WriteRangeEnd
+	}
 	starts := make([]int, len(q)) // each run's first event in the range
 	at := 0
 	for r := range q {
 		starts[r] = at
 		at += max(len(q[r].evs), 1)
 	}
-	err := w.batcher.WriteRange(n, func(dst []trace.Event, i int) {
+	err := write(n, func(dst []trace.Event, i int) {
 		r, _ := slices.BinarySearch(starts, i+1)
 		r--
 		for j := 0; j < len(dst); r++ {
@@ -1151,7 +1178,7 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 			return err
 		}
 	}
-	if err := w.flushQueue(); err != nil {
+	if err := w.flushQueueEnd(w.last); err != nil {
 		return err
 	}
 	return ecs.err
@@ -1172,6 +1199,7 @@ func (s *Snapshot) each(w *eventWriter) error {
 		}
 	}
 	if len(rs) == 1 {
+		w.last = w.closing
 		return s.eachOf(rs[0].seq, w)
 	}
 	for {
@@ -1273,7 +1301,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Emit(w, opt.Progress); err != nil {
+	if err := s.emit(w, opt.Progress, true); err != nil {
 		w.Close()
 		os.Remove(tmp)
 		return nil, &Error{out, err}
