@@ -191,26 +191,7 @@ func TestWriteEventsSameBytes(t *testing.T) {
 	// events in whole chunks, 300 in the chunk in progress).
 	scanWindow, measureBatch = 777, 50
 	for _, at := range [][]int{{3333}, {4999}, {2100, 1500}, {1000}, {0}, {4500, 3999}, {5200}, {5299, 4999}} {
-		bad := append([]Event(nil), evs[:5300]...)
-		for _, a := range at {
-			bad[a].Kind = 200
-		}
-		first := slices.Min(at)
-		var want error
-		var buf3 bytes.Buffer
-		w1, _ := NewWriter(&buf3, testHeader(), ChunkEvents(1000))
-		for _, e := range bad[:first+1] {
-			if want = w1.WriteEvent(e); want != nil {
-				break
-			}
-		}
-		rest := evs[5300:5800]
-		for _, e := range rest {
-			if err := w1.WriteEvent(e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		w1.Close()
+		bad, rest, buf3, want := invalidAt(t, evs, at)
 		for k, opts := range [][]WriterOption{{ChunkEvents(1000), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(3)}, {ChunkEvents(1000), ChunksByEvents(), Concurrency(2)}} {
 			rangeBatch = []int{1 << 10, 1 << 10, 99}[k] // the invalid event in a chunk's first, middle or last batch
 			var out bytes.Buffer
@@ -230,6 +211,33 @@ func TestWriteEventsSameBytes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// invalidAt returns the first 5,300 events of evs with those at the
+// indexes at made invalid, the 500 events after them, and what WriteEvent
+// writes of both, event by event, in chunks of 1,000 events: the events
+// up to the first invalid one, whose error it returns, then the rest.
+func invalidAt(t *testing.T, evs []Event, at []int) (bad, rest []Event, ref *bytes.Buffer, want error) {
+	t.Helper()
+	bad = append([]Event(nil), evs[:5300]...)
+	for _, a := range at {
+		bad[a].Kind = 200
+	}
+	ref = new(bytes.Buffer)
+	w, _ := NewWriter(ref, testHeader(), ChunkEvents(1000))
+	for _, e := range bad[:slices.Min(at)+1] {
+		if want = w.WriteEvent(e); want != nil {
+			break
+		}
+	}
+	rest = evs[5300:5800]
+	for _, e := range rest {
+		if err := w.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	return bad, rest, ref, want
 }
 
 // TestMaxEventBound checks that maxEventBound bounds eventBound: an event
@@ -358,26 +366,7 @@ func TestWriteRangeEnd(t *testing.T) {
 	// 5,000 events in whole chunks and a rest of 300, which WriteRangeEnd
 	// gives the compressors too.
 	for _, at := range [][]int{{3333}, {4999}, {0}, {5000}, {5200}, {5299, 4999}, {5299}} {
-		bad := append([]Event(nil), evs[:5300]...)
-		for _, a := range at {
-			bad[a].Kind = 200
-		}
-		first := slices.Min(at)
-		var want error
-		var ref bytes.Buffer
-		w1, _ := NewWriter(&ref, testHeader(), ChunkEvents(1000))
-		for _, e := range bad[:first+1] {
-			if want = w1.WriteEvent(e); want != nil {
-				break
-			}
-		}
-		rest := evs[5300:5800]
-		for _, e := range rest {
-			if err := w1.WriteEvent(e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		w1.Close()
+		bad, rest, ref, want := invalidAt(t, evs, at)
 		var out bytes.Buffer
 		wr, _ := NewWriter(&out, testHeader(), ChunkEvents(1000), ChunksByEvents(), Concurrency(3))
 		got := wr.WriteRangeEnd(len(bad), func(dst []Event, i int) { copy(dst, bad[i:]) })
