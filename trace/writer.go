@@ -262,8 +262,9 @@ func (w *Writer) WriteRange(n int, fill func(dst []Event, i int)) error {
 // Concurrency, the range's last events (less than a chunk) are then
 // compressed alongside its whole chunks, not after them. The file is what
 // WriteRange then Flush would write. (On the H200 host's 16 cores, ring's
-// 30,000 events made 3 whole chunks and a rest of 5,424 events that was
-// compressed alone once they were done: 0.5 ms of its 5.8 ms import.)
+// import made 3 whole chunks and a rest of 5,424 events, which was
+// compressed alone once they were done; ending it here took its import
+// in process from 7.2 to 6.6 ms: bench/import/h200_session23.txt.)
 func (w *Writer) WriteRangeEnd(n int, fill func(dst []Event, i int)) error {
 	if err := w.writeRange(n, fill, true); err != nil {
 		return err
@@ -377,26 +378,24 @@ func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int, end bool) e
 	var filled sync.WaitGroup
 	defer filled.Wait()
 	check := &rangeCheck{nStr: w.nStr, nStk: w.nStk}
-	c, from, sent, events := w.opts.chunkEvents, i, 0, 0
-	for ; n-i >= c && check.first.Load() == 0; i += c {
-		if err := w.par.submitRange(fill, i, c, &filled, check); err != nil {
+	c, from, sent := w.opts.chunkEvents, i, 0
+	for i < n && check.first.Load() == 0 {
+		k := c
+		if n-i < c {
+			if !end {
+				break
+			}
+			k = n - i // the rest, a chunk of its own
+		}
+		if err := w.par.submitRange(fill, i, k, &filled, check); err != nil {
 			w.err = err
 			return err
 		}
 		sent++
-		events += c
-	}
-	if end && i < n && check.first.Load() == 0 {
-		if err := w.par.submitRange(fill, i, n-i, &filled, check); err != nil {
-			w.err = err
-			return err
-		}
-		sent++
-		events += n - i
-		i = n
+		i += k
 	}
 	w.nChunks += int64(sent)
-	w.nEvents += int64(events)
+	w.nEvents += int64(i - from)
 	// The rest, the chunk in progress, as WriteEvents writes it, while
 	// the compressors check theirs (less than a chunk: it ends none).
 	var err error
@@ -415,7 +414,7 @@ func (w *Writer) writeWhole(fill func(dst []Event, i int), i, n int, end bool) e
 		w.par.dropping = false
 		keep := (bad - from) / c // the whole chunks before it
 		w.nChunks -= int64(sent - keep)
-		w.nEvents -= int64(events - keep*c)
+		w.nEvents -= int64(i - from - keep*c)
 		w.events, w.estBytes, w.estAddr = w.events[:0], 0, 0
 		return w.writeEvents(fill, from+keep*c, n)
 	}

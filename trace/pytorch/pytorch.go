@@ -752,9 +752,8 @@ type eventWriter struct {
 	nQueued int
 
 	// closing is set when nothing is given to the sink after the
-	// events but its end (ImportFile closes it), and last while the
-	// events written are the last ones.
-	closing, last bool
+	// events but its end (ImportFile closes it).
+	closing bool
 }
 
 // plain reports whether e goes to the sink in batches: it has no stack
@@ -1068,8 +1067,9 @@ func (r *seqReader) err() error {
 }
 
 // eachOf writes the events of one device's sequence, in order: what
-// seqReader gives, without its per-event calls.
-func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
+// seqReader gives, without its per-event calls. With last set, they are
+// the last events the sink is given (see flushQueueEnd).
+func (s *Snapshot) eachOf(q *devSeq, w *eventWriter, last bool) error {
 	ecs := newCursor(&s.ecs, q.ecFrom, q.ecTo)
 	ec := ecs.next()
 	ms := q.markers
@@ -1178,7 +1178,7 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter) error {
 			return err
 		}
 	}
-	if err := w.flushQueueEnd(w.last); err != nil {
+	if err := w.flushQueueEnd(last); err != nil {
 		return err
 	}
 	return ecs.err
@@ -1199,8 +1199,7 @@ func (s *Snapshot) each(w *eventWriter) error {
 		}
 	}
 	if len(rs) == 1 {
-		w.last = w.closing
-		return s.eachOf(rs[0].seq, w)
+		return s.eachOf(rs[0].seq, w, w.closing)
 	}
 	for {
 		var best *seqReader
