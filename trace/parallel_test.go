@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -363,6 +364,29 @@ func TestWriteRangeEnd(t *testing.T) {
 			t.Fatalf("%v: WriteRangeEnd (%d of them) wrote %d bytes, WriteEvent and Flush %d", opts, ends, ranged.Len(), one.Len())
 		}
 	}
+	// The rest goes to the compressors, which fill their chunks a batch
+	// (rangeBatch) at a time; the writer itself would fill it up to 1,024
+	// events at a time, through WriteEvents, and the file would be the
+	// same bytes.
+	defer func(rb int) { rangeBatch = rb }(rangeBatch)
+	rangeBatch = 99
+	var over atomic.Int64 // a batch larger than the compressors'
+	w, _ := NewWriter(io.Discard, testHeader(), ChunkEvents(1000), ChunksByEvents(), Concurrency(3))
+	if err := w.WriteRangeEnd(5300, func(dst []Event, i int) {
+		if len(dst) > rangeBatch {
+			over.Store(int64(len(dst)))
+		}
+		copy(dst, evs[i:])
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := over.Load(); n > 0 {
+		t.Fatalf("WriteRangeEnd of 5,300 events in chunks of 1,000: filled %d events at a time, more than the compressors' batch of 99", n)
+	}
+	rangeBatch = 1 << 10
 	// 5,000 events in whole chunks and a rest of 300, which WriteRangeEnd
 	// gives the compressors too.
 	for _, at := range [][]int{{3333}, {4999}, {0}, {5000}, {5200}, {5299, 4999}, {5299}} {
