@@ -24,11 +24,10 @@ root=$(cd "$here/../.." && pwd)
 snap=$(mktemp -d "${TMPDIR:-/tmp}/fragsim-h200.XXXXXX")
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-{
-	echo "# $(date -u +%FT%TZ), $(nproc) cores, $(python3 -c 'import sys; print(sys.version.split()[0])')," \
-		"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-	echo "# fragsim at $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
-} | tee "$out/host.txt"
+# (Which commit the binaries are is for the caller to note: the checkout's
+# git HEAD there need not be the one they were built from.)
+echo "# $(date -u +%FT%TZ), $(nproc) cores, $(python3 -c 'import sys; print(sys.version.split()[0])')," \
+	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" | tee "$out/host.txt"
 
 # 1. The recipe's runs.
 for spec in "multi_agent|multi_agent.py --seed 1" "train|train.py --seed 1" "kv_decode|kv_decode.py --seed 1"; do
