@@ -36,7 +36,7 @@ scenario() { # NAME LEAVE_GIB
   sleep 12   # the blocker's CUDA start and its allocation
   local pids=()
   for s in 1 2; do
-    timeout 120 python3 silent_oom.py --role server --seed $s --seconds 40 \
+    timeout 120 python3 silent_oom.py --role server --seed $s --seconds 45 \
       --snapshot "$out/snap/${name}_p$s.pickle" --memlog "$out/stats/${name}_p$s.memlog" \
       --stats-out "$out/stats/${name}_p$s.json" >"$out/log/${name}_p$s.log" 2>&1 &
     pids+=($!)
