@@ -2,8 +2,8 @@
 # Records the serving workloads on a GPU: CUDA-graph serving (graphs.py) as
 # snapshots under the default setting and expandable_segments:True, with a
 # MemPool, and with graphs freed and captured again, plus one live recording;
-# then the silent-OOM scenario (silent_oom.py): a blocker leaving 4 GiB and two
-# servers, and the same servers with room to spare (a blocker leaving 40 GiB).
+# then the shared-GPU scenario (silent_oom.py): a blocker and two servers, with
+# 40, 4 and 3.3 GiB left to the servers.
 # Usage: record_serving.sh OUTDIR   (FRAGSIM=path/to/fragsim, default build/fragsim)
 set -u
 out=${1:?usage: record_serving.sh OUTDIR}
@@ -44,7 +44,8 @@ scenario() { # NAME LEAVE_GIB
   wait "${pids[@]}"
   kill $b 2>/dev/null; wait $b 2>/dev/null
 }
-scenario silent_tight 4.0
-scenario silent_roomy 40.0
+scenario cohost_leave40 40.0
+scenario cohost_leave4 4.0
+scenario cohost_leave3.3 3.3
 gzip -6 "$out"/snap/*.pickle
 echo "serving: $(ls "$out/snap" | wc -l) snapshots, $(ls "$out/live" | wc -l) live"
