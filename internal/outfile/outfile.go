@@ -213,7 +213,12 @@ func createTemp(target string) (*os.File, string, error) {
 			continue
 		}
 		if err != nil {
-			return nil, "", err
+			// Name the target, not the temporary file.
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, "", fmt.Errorf("cannot create %s: %w", target, err)
 		}
 		return f, name, nil
 	}

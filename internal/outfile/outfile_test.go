@@ -231,6 +231,10 @@ func TestDirectoryRefused(t *testing.T) {
 	if _, err := Create(t.TempDir()); err == nil || !strings.Contains(err.Error(), "directory") {
 		t.Fatalf("a directory as output: %v", err)
 	}
+	missing := filepath.Join(t.TempDir(), "no", "out")
+	if _, err := Create(missing); err == nil || !strings.Contains(err.Error(), "cannot create "+missing+": ") || strings.Contains(err.Error(), ".tmp") {
+		t.Fatalf("an output in a missing directory: %v, want an error naming the target", err)
+	}
 }
 
 // TestSignalRemovesTemp runs this test binary as a child that opens an
