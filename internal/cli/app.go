@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 
+	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
 
@@ -33,6 +35,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			"caching allocator reproduced exactly, expandable segments, CUDA's stream-ordered\n" +
 			"pool, ...) and tells how fragmented memory is, why, and which setting fixes it.\n\n" +
 			"Start with `fragsim compare` (no argument: a built-in multi-agent trace).",
+		Version:         version(),
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
@@ -63,17 +66,36 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 // Main runs the CLI and returns the process exit code.
 //
 // Exit codes: 0 success; 1 failure (bad or unreadable input, a failed
-// replay); 2 usage errors (missing or unknown arguments and flags, bad flag
-// values), and for replay, compare and info a trace cut short, whose
-// figures cover the events before the cut; record exits with the
-// program's own code.
+// replay, an output that cannot be written, stdout included); 2 usage
+// errors (unknown commands, missing or unknown arguments and flags, bad
+// flag values), and for the commands that read a trace, a trace cut short,
+// whose figures cover the events before the cut; 130 when SIGINT or
+// SIGTERM interrupted the writing of an output file (internal/outfile);
+// record exits with the program's own code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	app := NewApp(stdout, stderr)
-	if err := app.Run(interspersed(app, args)); err != nil {
+	out := &checkedWriter{w: stdout}
+	app := NewApp(out, stderr)
+	args, err := helpArgs(app, args)
+	if err == nil {
+		err = app.Run(interspersed(app, args))
+	}
+	if err == nil && out.err != nil {
+		err = exitCode(1, fmt.Errorf("writing the output: %w", out.err))
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "fragsim: %v\n", err)
+		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {
-			return ee.code
+			code = ee.code
+		}
+		if code == 1 && errors.Is(err, trace.ErrTruncated) && len(args) > 1 && args[1] != "record" {
+			// A trace cut short is exit 2 whichever command read it
+			// (record exits with its program's code).
+			code = 2
+		}
+		if code != 1 {
+			return code
 		}
 		if strings.HasPrefix(err.Error(), "Required flag") { // urfave/cli's missing required flags
 			return 2
@@ -81,6 +103,122 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkedWriter keeps the first error of the writes to stdout, so that a
+// command whose output could not be written (a full disk, a closed pipe)
+// exits 1 even where it did not check a print.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// helpArgs turns `fragsim help CMD` into `fragsim CMD --help`, and refuses
+// an unknown command with a usage error that suggests the nearest name.
+func helpArgs(app *cli.App, args []string) ([]string, error) {
+	if len(args) < 2 {
+		return args, nil
+	}
+	name := args[1]
+	if name == "help" {
+		if len(args) == 2 {
+			return []string{args[0], "--help"}, nil
+		}
+		name = args[2]
+		if app.Command(name) == nil {
+			return nil, unknownCommand(app, name)
+		}
+		return []string{args[0], name, "--help"}, nil
+	}
+	if strings.HasPrefix(name, "-") || app.Command(name) != nil {
+		return args, nil
+	}
+	return nil, unknownCommand(app, name)
+}
+
+func unknownCommand(app *cli.App, name string) error {
+	msg := fmt.Sprintf("unknown command %q", name)
+	if near := nearest(app, name); near != "" {
+		msg += fmt.Sprintf("; did you mean %q?", near)
+	}
+	return exitCode(2, fmt.Errorf("%s (fragsim --help lists the commands)", msg))
+}
+
+// nearest returns the command whose name is closest to name by edit
+// distance, when it is at most 2 edits or name begins it; "" otherwise.
+func nearest(app *cli.App, name string) string {
+	best, bestD := "", 3
+	for _, c := range app.Commands {
+		for _, n := range c.Names() {
+			d := editDistance(strings.ToLower(name), n)
+			if len(name) >= 2 && strings.HasPrefix(n, strings.ToLower(name)) {
+				d = min(d, 1)
+			}
+			if d < bestD {
+				best, bestD = c.Name, d
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// version is the module version and the commit the binary was built from,
+// as the Go toolchain recorded them: "v1.2.3" for `go install
+// module@v1.2.3`, "(devel) commit abc123def456" for a build of a checkout
+// ("+modified" when it had uncommitted changes).
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += " commit " + rev[:min(len(rev), 12)] + modified
+	}
+	return v
 }
 
 // interspersed moves a command's flags that follow its positional arguments

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io"
 
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
@@ -18,7 +20,8 @@ func dumpCommand() *cli.Command {
 			"use, and one line per event, e.g.\n\n" +
 			"  alloc t=1234 dev=0 stream=0x0 addr=0x7f0000000000 size=512 stack=3\n\n" +
 			"`fragsim undump` turns the text back into the same trace. Use it to read a trace, to\n" +
-			"cut or edit one by hand, and to attach one to a bug report.\n\n" + exitHelp,
+			"cut or edit one by hand, and to attach one to a bug report. With -o the file appears\n" +
+			"only once it is complete; it may not be the input.\n\n" + exitHelp,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "o", Usage: "write to `FILE` instead of stdout"},
 		},
@@ -30,24 +33,33 @@ func runDump(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, fmt.Errorf("dump: want one TRACE argument, got %d", c.NArg()))
 	}
-	f, err := trace.Open(c.Args().First())
+	in := c.Args().First()
+	if err := notDir(in); err != nil {
+		return err
+	}
+	f, err := trace.Open(in)
 	if err != nil {
 		return readExit(err)
 	}
 	defer f.Close()
-	out := c.App.Writer
+	var out io.Writer = c.App.Writer
+	var of *outfile.File
 	if path := c.String("o"); path != "" {
-		of, err := os.Create(path)
-		if err != nil {
-			return exitCode(1, err)
+		if of, err = outfile.Create(path, in); err != nil {
+			return exitCode(1, fmt.Errorf("dump: %w", err))
 		}
-		defer of.Close()
+		defer of.Abort()
 		out = of
 	}
 	rerr := trace.WriteText(out, f.Reader)
-	if of, ok := out.(*os.File); ok {
-		if err := of.Close(); err != nil {
-			return exitCode(1, err)
+	if rerr != nil && !errors.Is(rerr, trace.ErrTruncated) {
+		return readExit(rerr)
+	}
+	if of != nil {
+		// A trace cut short is still written, up to its cut: what was
+		// valid is not lost.
+		if err := of.Commit(); err != nil {
+			return exitCode(1, fmt.Errorf("dump: %w", err))
 		}
 	}
 	if rerr != nil {

@@ -168,8 +168,7 @@ func readHead(path string) inputHead {
 // MB). A memory limit of gcOffLimitBytes stays: near it the collector
 // runs. Larger and compressed inputs (whose pickle may be far larger
 // than the file) keep the collector, and with it the import's flat
-// memory. An input of warmMinBytes or more first has warmHeap ready the
-// memory the import will take.
+// memory.
 func importGC(head inputHead) (restore func()) {
 	none := func() {}
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
@@ -180,24 +179,11 @@ func importGC(head inputHead) (restore func()) {
 	}
 	pct := debug.SetGCPercent(-1)
 	limit := debug.SetMemoryLimit(gcOffLimitBytes)
-	if head.size >= warmMinBytes {
-		warmHeap(int(warmPerByte * head.size))
-	}
 	return func() {
 		debug.SetMemoryLimit(limit)
 		debug.SetGCPercent(pct)
 	}
 }
-
-// warmMinBytes is the smallest plain pickle whose import has warmHeap
-// ready warmPerByte bytes of heap for each of its bytes (about what such
-// an import allocates: baseline_s1's 8.6 MB, 31 MB on 16 cores). Below
-// it, the collection cost more than the faults it spared: on the H200
-// host, ring (2.1 MB) took 10.6 ms against 10.0, best of 15.
-const (
-	warmMinBytes = 4 << 20
-	warmPerByte  = 4
-)
 
 // gcOffMaxBytes is the largest plain pickle imported with the garbage
 // collector off (kv_decode_s1, 40.8 MB, peaks at 134 MB RSS either way),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,6 +41,9 @@ func runInfo(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, fmt.Errorf("info: want one TRACE argument, got %d", c.NArg()))
 	}
+	if err := notDir(c.Args().First()); err != nil {
+		return err
+	}
 	f, err := trace.Open(c.Args().First())
 	if err != nil {
 		return readExit(err)
@@ -57,6 +61,15 @@ func runInfo(c *cli.Context) error {
 	}
 	if rerr != nil {
 		return readExit(rerr)
+	}
+	return nil
+}
+
+// notDir refuses a directory given where a file is read, with a message
+// that says so (reading one fails with less helpful words).
+func notDir(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return exitCode(1, fmt.Errorf("%s: is a directory, not a file", path))
 	}
 	return nil
 }

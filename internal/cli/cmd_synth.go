@@ -3,12 +3,12 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/synth"
 	"github.com/urfave/cli/v2"
@@ -47,7 +47,7 @@ func synthCommand() *cli.Command {
 			&cli.BoolFlag{Name: "stream-per-agent", Usage: "run each agent on its own stream"},
 			&cli.BoolFlag{Name: "no-stacks", Usage: "leave allocations without call stacks"},
 			&cli.Int64Flag{Name: "think-us", Usage: "mean idle time between steps, microseconds", Value: def.ThinkNS / 1000},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on stderr (drawn only on a terminal)"},
 		},
 		Action: runSynth,
 	}
@@ -65,29 +65,33 @@ func runSynth(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("synth: %w", err))
 	}
 	path := c.String("output")
-	fw, err := trace.Create(path, cfg.Header())
+	of, err := outfile.Create(path)
 	if err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
+	defer of.Abort()
+	fw, err := trace.NewWriter(of, cfg.Header())
+	if err != nil {
+		return fmt.Errorf("synth: %s: %w", path, err)
+	}
 	var sink trace.Sink = fw
-	var prog *synthProgress
-	if !c.Bool("quiet") {
-		prog = &synthProgress{Sink: fw, w: c.App.ErrWriter, target: cfg.Events, every: max(cfg.Events/20, 10_000), start: time.Now()}
-		sink = prog
+	prog := startProgress(c.App.ErrWriter, "synth", c.Bool("quiet"))
+	if prog.active() {
+		sink = &synthProgress{Sink: fw, p: prog, target: cfg.Events, every: max(cfg.Events/100, 10_000)}
 	}
 	start := time.Now()
 	st, genErr := synth.Generate(sink, cfg)
-	closeErr := fw.Close()
-	wall := time.Since(start)
-	if prog != nil && prog.printed {
-		fmt.Fprintln(c.App.ErrWriter)
-	}
+	prog.done()
 	if genErr != nil {
 		return fmt.Errorf("synth: %s: %w", path, genErr)
 	}
-	if closeErr != nil {
-		return fmt.Errorf("synth: %s: %w", path, closeErr)
+	if err := fw.Close(); err != nil {
+		return fmt.Errorf("synth: %s: %w", path, err)
 	}
+	if err := of.Commit(); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	wall := time.Since(start)
 	var size int64
 	if fi, err := os.Stat(path); err == nil {
 		size = fi.Size()
@@ -216,21 +220,16 @@ func synthBytes(n uint64) string {
 // synthProgress passes events on and reports progress every so many.
 type synthProgress struct {
 	trace.Sink
-	w       io.Writer
-	n       int64
-	target  int64
-	every   int64
-	start   time.Time
-	printed bool
+	p      *progressLine
+	n      int64
+	target int64
+	every  int64
 }
 
-func (p *synthProgress) WriteEvent(e trace.Event) error {
-	p.n++
-	if p.n%p.every == 0 {
-		rate := float64(p.n) / time.Since(p.start).Seconds()
-		fmt.Fprintf(p.w, "\rsynth: %d / %d events (%.0f%%, %.1f M events/s)", p.n, p.target,
-			100*float64(p.n)/float64(p.target), rate/1e6)
-		p.printed = true
+func (s *synthProgress) WriteEvent(e trace.Event) error {
+	s.n++
+	if s.n%s.every == 0 {
+		s.p.update("%d / %d events (%.0f%%)", s.n, s.target, 100*float64(s.n)/float64(s.target))
 	}
-	return p.Sink.WriteEvent(e)
+	return s.Sink.WriteEvent(e)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
@@ -19,7 +20,7 @@ func undumpCommand() *cli.Command {
 			"the binary trace to the -o file. Text dumped from a trace converts back to the same\n" +
 			"events, strings and stacks. A syntax error names its line; the events before it are\n" +
 			"still written, and the file is left without its end chunk, so that readers report it\n" +
-			"as cut short.\n\n" +
+			"as cut short. Any other error leaves a previous -o file as it was; -o may not be the input.\n\n" +
 			"Exit status: 0 on success; 1 for a syntax error or any other error.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "o", Usage: "write the binary trace to `FILE`", Required: true},
@@ -35,6 +36,9 @@ func runUndump(c *cli.Context) error {
 	name := c.Args().First()
 	var in io.Reader = os.Stdin
 	if name != "-" {
+		if err := notDir(name); err != nil {
+			return err
+		}
 		f, err := os.Open(name)
 		if err != nil {
 			return exitCode(1, err)
@@ -46,15 +50,28 @@ func runUndump(c *cli.Context) error {
 	if err != nil {
 		return exitCode(1, fmt.Errorf("%s: %w", name, err))
 	}
-	w, err := trace.Create(c.String("o"), tr.Header())
+	of, err := outfile.Create(c.String("o"), name)
 	if err != nil {
-		return exitCode(1, err)
+		return exitCode(1, fmt.Errorf("undump: %w", err))
+	}
+	defer of.Abort()
+	w, err := trace.NewWriter(of, tr.Header())
+	if err != nil {
+		return exitCode(1, fmt.Errorf("undump: %s: %w", of.Name(), err))
 	}
 	if _, err := tr.CopyTo(w); err != nil {
-		return exitCode(1, errors.Join(fmt.Errorf("%s: %w", name, err), w.Abort()))
+		// The events before the syntax error are kept, without the end
+		// chunk, so that readers report the trace as cut short there.
+		if ferr := w.Flush(); ferr != nil {
+			return exitCode(1, errors.Join(fmt.Errorf("%s: %w", name, err), ferr))
+		}
+		return exitCode(1, errors.Join(fmt.Errorf("%s: %w", name, err), of.Commit()))
 	}
 	if err := w.Close(); err != nil {
-		return exitCode(1, err)
+		return exitCode(1, fmt.Errorf("undump: %s: %w", of.Name(), err))
+	}
+	if err := of.Commit(); err != nil {
+		return exitCode(1, fmt.Errorf("undump: %w", err))
 	}
 	return nil
 }
