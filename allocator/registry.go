@@ -10,7 +10,7 @@ import (
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/allocator/ideal"
 	"github.com/fragsim/fragsim/allocator/paged"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -28,7 +28,7 @@ type Facts struct {
 // entry is one registered policy.
 type entry struct {
 	Facts
-	build func(conf string, h *trace.Header) (replay.Factory, error)
+	build func(conf string, h *trace.Header) (driver.Factory, error)
 }
 
 // policies lists the policies in the order Names returns them.
@@ -42,7 +42,7 @@ var policies = []entry{
 			Describe: "PyTorch's CUDA caching allocator, exactly (settings from the trace header; " +
 				"--conf replaces them with a PYTORCH_CUDA_ALLOC_CONF string)",
 		},
-		build: func(conf string, h *trace.Header) (replay.Factory, error) {
+		build: func(conf string, h *trace.Header) (driver.Factory, error) {
 			return cachingFactory(conf, h, false)
 		},
 	},
@@ -56,7 +56,7 @@ var policies = []entry{
 			Describe: "PyTorch's caching allocator with expandable_segments:True " +
 				"(other settings as for caching)",
 		},
-		build: func(conf string, h *trace.Header) (replay.Factory, error) {
+		build: func(conf string, h *trace.Header) (driver.Factory, error) {
 			return cachingFactory(conf, h, true)
 		},
 	},
@@ -108,13 +108,13 @@ var policies = []entry{
 }
 
 // simple adapts a policy package whose options do not depend on the trace.
-func simple[C any, P replay.Policy](parse func(string) (C, error), build func(replay.Device, C) (P, error)) func(string, *trace.Header) (replay.Factory, error) {
-	return func(conf string, _ *trace.Header) (replay.Factory, error) {
+func simple[C any, P driver.Policy](parse func(string) (C, error), build func(driver.Device, C) (P, error)) func(string, *trace.Header) (driver.Factory, error) {
+	return func(conf string, _ *trace.Header) (driver.Factory, error) {
 		cfg, err := parse(conf)
 		if err != nil {
 			return nil, err
 		}
-		return func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
+		return func(dev driver.Device, _ *trace.Header) (driver.Policy, error) {
 			p, err := build(dev, cfg)
 			if err != nil {
 				return nil, err
@@ -183,7 +183,7 @@ func Describe(name string) string {
 // comma-separated key:value pairs (see each package's ParseConf); the keys of
 // PYTORCH_CUDA_ALLOC_CONF are accepted there and ignored, so one --conf can
 // be given to every policy of a comparison. Errors name the policy.
-func NewFactory(name, conf string, h *trace.Header) (replay.Factory, error) {
+func NewFactory(name, conf string, h *trace.Header) (driver.Factory, error) {
 	p, ok := lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("unknown allocator policy %q (valid: %s)", name, validNames())
@@ -222,7 +222,7 @@ func validNames() string {
 
 // cachingFactory builds caching or expandable. The configuration is parsed
 // once, here, so that a bad --conf fails before any replay starts.
-func cachingFactory(conf string, h *trace.Header, expandable bool) (replay.Factory, error) {
+func cachingFactory(conf string, h *trace.Header, expandable bool) (driver.Factory, error) {
 	resolve := func(h *trace.Header) (caching.Config, error) {
 		var cfg caching.Config
 		var err error
@@ -250,7 +250,7 @@ func cachingFactory(conf string, h *trace.Header, expandable bool) (replay.Facto
 		return nil, err
 	}
 	fixed := conf != "" || h != nil
-	return func(dev replay.Device, th *trace.Header) (replay.Policy, error) {
+	return func(dev driver.Device, th *trace.Header) (driver.Policy, error) {
 		c := cfg
 		if !fixed && th != nil {
 			// No header was known when the factory was made: take the

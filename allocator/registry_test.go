@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -112,7 +112,7 @@ func TestNewFactoryErrors(t *testing.T) {
 }
 
 // build makes the named policy on a fresh fake device.
-func build(t *testing.T, name, conf string, h *trace.Header) (replay.Policy, *fakedev.Device) {
+func build(t *testing.T, name, conf string, h *trace.Header) (driver.Policy, *fakedev.Device) {
 	t.Helper()
 	f, err := NewFactory(name, conf, h)
 	if err != nil {
@@ -272,15 +272,15 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 	return ops, peak
 }
 
-func replayOps(t *testing.T, name string, seed uint64, p replay.Policy, d *fakedev.Device, ops []rop) {
+func replayOps(t *testing.T, name string, seed uint64, p driver.Policy, d *fakedev.Device, ops []rop) {
 	t.Helper()
-	blocks := map[int]replay.Block{}
+	blocks := map[int]driver.Block{}
 	for i, o := range ops {
 		switch o.kind {
 		case 'm':
 			b, err := p.Malloc(o.size, o.stream)
 			if err != nil {
-				if errors.Is(err, replay.ErrOOM) {
+				if errors.Is(err, driver.ErrOOM) {
 					t.Fatalf("%s seed %d op %d: out of memory on an unlimited device: %v", name, seed, i, err)
 				}
 				t.Fatalf("%s seed %d op %d: %v", name, seed, i, err)

@@ -12,23 +12,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
-
-// Reproducer is implemented by policies that claim to reproduce the
-// allocator a trace was recorded with. The engine checks fidelity (every
-// device call and every allocation's address against the recorded ones)
-// only when the trace carries device events and the policy's Reproduces
-// returns true for the trace's header.
-type Reproducer interface {
-	Reproduces(h *trace.Header) bool
-}
-
-// strander is implemented by policies that report Stats().StrandedBytes
-// alone, more cheaply than Stats: the engine asks for it after every request.
-type strander interface {
-	StrandedBytes() uint64
-}
 
 // live is a block the program holds (or whose free has not completed),
 // keyed by its recorded address.
@@ -40,18 +26,20 @@ type live struct {
 	freed bool   // free requested
 }
 
-func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h} }
+func (l *live) block() driver.Block {
+	return driver.Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h}
+}
 
 // devState is the replay of one trace device.
 type devState struct {
 	id       trace.DeviceID
-	policy   Policy
-	strand   strander  // the policy, when it implements strander
-	comp     Completer // the policy, when it implements Completer
+	policy   driver.Policy
+	strand   driver.Strander  // the policy, when it implements driver.Strander
+	comp     driver.Completer // the policy, when it implements Completer
 	dev      *device
 	live     liveMap             // live blocks by recorded address
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
-	fc       []Block             // completed frees not yet passed to the policy
+	fc       []driver.Block      // completed frees not yet passed to the policy
 
 	active, allocated, requested uint64
 }
@@ -61,7 +49,7 @@ const maxOOMEvents = 1000
 
 type engine struct {
 	cfg     Config
-	factory Factory
+	factory driver.Factory
 	hdr     *trace.Header
 	devs    []*devState
 	last    *devState
@@ -109,6 +97,9 @@ type engine struct {
 	stranded   uint64
 	sample     Sample
 	err        error
+	// The replayed block of the event apply served last, for the Sample.
+	blk    driver.Block
+	hasBlk bool
 }
 
 // Run replays the trace r to its end through policies built by f, one
@@ -137,7 +128,7 @@ type engine struct {
 //
 // A trace cut short (an error that Is trace.ErrTruncated) still gives a
 // complete Result for every event read, with the error saying what was lost.
-func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
+func Run(r *trace.Reader, f driver.Factory, cfg Config) (*Result, error) {
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
 		e.hdr = &trace.Header{}
@@ -170,7 +161,7 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 func (e *engine) release() {
 	for _, d := range e.devs {
 		d.live.release()
-		if r, ok := d.policy.(Releaser); ok {
+		if r, ok := d.policy.(driver.Releaser); ok {
 			r.Release()
 		}
 	}
@@ -274,7 +265,7 @@ func (e *engine) runPipelined(r *trace.Reader) error {
 }
 
 // RunFile replays the trace file at path.
-func RunFile(path string, f Factory, cfg Config) (*Result, error) {
+func RunFile(path string, f driver.Factory, cfg Config) (*Result, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -312,7 +303,7 @@ func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
 // settings apply, except CapacityBytes and memory fractions (the config's,
 // the trace's and any a policy's configuration sets), which are ignored:
 // the device itself is sized.
-func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg Config) (uint64, error) {
+func MinCapacity(open func() (*trace.Reader, io.Closer, error), f driver.Factory, cfg Config) (uint64, error) {
 	run := func(capacity uint64) (*Result, error) {
 		r, c, err := open()
 		if err != nil {
@@ -402,7 +393,7 @@ func (e *engine) start() error {
 // seed gives a device its initial state: through Seeder when the policy
 // has it, else by serving the live blocks as requests.
 func (e *engine) seed(ds *devState, segs []trace.Segment) error {
-	if sd, ok := ds.policy.(Seeder); ok {
+	if sd, ok := ds.policy.(driver.Seeder); ok {
 		if err := sd.Seed(segs); err != nil {
 			return fmt.Errorf("replay: initial state of device %d: %w", ds.id, err)
 		}
@@ -504,11 +495,11 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 		return nil, fmt.Errorf("replay: device %d: %w", id, err)
 	}
 	ds.policy = p
-	ds.strand, _ = p.(strander)
-	ds.comp, _ = p.(Completer)
+	ds.strand, _ = p.(driver.Strander)
+	ds.comp, _ = p.(driver.Completer)
 	if e.res.Policy == "" {
 		e.res.Policy = p.Name()
-		if rp, ok := p.(Reproducer); ok {
+		if rp, ok := p.(driver.Reproducer); ok {
 			e.exact = rp.Reproduces(e.hdr)
 		}
 	}
@@ -560,7 +551,7 @@ func (e *engine) step(ev *trace.Event) error {
 
 // unserved records an alloc the policy could not serve (err).
 func (e *engine) unserved(ds *devState, ev *trace.Event, idx int64, err error) error {
-	if !errors.Is(err, ErrOOM) {
+	if !errors.Is(err, driver.ErrOOM) {
 		return fmt.Errorf("event %d: %w", idx, err)
 	}
 	e.oom(ds, *ev, idx)
@@ -569,7 +560,7 @@ func (e *engine) unserved(ds *devState, ev *trace.Event, idx int64, err error) e
 }
 
 // misplaced records an alloc served at another address than the recorded one.
-func (e *engine) misplaced(ds *devState, ev *trace.Event, idx int64, blk Block) {
+func (e *engine) misplaced(ds *devState, ev *trace.Event, idx int64, blk driver.Block) {
 	if e.res.Fidelity.FirstMismatch == "" && e.exact {
 		e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: alloc of %d bytes on stream %#x: recorded at %#x, replayed at %#x (block of %d bytes)%s",
 			idx, ev.SizeBytes, uint64(ev.Stream), ev.Addr, blk.Addr, blk.SizeBytes, e.context(ds, ev.SizeBytes))
@@ -636,7 +627,7 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 		case trace.KindAlloc:
 			e.index++
 			e.fastI = i
-			var blk Block
+			var blk driver.Block
 			var st uint64
 			var err error
 			if comp != nil {
@@ -876,6 +867,7 @@ func (e *engine) endRequest(ds *devState) {
 }
 
 func (e *engine) apply(ev *trace.Event, idx int64) error {
+	e.hasBlk = false
 	ds := e.last
 	if ds == nil || ds.id != ev.Device {
 		var err error
@@ -905,6 +897,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			delete(ds.unserved, ev.Addr)
 		}
 		e.addActive(ds, l)
+		e.blk, e.hasBlk = blk, true
 		e.res.Fidelity.Allocs++
 		if blk.Addr == ev.Addr {
 			e.res.Fidelity.AllocsAtRecordedAddress++
@@ -927,7 +920,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		l.freed = true
 		ds.allocated -= l.size
 		e.allocated -= l.size
-		ds.policy.FreeRequested(l.block())
+		e.blk, e.hasBlk = l.block(), true
+		ds.policy.FreeRequested(e.blk)
 	case trace.KindFreeCompleted:
 		e.requests++
 		l, ok := ds.live.Take(ev.Addr)
@@ -947,7 +941,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.active -= l.size
 		ds.requested -= l.req
 		e.requested -= l.req
-		ds.fc = append(ds.fc, l.block())
+		e.blk, e.hasBlk = l.block(), true
+		ds.fc = append(ds.fc, e.blk)
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
@@ -969,7 +964,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		if err == nil {
 			ds.policy.FreeRequested(blk)
 			ds.policy.FreeCompleted(blk)
-		} else if !errors.Is(err, ErrOOM) {
+		} else if !errors.Is(err, driver.ErrOOM) {
 			return fmt.Errorf("event %d: %w", idx, err)
 		} else {
 			e.oom(ds, *ev, idx)
@@ -1068,8 +1063,11 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 		s.ActiveBytes = e.active
 		s.AllocatedBytes = e.allocated
 		s.RequestedBytes = e.requested
+		s.Block, s.HasBlock = e.blk, e.hasBlk
+		s.ds = nil
 		if ds, err := e.device(ev.Device); err == nil {
 			s.Policy = ds.policy
+			s.ds = ds
 		}
 		e.cfg.Observer(s)
 	}

@@ -106,7 +106,7 @@ import (
 	"strconv"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -160,9 +160,9 @@ type block struct {
 	pending              bool
 }
 
-// Policy is the pool model. It implements replay.Policy and replay.Inspector.
+// Policy is the pool model. It implements driver.Policy and driver.Inspector.
 type Policy struct {
-	dev     replay.Device
+	dev     driver.Device
 	cfg     Config
 	base    uint64 // the heap's virtual address
 	end     uint64 // offset where the heap's free ranges end (a multiple of Granularity)
@@ -177,7 +177,7 @@ type Policy struct {
 }
 
 // New returns a pool model that asks dev for its memory.
-func New(dev replay.Device, cfg Config) (*Policy, error) {
+func New(dev driver.Device, cfg Config) (*Policy, error) {
 	if cfg.Granularity == 0 {
 		cfg.Granularity = DefaultGranularity
 	}
@@ -251,10 +251,10 @@ func (p *Policy) idlePiece(lo, hi uint64) int {
 }
 
 // Malloc serves a request from the heap, growing it at its end if needed.
-func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
 	if c, capped := p.dev.Cap(); capped && p.used+sizeBytes > c {
 		// PyTorch's own check, made against its live bytes before asking the pool.
-		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, Stream: stream,
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, Stream: stream,
 			Reason: fmt.Sprintf("allocation would exceed allowed memory: %d bytes live, limit %d", p.used, c)}
 	}
 	if p.base == 0 {
@@ -280,7 +280,7 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 			p.shrinkEnd()
 		}
 		p.retries++
-		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
 			Reason: fmt.Sprintf("the pool holds %d bytes (%d free) and the device refused more",
 				p.reserved(), p.freeMapped())}
 	}
@@ -289,7 +289,7 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 	p.blocks[p.base+off] = b
 	p.addLive(off, n, true)
 	p.used += sizeBytes
-	return replay.Block{Addr: p.base + off, SizeBytes: n}, nil
+	return driver.Block{Addr: p.base + off, SizeBytes: n}, nil
 }
 
 // addLive adds (or removes) [off, off+n) to the live bytes of its pieces.
@@ -355,7 +355,7 @@ func (p *Policy) unmapIdle(keep uint64, all bool) {
 
 // FreeRequested marks the block as freed by the program; the pool reuses
 // it once the free completes.
-func (p *Policy) FreeRequested(blk replay.Block) {
+func (p *Policy) FreeRequested(blk driver.Block) {
 	addr := blk.Addr
 	if b, ok := p.blocks[addr]; ok && !b.pending {
 		b.pending = true
@@ -364,7 +364,7 @@ func (p *Policy) FreeRequested(blk replay.Block) {
 }
 
 // FreeCompleted returns the block to the heap.
-func (p *Policy) FreeCompleted(blk replay.Block) {
+func (p *Policy) FreeCompleted(blk driver.Block) {
 	addr := blk.Addr
 	b, ok := p.blocks[addr]
 	if !ok {
@@ -386,7 +386,7 @@ func (p *Policy) EmptyCache() { p.unmapIdle(0, true) }
 
 // Stats reports the largest free range the pool can serve without new
 // memory and the free bytes of pieces that hold live allocations.
-func (p *Policy) Stats() replay.Stats {
+func (p *Policy) Stats() driver.Stats {
 	g := p.cfg.Granularity
 	var largest, stranded uint64
 	for _, s := range p.h.free {
@@ -408,7 +408,7 @@ func (p *Policy) Stats() replay.Stats {
 			stranded += g - p.live[i]
 		}
 	}
-	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: stranded, AllocRetries: p.retries}
+	return driver.Stats{LargestFreeBytes: largest, StrandedBytes: stranded, AllocRetries: p.retries}
 }
 
 // Remaps returns how many pieces had their memory moved to serve a request.
