@@ -88,7 +88,8 @@ type Result struct {
 	MinCapacityBytes   uint64        `json:"min_capacity_bytes,omitempty"`
 }
 
-// Fragmentation holds the views of shared/docs/fragmentation-metrics.md.
+// Fragmentation holds a replay's views of fragmentation (docs/metrics.md
+// defines each).
 type Fragmentation struct {
 	AtPeakPct        float64 `json:"at_peak_pct"`
 	PeakRatioPct     float64 `json:"peak_ratio_pct"`

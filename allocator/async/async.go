@@ -58,32 +58,30 @@
 //     Option release_threshold_mb unmaps such pieces, from the top, after a
 //     free whenever the pool holds more than the threshold.
 //
-// Why the model was wrong before: it gave every request larger than 1 MiB
-// a chunk of its own rounded up to 2 MiB. The five BERT copies of
-// multi_agent.py (baseline_s1) then put each 2.25 MiB attention weight in a
-// 4 MiB chunk and each 9 MiB feed-forward weight in a 10 MiB one; the
-// weights live to the end, so at the peak 245 chunks stranded 420 MiB of
-// tails and 120 stranded 118 MiB, and the model reserved 21% more than the
-// real pool, which holds only 100 MiB above the live bytes: the real pool
-// packs them back to back in one heap.
+// Why one heap: a chunk of its own per request (rounded up to 2 MiB)
+// would put each 2.25 MiB attention weight of multi_agent.py's five BERT
+// copies (baseline_s1) in a 4 MiB chunk and each 9 MiB feed-forward weight
+// in a 10 MiB one; the weights live to the end, so 538 MiB of tails would
+// be stranded at the peak, while the real pool holds only 100 MiB above the
+// live bytes: it packs them back to back.
 //
 // Measured (H200, PyTorch 2.11.0+cu130, driver 580; real: the pool's
 // ReservedMemHigh as reserved_bytes.all.peak of a backend:cudaMallocAsync
 // run; model: `fragsim replay --policy pooled` of the same seeded
 // workload's native-allocator trace, the same request stream; MiB):
 //
-//	workload       real   model  error   fit_bins:0  remap:true  before
-//	baseline_s1    2336    2336   +0.0%      -1.4%      +0.0%    +21.4%
-//	shared_s1      2272    2240   -1.4%     -18.3%     -21.1%     -2.0%
-//	kv_decode_s1   2016    1824   -9.5%     -11.1%      -9.5%     -1.8%
-//	train_s1       5664    6144   +8.5%      -1.7%      +6.2%     +2.7%
+//	workload       real   model  error   fit_bins:0  remap:true
+//	baseline_s1    2336    2336   +0.0%      -1.4%      +0.0%
+//	shared_s1      2272    2240   -1.4%     -18.3%     -21.1%
+//	kv_decode_s1   2016    1824   -9.5%     -11.1%      -9.5%
+//	train_s1       5664    6144   +8.5%      -1.7%      +6.2%
 //
-// (before: the model this one replaced.) fit_bins and remap were chosen
+// fit_bins and remap were chosen
 // against these four runs, so the table is a fit, not a held-out test,
 // and a tight one: of fit_bins 0, 1, 2, 4, 8 and 16 only 4 keeps all four
 // within 10% (8: shared_s1 -11.3%; 2: kv_decode_s1 -11.1%; 1: train_s1
 // +10.7%). kv_decode_s1's growing KV caches stay 8 to 11% under with
-// every reading tried: the real pool fragments more there than any of
+// every reading: the real pool fragments more there than any of
 // them.
 //
 // A memory fraction is checked as PyTorch does, against the live requested

@@ -3,8 +3,8 @@
 package addrmap
 
 // Map maps addresses to int32 values: an open-addressing hash table
-// with linear probing, for the per-event lookups of the engine and of
-// policies (faster than a Go map for this one job). The zero value is
+// with linear probing, for the per-event lookups of policies (faster than
+// a Go map for this one job). The zero value is
 // ready to use.
 type Map struct {
 	slots []amSlot
