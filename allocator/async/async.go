@@ -104,6 +104,7 @@ import (
 	"strconv"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
+	"github.com/fragsim/fragsim/allocator/internal/size"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -249,8 +250,10 @@ func (p *Policy) idlePiece(lo, hi uint64) int {
 }
 
 // Malloc serves a request from the heap, growing it at its end if needed.
+// A request larger than the device's total memory, or than the heap's
+// address space, is refused without asking the device.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
-	if c, capped := p.dev.Cap(); capped && p.used+sizeBytes > c {
+	if c, capped := p.dev.Cap(); capped && (sizeBytes > c || p.used > c-sizeBytes) {
 		// PyTorch's own check, made against its live bytes before asking the pool.
 		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, Stream: stream,
 			Reason: fmt.Sprintf("allocation would exceed allowed memory: %d bytes live, limit %d", p.used, c)}
@@ -258,7 +261,14 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, 
 	if p.base == 0 {
 		p.base = p.dev.Reserve(vaSpan, stream)
 	}
-	n := roundUp(max(sizeBytes, 1), Alignment)
+	n, ok := size.RoundUp(max(sizeBytes, 1), Alignment)
+	if total := p.dev.TotalBytes(); !ok || n > vaSpan || total > 0 && n > total {
+		// No piece could ever be mapped for it: refused without asking
+		// the device, counted as a failed attempt as a refusal is.
+		p.retries++
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+			Reason: fmt.Sprintf("larger than the device's %d bytes or the pool's %d of address space", total, uint64(vaSpan))}
+	}
 	i := p.h.find(n)
 	grown := uint64(0)
 	if i < 0 {
@@ -266,6 +276,10 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, 
 		start := p.end
 		if t := p.h.tail(p.end); t >= 0 {
 			start = p.h.free[t].off
+		}
+		if start+n > vaSpan {
+			return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+				Reason: fmt.Sprintf("the pool's %d bytes of address space are taken", uint64(vaSpan))}
 		}
 		grown = roundUp(start+n-p.end, p.cfg.Granularity)
 		p.h.put(p.end, grown)

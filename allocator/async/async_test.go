@@ -403,3 +403,15 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 	p.FreeCompleted(driver.Block{Addr: va})
 	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 8 * MiB, Addr: va}})
 }
+
+// TestHugeRequests checks sizes no device holds: an OOM, never a panic, a
+// rounding that wraps around or a blow-up (fakedev.CheckHuge).
+func TestHugeRequests(t *testing.T) {
+	fakedev.CheckHuge(t, func(d *fakedev.Device) driver.Policy {
+		p, err := New(d, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
+}

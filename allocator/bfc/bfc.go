@@ -45,10 +45,12 @@ package bfc
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
+	"github.com/fragsim/fragsim/allocator/internal/size"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -99,7 +101,9 @@ func ParseConf(s string) (Config, error) {
 	return c, err
 }
 
-// RoundedBytes rounds n up to a multiple of MinAllocationSize (at least one).
+// RoundedBytes rounds n up to a multiple of MinAllocationSize (at least
+// one); n is at most math.MaxUint64 - MinAllocationSize + 1 (Malloc
+// refuses larger requests).
 func RoundedBytes(n uint64) uint64 {
 	n = max(n, 1)
 	return (n + MinAllocationSize - 1) / MinAllocationSize * MinAllocationSize
@@ -147,7 +151,11 @@ func (p *Policy) Name() string { return "bfc" }
 
 // Malloc serves a request as AllocateRawInternal does.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
-	rounded := RoundedBytes(sizeBytes)
+	rounded, ok := size.RoundUp(max(sizeBytes, 1), MinAllocationSize)
+	if !ok {
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: sizeBytes, Stream: stream,
+			Reason: fmt.Sprintf("a request of %d bytes cannot be rounded to %d bytes", sizeBytes, MinAllocationSize)}
+	}
 	if r := p.find(rounded, sizeBytes, stream); r != nil {
 		return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 	}
@@ -210,7 +218,7 @@ func (p *Policy) extend(rounded uint64, stream trace.StreamID) bool {
 		return false
 	}
 	increased := false
-	for rounded > p.curr {
+	for rounded > p.curr && p.curr <= math.MaxUint64/2 {
 		p.curr *= 2
 		increased = true
 	}
@@ -227,7 +235,9 @@ func (p *Policy) extend(rounded uint64, stream trace.StreamID) bool {
 		}
 		addr, ok = p.dev.Malloc(bytes, stream)
 	}
-	if !increased {
+	if !increased && p.curr <= math.MaxUint64/2 {
+		// Doubling saturates: a long replay extends more often than a
+		// 64-bit size can double.
 		p.curr *= 2
 	}
 	p.a.AddSegment(addr, bytes, stream, "large")

@@ -18,6 +18,7 @@ package ideal
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
@@ -66,9 +67,14 @@ func New(dev driver.Device, cfg Config) (*Policy, error) {
 // Name returns "ideal".
 func (p *Policy) Name() string { return "ideal" }
 
-// Malloc asks the device for exactly sizeBytes (one byte for zero).
+// Malloc asks the device for exactly sizeBytes (one byte for zero). A
+// request larger than the device's total memory is refused without asking.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
 	n := max(sizeBytes, 1)
+	if total := p.dev.TotalBytes(); total > 0 && n > total {
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+			Reason: fmt.Sprintf("larger than the device's %d bytes", total)}
+	}
 	addr, ok := p.dev.Malloc(n, stream)
 	if !ok {
 		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,

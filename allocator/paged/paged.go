@@ -22,6 +22,7 @@ import (
 	"slices"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
+	"github.com/fragsim/fragsim/allocator/internal/size"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -75,9 +76,14 @@ func New(dev driver.Device, cfg Config) (*Policy, error) {
 func (p *Policy) Name() string { return "paged" }
 
 // Malloc takes ceil(sizeBytes/page) pages, cached ones first (most recently
-// freed first), new ones from the device for the rest.
+// freed first), new ones from the device for the rest. A request larger
+// than the device's total memory is refused without taking a page.
 func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
-	n := int(max((sizeBytes+p.page-1)/p.page, 1))
+	if total := p.dev.TotalBytes(); total > 0 && sizeBytes > total {
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: sizeBytes, Stream: stream,
+			Reason: fmt.Sprintf("larger than the device's %d bytes", total)}
+	}
+	n := int(max(size.CeilDiv(sizeBytes, p.page), 1))
 	a := &alloc{pages: make([]uint64, 0, n), requested: sizeBytes, stream: stream}
 	for len(a.pages) < n && len(p.free) > 0 {
 		last := len(p.free) - 1

@@ -4,6 +4,7 @@ package fakedev
 import (
 	"fmt"
 
+	"github.com/fragsim/fragsim/allocator/internal/size"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -59,7 +60,8 @@ func (d *Device) log(s string) {
 }
 
 func (d *Device) fits(n uint64) bool {
-	return (d.Capacity == 0 || d.Used+n <= d.Capacity) && (!d.Capped || d.Used+n <= d.CapBytes)
+	within := func(limit uint64) bool { return d.Used <= limit && n <= limit-d.Used }
+	return (d.Capacity == 0 || within(d.Capacity)) && (!d.Capped || within(d.CapBytes))
 }
 
 func (d *Device) take(n uint64) {
@@ -70,13 +72,14 @@ func (d *Device) take(n uint64) {
 // Malloc implements driver.Device.
 func (d *Device) Malloc(sizeBytes uint64, _ trace.StreamID) (uint64, bool) {
 	d.init()
-	if sizeBytes == 0 || !d.fits(sizeBytes) {
+	next, ok := size.RoundUp(d.next+sizeBytes, d.Align)
+	if sizeBytes == 0 || !d.fits(sizeBytes) || !ok || d.next+sizeBytes < d.next {
 		d.Refused++
 		d.log(fmt.Sprintf("refuse %d", sizeBytes))
 		return 0, false
 	}
 	addr := d.next
-	d.next = (addr + sizeBytes + d.Align - 1) / d.Align * d.Align
+	d.next = next
 	d.segs[addr] = sizeBytes
 	d.take(sizeBytes)
 	d.Mallocs++
