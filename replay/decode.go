@@ -1,5 +1,8 @@
 package replay
 
+// Decoding for the engine: in short runs on the replay's goroutine, or a
+// few batches ahead on a second one.
+
 import (
 	"fmt"
 	"io"

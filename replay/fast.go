@@ -1,5 +1,8 @@
 package replay
 
+// The fast path: the allocs and frees of a one-device replay, in one loop
+// that measures only what such events change.
+
 import (
 	"fmt"
 

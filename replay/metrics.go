@@ -1,5 +1,8 @@
 package replay
 
+// The metrics of a replay: peaks, the time-weighted fragmentation and the
+// state at the peak of reserved bytes.
+
 import (
 	"github.com/fragsim/fragsim/trace"
 )

@@ -1,5 +1,8 @@
 package replay
 
+// The minimum capacity of a trace: the smallest device on which it replays
+// with no OOM, found by bisection.
+
 import (
 	"fmt"
 	"io"
