@@ -497,3 +497,46 @@ func TestCompleterGetsPairsWithTheNextAlloc(t *testing.T) {
 		t.Errorf("released %d times, used after: %v", p.released, p.usedAfterRelease)
 	}
 }
+
+// TestSampleBlock checks that each sample carries the replayed block of its
+// event (the block an alloc was served, the block a free returns) and that
+// Replayed resolves a recorded address to it until its free completes.
+func TestSampleBlock(t *testing.T) {
+	evs := []trace.Event{alloc(1, 0xa, mib), alloc(2, 0xb, 3*mib), freeReq(3, 0xa), freeDone(4, 0xa),
+		{Kind: trace.KindEmptyCache, TimeNS: 5}}
+	served := map[uint64]driver.Block{}
+	var seen int
+	cfg := Config{Observer: func(s *Sample) {
+		seen++
+		ev := s.Event
+		switch ev.Kind {
+		case trace.KindAlloc:
+			if !s.HasBlock || s.Block.SizeBytes < ev.SizeBytes {
+				t.Fatalf("event %d: alloc sample with block %+v (has %v)", s.Index, s.Block, s.HasBlock)
+			}
+			served[ev.Addr] = s.Block
+		case trace.KindFreeRequested, trace.KindFreeCompleted:
+			if !s.HasBlock || s.Block != served[ev.Addr] {
+				t.Errorf("event %d: free sample with block %+v, the alloc was served %+v", s.Index, s.Block, served[ev.Addr])
+			}
+		default:
+			if s.HasBlock {
+				t.Errorf("event %d (%v): a block %+v", s.Index, ev.Kind, s.Block)
+			}
+		}
+		b, req, ok := s.Replayed(0xb)
+		if want := s.Index >= 1; ok != want || ok && (b != served[0xb] || req != 3*mib) {
+			t.Errorf("event %d: Replayed(0xb) = %+v, %d, %v", s.Index, b, req, ok)
+		}
+		_, _, ok = s.Replayed(0xa)
+		if want := s.Index <= 2; ok != want {
+			t.Errorf("event %d: Replayed(0xa) found %v, want %v", s.Index, ok, want)
+		}
+	}}
+	if _, err := Run(traceOf(t, &trace.Header{}, evs), newSegPolicy, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(evs) {
+		t.Fatalf("%d samples for %d events", seen, len(evs))
+	}
+}
