@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -27,7 +28,7 @@ type Process struct {
 	// runs many).
 	Open func() (*trace.Reader, io.Closer, error)
 	// Factory builds the process's policy.
-	Factory Factory
+	Factory driver.Factory
 	// Conf is the policy configuration, reported only.
 	Conf string
 	// OffsetNS delays the process's start: its first timestamped event
@@ -179,7 +180,7 @@ type proc struct {
 	e    *engine
 	r    *trace.Reader
 	c    io.Closer
-	pols []Policy
+	pols []driver.Policy
 	devs []*device
 
 	buf      []trace.Event
@@ -189,6 +190,7 @@ type proc struct {
 	haveT0   bool
 	lastT    int64 // merged time of the last event read
 	headT    int64 // merged time of the head event
+	clockErr error // set when an event's merged time is out of range
 	seenOOMs int64
 
 	// state after the last event, from the engine's observer
@@ -220,11 +222,20 @@ func (q *proc) head() (*trace.Event, error) {
 	q.n, q.next = n, 0
 	ev := &q.buf[0]
 	q.headT = q.mergedTime(ev.TimeNS)
+	if q.clockErr != nil {
+		return nil, q.clockErr
+	}
 	return ev, nil
 }
 
+// ErrClock is wrapped by the error Cohost returns when a process's offset
+// and scale put one of its events outside the merged clock's range (int64
+// nanoseconds, about ±292 years): a mistake in the offsets or scales given.
+var ErrClock = errors.New("time out of the merged clock's range")
+
 // mergedTime maps a trace time to the merged clock; an event without a
-// time takes the previous event's.
+// time takes the previous event's. A time out of the clock's range sets
+// q.clockErr and returns the previous one.
 func (q *proc) mergedTime(t int64) int64 {
 	if t == 0 {
 		if !q.haveT0 {
@@ -239,7 +250,16 @@ func (q *proc) mergedTime(t int64) int64 {
 	if s == 0 {
 		s = 1
 	}
-	m := q.p.OffsetNS + int64(math.Round(float64(t-q.t0)*s))
+	dt := t - q.t0
+	x := math.Round(float64(dt) * s)
+	m := q.p.OffsetNS + int64(x)
+	if (dt < 0) != (t < q.t0) || !(x >= math.MinInt64 && x < math.MaxInt64) || (m < q.p.OffsetNS) != (x < 0) {
+		if q.clockErr == nil {
+			q.clockErr = fmt.Errorf("%s: event at %d ns, %d ns after its first, is out of range with offset %d ns and scale %g: %w",
+				q.p.Name, t, dt, q.p.OffsetNS, s, ErrClock)
+		}
+		return q.lastT
+	}
 	q.lastT = m
 	return m
 }
@@ -252,7 +272,7 @@ func (q *proc) refresh() {
 		r += d.reserved
 	}
 	q.reserved = r
-	var st Stats
+	var st driver.Stats
 	for _, pol := range q.pols {
 		s := pol.Stats()
 		st.LargestFreeBytes = max(st.LargestFreeBytes, s.LargestFreeBytes)
@@ -335,7 +355,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			}
 		}
 		inner := p.Factory
-		f := func(dev Device, h *trace.Header) (Policy, error) {
+		f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 			pol, err := inner(dev, h)
 			if err != nil {
 				return nil, err
@@ -445,6 +465,9 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		// the head's time, now that the previous one is consumed
 		if q.next < q.n {
 			q.headT = q.mergedTime(q.buf[q.next].TimeNS)
+			if q.clockErr != nil {
+				return nil, q.clockErr
+			}
 		}
 		merged++
 		if cfg.Progress != nil && merged&(1<<20-1) == 0 {
@@ -502,6 +525,9 @@ func shareClock(qs []*proc) error {
 		q.t0, q.haveT0 = t0, true
 		if q.next < q.n {
 			q.headT = q.mergedTime(q.buf[q.next].TimeNS)
+			if q.clockErr != nil {
+				return q.clockErr
+			}
 		}
 	}
 	return nil

@@ -3,14 +3,18 @@ package replay_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -71,7 +75,7 @@ func opener(b []byte) func() (*trace.Reader, io.Closer, error) {
 	}
 }
 
-func factory(t testing.TB, policy string) replay.Factory {
+func factory(t testing.TB, policy string) driver.Factory {
 	t.Helper()
 	f, err := allocator.NewFactory(policy, "", nil)
 	if err != nil {
@@ -441,5 +445,44 @@ func sampledOpen(path string, sample func()) func() (*trace.Reader, io.Closer, e
 			return nil, nil, err
 		}
 		return r, f, nil
+	}
+}
+
+// TestCohostClockOverflow checks offsets and scales that put an event out of
+// the merged clock's range: an error wrapping ErrClock, as a usage
+// mistake, never a clock that wraps around and reorders the processes
+// (which would blame the wrong one for an OOM).
+func TestCohostClockOverflow(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		offset int64
+		scale  float64
+		bad    bool
+	}{
+		{"offset near the end", math.MaxInt64 - 5e6, 0, true},
+		{"scale 1e300", 0, 1e300, true},
+		{"scale 1e9", 20e6, 1e9, false},
+		{"offset of 200 years", 200 * 365 * 24 * 3600 * 1e9, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := twoProcs(t, "caching", true)
+			ps[1].OffsetNS, ps[1].Scale = tt.offset, tt.scale
+			res, err := replay.Cohost(ps, replay.CohostConfig{CapacityBytes: capacity(), ContextOverheadBytes: overhead})
+			if tt.bad {
+				if !errors.Is(err, replay.ErrClock) || !strings.Contains(err.Error(), "B:") {
+					t.Fatalf("err = %v, want one naming B and wrapping ErrClock", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// B's 100 MiB comes after A's free (B starts at 20 ms or
+			// later): A's cache leaves it too little. A clock that
+			// wrapped around would start B first, and A would fail.
+			if res.Total.OOMs != 1 || res.OOMEvents[0].Name != "B" {
+				t.Errorf("%d OOMs %+v, want one, of B", res.Total.OOMs, res.OOMEvents)
+			}
+		})
 	}
 }

@@ -45,11 +45,13 @@ package bfc
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/allocator/internal/size"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -99,7 +101,9 @@ func ParseConf(s string) (Config, error) {
 	return c, err
 }
 
-// RoundedBytes rounds n up to a multiple of MinAllocationSize (at least one).
+// RoundedBytes rounds n up to a multiple of MinAllocationSize (at least
+// one); n is at most math.MaxUint64 - MinAllocationSize + 1 (Malloc
+// refuses larger requests).
 func RoundedBytes(n uint64) uint64 {
 	n = max(n, 1)
 	return (n + MinAllocationSize - 1) / MinAllocationSize * MinAllocationSize
@@ -114,9 +118,9 @@ func BinFor(size uint64) int {
 	return b
 }
 
-// Policy is the BFC allocator. It implements replay.Policy and replay.Inspector.
+// Policy is the BFC allocator. It implements driver.Policy and driver.Inspector.
 type Policy struct {
-	dev     replay.Device
+	dev     driver.Device
 	cfg     Config
 	a       *arena.Arena
 	curr    uint64 // curr_region_allocation_bytes_
@@ -125,7 +129,7 @@ type Policy struct {
 }
 
 // New returns a BFC policy that asks dev for its regions.
-func New(dev replay.Device, cfg Config) (*Policy, error) {
+func New(dev driver.Device, cfg Config) (*Policy, error) {
 	limit := memoryLimit(dev, cfg)
 	if cfg.InitialRegion == 0 {
 		cfg.InitialRegion = DefaultInitialRegion
@@ -146,25 +150,29 @@ func New(dev replay.Device, cfg Config) (*Policy, error) {
 func (p *Policy) Name() string { return "bfc" }
 
 // Malloc serves a request as AllocateRawInternal does.
-func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
-	rounded := RoundedBytes(sizeBytes)
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
+	rounded, ok := size.RoundUp(max(sizeBytes, 1), MinAllocationSize)
+	if !ok {
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: sizeBytes, Stream: stream,
+			Reason: fmt.Sprintf("a request of %d bytes cannot be rounded to %d bytes", sizeBytes, MinAllocationSize)}
+	}
 	if r := p.find(rounded, sizeBytes, stream); r != nil {
-		return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+		return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 	}
 	if p.extend(rounded, stream) {
 		if r := p.find(rounded, sizeBytes, stream); r != nil {
-			return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+			return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 		}
 	}
 	if p.cfg.GarbageCollection && p.deallocateFreeRegions(rounded) {
 		p.retries++
 		if p.extend(rounded, stream) {
 			if r := p.find(rounded, sizeBytes, stream); r != nil {
-				return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+				return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 			}
 		}
 	}
-	return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: rounded, Stream: stream,
+	return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: rounded, Stream: stream,
 		Reason: fmt.Sprintf("no free chunk of %d bytes and no region could be added (%d bytes held, limit %d)",
 			rounded, p.a.ReservedBytes(), p.memoryLimit())}
 }
@@ -186,7 +194,7 @@ func (p *Policy) memoryLimit() uint64 {
 	return memoryLimit(p.dev, p.cfg)
 }
 
-func memoryLimit(dev replay.Device, cfg Config) uint64 {
+func memoryLimit(dev driver.Device, cfg Config) uint64 {
 	if cfg.MemoryLimit > 0 {
 		return cfg.MemoryLimit
 	}
@@ -210,7 +218,7 @@ func (p *Policy) extend(rounded uint64, stream trace.StreamID) bool {
 		return false
 	}
 	increased := false
-	for rounded > p.curr {
+	for rounded > p.curr && p.curr <= math.MaxUint64/2 {
 		p.curr *= 2
 		increased = true
 	}
@@ -227,7 +235,9 @@ func (p *Policy) extend(rounded uint64, stream trace.StreamID) bool {
 		}
 		addr, ok = p.dev.Malloc(bytes, stream)
 	}
-	if !increased {
+	if !increased && p.curr <= math.MaxUint64/2 {
+		// Doubling saturates: a long replay extends more often than a
+		// 64-bit size can double.
 		p.curr *= 2
 	}
 	p.a.AddSegment(addr, bytes, stream, "large")
@@ -259,7 +269,7 @@ func (p *Policy) releaseFree() {
 
 // FreeRequested marks the chunk as freed by the program; it is reused once
 // the free completes.
-func (p *Policy) FreeRequested(blk replay.Block) {
+func (p *Policy) FreeRequested(blk driver.Block) {
 	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		r.Pending = true
@@ -267,7 +277,7 @@ func (p *Policy) FreeRequested(blk replay.Block) {
 }
 
 // FreeCompleted returns the chunk and merges it with free neighbours.
-func (p *Policy) FreeCompleted(blk replay.Block) {
+func (p *Policy) FreeCompleted(blk driver.Block) {
 	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		p.a.Release(r)
@@ -278,8 +288,8 @@ func (p *Policy) FreeCompleted(blk replay.Block) {
 func (p *Policy) EmptyCache() { p.releaseFree() }
 
 // Stats reports the largest free chunk and the free bytes of regions in use.
-func (p *Policy) Stats() replay.Stats {
-	return replay.Stats{LargestFreeBytes: p.a.LargestFree(), StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
+func (p *Policy) Stats() driver.Stats {
+	return driver.Stats{LargestFreeBytes: p.a.LargestFree(), StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
 }
 
 // Segments lists the regions and their chunks, by address.

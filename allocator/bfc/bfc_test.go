@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -254,4 +255,16 @@ func TestLimitFollowsCap(t *testing.T) {
 	if d.Refused != 0 {
 		t.Errorf("BFC asked the device past its limit %d times", d.Refused)
 	}
+}
+
+// TestHugeRequests checks sizes no device holds: an OOM, never a panic, a
+// rounding that wraps around or a blow-up (fakedev.CheckHuge).
+func TestHugeRequests(t *testing.T) {
+	fakedev.CheckHuge(t, func(d *fakedev.Device) driver.Policy {
+		p, err := New(d, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -93,4 +94,16 @@ func TestSegments(t *testing.T) {
 		got[1].Blocks[0].State != trace.BlockPendingFree || got[0].Blocks[0].RequestedBytes != 2<<20 {
 		t.Errorf("Segments = %+v", got)
 	}
+}
+
+// TestHugeRequests checks sizes no device holds: an OOM, never a panic, a
+// rounding that wraps around or a blow-up (fakedev.CheckHuge).
+func TestHugeRequests(t *testing.T) {
+	fakedev.CheckHuge(t, func(d *fakedev.Device) driver.Policy {
+		p, err := New(d, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
 }

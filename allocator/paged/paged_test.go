@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -112,4 +113,16 @@ func TestSegments(t *testing.T) {
 			t.Errorf("segment %d = %+v, want block %+v", i, s, want[i])
 		}
 	}
+}
+
+// TestHugeRequests checks sizes no device holds: an OOM, never a panic, a
+// rounding that wraps around or a blow-up (fakedev.CheckHuge).
+func TestHugeRequests(t *testing.T) {
+	fakedev.CheckHuge(t, func(d *fakedev.Device) driver.Policy {
+		p, err := New(d, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
 }

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,13 +75,18 @@ func perTrace(flag, s, sep string, n int) ([]string, error) {
 	return nil, fmt.Errorf("cohost: --%s has %d values for %d traces: give one, or one per trace separated by %q", flag, len(parts), n, sep)
 }
 
-// parseOffset reads a duration (5s, 200ms) or a number of seconds.
+// parseOffset reads a duration (5s, 200ms) or a number of seconds, within
+// the merged clock's range (int64 nanoseconds, about ±292 years).
 func parseOffset(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
 	if v, err := strconv.ParseFloat(s, 64); err == nil {
-		return int64(v * 1e9), nil
+		ns := math.Round(v * 1e9)
+		if !(ns >= math.MinInt64 && ns < math.MaxInt64) {
+			return 0, fmt.Errorf("bad offset %q: want a finite number of seconds within ±%.0f", s, float64(math.MaxInt64)/1e9)
+		}
+		return int64(ns), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -152,7 +159,7 @@ func runCohost(c *cli.Context) error {
 		scale := 1.0
 		if scales[i] != "" {
 			scale, err = strconv.ParseFloat(scales[i], 64)
-			if err != nil || !(scale > 0) {
+			if err != nil || !(scale > 0) || math.IsInf(scale, 0) {
 				return exitCode(2, fmt.Errorf("cohost: --scale %q: want a positive number", scales[i]))
 			}
 		}
@@ -168,6 +175,9 @@ func runCohost(c *cli.Context) error {
 	cfg.Progress, done = replayProgress(c.App.ErrWriter, "cohost")
 	res, err := replay.Cohost(procs, cfg)
 	done()
+	if errors.Is(err, replay.ErrClock) {
+		return exitCode(2, fmt.Errorf("cohost: %w (check --offset and --scale)", err))
+	}
 	if err != nil {
 		return err
 	}

@@ -135,6 +135,12 @@ func TestCohostBadFlags(t *testing.T) {
 		{"cohost", a, b, "--offset", "soon"},
 		{"cohost", a, b, "--capacity", "lots"},
 		{"cohost", a, b, "--policy", "nosuch"},
+		// Offsets and scales that overflow the merged clock (int64 ns).
+		{"cohost", a, b, "--offset", "0,9300000000"},
+		{"cohost", a, b, "--offset", "0,NaN"},
+		{"cohost", a, b, "--offset", "-Inf"},
+		{"cohost", a, b, "--scale", "1,Inf"},
+		{"cohost", a, b, "--scale", "1e300"},
 	} {
 		_, errs, code := runReplayCLI(t, args...)
 		if code != 2 || !strings.HasPrefix(errs, "fragsim: cohost") {
