@@ -25,8 +25,11 @@ const module = "github.com/fragsim/fragsim"
 // the engine (replay), which serves them through the contract alone; the
 // registry (allocator) builds the policies; analysis drives the engine,
 // analysis/plot draws what analysis measured; the command line sits on
-// top. traces holds data only, in trace files.
+// top. traces holds data only, in trace files. internal/outfile, which
+// writes output files safely, imports nothing of the project, so every
+// package that writes a file may use it.
 var rank = map[string]int{
+	"internal/outfile":   -1,
 	"trace":              0,
 	"traces":             1,
 	"cuda":               1,
