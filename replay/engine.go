@@ -79,6 +79,7 @@ type engine struct {
 	immediate  int8 // 0 undecided, 1 immediate, -1 deferred
 	heldFree   bool // a free_requested waits for the decision
 	heldEvent  trace.Event
+	ahead      []trace.Event // the events decoded after the one step replays
 	requests   int64
 	lastDefrag uint64
 
@@ -118,9 +119,12 @@ type engine struct {
 // Requests: alloc calls Malloc; free_requested FreeRequested;
 // free_completed FreeCompleted, passed on just before the device's next
 // request so that a policy sees that request's recorded device events
-// first; a trace whose first free_requested is not followed by its
-// free_completed (live recordings, RMM logs), or whose header says frees
-// were not recorded completing, has every free completed at once.
+// first. A PyTorch snapshot's frees complete when its free_completed
+// events say, even after later requests (a block freed after
+// record_stream waits for the other stream). Another trace has every free
+// completed at once when its header says frees were not recorded
+// completing (RMM logs), or when no free_completed follows its first
+// free_requested in the events decoded with it.
 // empty_cache calls EmptyCache; an oom event replays its request (and
 // frees it at once if the replay serves it); set_fraction changes the
 // device's cap; markers pass through. A free of an address no alloc
@@ -370,6 +374,11 @@ func (e *engine) start() error {
 	case h.Producer == trace.ProducerRMM:
 		e.immediate = 1
 	default:
+		// A PyTorch snapshot records when each free completed: a block
+		// freed after record_stream stays unavailable until then.
+		if h.Producer == trace.ProducerPyTorch {
+			e.immediate = -1
+		}
 		for _, a := range h.Approximate {
 			if strings.Contains(a, "free_completed") {
 				e.immediate = 1
@@ -530,7 +539,7 @@ func (e *engine) step(ev *trace.Event) error {
 	if e.heldFree {
 		e.heldFree = false
 		if e.immediate == 0 {
-			if ev.Kind == trace.KindFreeCompleted && ev.Addr == e.heldEvent.Addr {
+			if ev.Kind == trace.KindFreeCompleted || completes(e.ahead) {
 				e.immediate = -1
 			} else {
 				e.immediate = 1
@@ -556,6 +565,18 @@ func (e *engine) step(ev *trace.Event) error {
 	e.res.Events++
 	e.measure(ev, idx)
 	return nil
+}
+
+// completes reports whether evs holds a free_completed: a trace that
+// records any records them all, and its frees complete when it says, even
+// when the first one completes after later requests.
+func completes(evs []trace.Event) bool {
+	for i := range evs {
+		if evs[i].Kind == trace.KindFreeCompleted {
+			return true
+		}
+	}
+	return false
 }
 
 // unserved records an alloc the policy could not serve (err).
@@ -590,7 +611,10 @@ func (e *engine) replay(evs []trace.Event) error {
 				break
 			}
 		}
-		if err := e.step(&evs[0]); err != nil {
+		e.ahead = evs[1:]
+		err := e.step(&evs[0])
+		e.ahead = nil
+		if err != nil {
 			return err
 		}
 		evs = evs[1:]
@@ -711,9 +735,11 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				if comp == nil {
 					pol.FreeRequested(l.block())
 					e.reserved = dev.reserved
-					if e.reserved > e.peakReserved {
-						e.newPeak(idx)
-					}
+				}
+				// Without a call, reserved is over the peak only at a
+				// trace's start, from its initial state.
+				if e.reserved > e.peakReserved {
+					e.newPeak(idx)
 				}
 				r.Events++
 				e.measureTime(ev.TimeNS)
