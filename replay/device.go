@@ -34,7 +34,7 @@ type span struct {
 // Malloc refuses a segment over the memory-fraction cap or over physical
 // capacity (capacity − outside bytes); Map refuses only over physical
 // capacity, since PyTorch checks its cap itself before mapping, with the
-// allocation size (spec §12.7).
+// allocation size.
 type device struct {
 	e        *engine
 	id       trace.DeviceID
@@ -90,7 +90,8 @@ func (d *device) SetFraction(f float64) {
 
 func (d *device) Cap() (uint64, bool) { return d.allowed, d.capped }
 
-// unlimitedTotal is the total reported for a device without capacity.
+// unlimitedTotal is the total reported for a device without capacity,
+// and the most it holds.
 const unlimitedTotal = 1 << 46
 
 func (d *device) TotalBytes() uint64 {
@@ -107,7 +108,7 @@ func (d *device) fits(size uint64) bool {
 		return d.pool.fits(size)
 	}
 	if d.total == 0 {
-		return true
+		return size <= unlimitedTotal-d.reserved
 	}
 	limit := uint64(0)
 	if d.total > d.outside {

@@ -131,10 +131,13 @@ type engine struct {
 // returned is an error naming the event, unless the replay could not
 // serve that alloc (OOM).
 //
-// Device events (segment_alloc, ...) are the recorded allocator's moves:
-// they give new segments their recorded addresses and, when the policy
-// implements Reproducer and reproduces the trace's allocator, every device
-// call and allocation address is checked against them (Result.Fidelity).
+// Device events (segment_alloc, ...) are the recorded allocator's moves.
+// When the policy implements Reproducer and reproduces the trace's
+// allocator under its settings (and nothing is injected), they give new
+// segments their recorded addresses, the policy reads them through
+// Device.Recorded, and every device call and allocation address is
+// checked against them (Result.Fidelity). Any other replay (a what-if)
+// does not see them: its result depends on the requests alone.
 //
 // When GOMAXPROCS > 1 and cfg has no Observer, the trace is decoded on a
 // second goroutine, a few batches ahead of the replay.
@@ -977,7 +980,11 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
-		ds.dev.rec = append(ds.dev.rec, *ev)
+		// Only a replay of the recorded allocator sees them: a what-if
+		// depends on the requests alone.
+		if e.exact {
+			ds.dev.rec = append(ds.dev.rec, *ev)
+		}
 		return nil
 	case trace.KindEmptyCache:
 		e.requests++

@@ -239,8 +239,23 @@ func (a *Allocator) gcEnabled() bool {
 	return capped
 }
 
-// Malloc serves a request as PyTorch's malloc does (§4 of the spec).
+// MaxRequest is the largest request the allocator serves. A larger one
+// is refused as an OOM at once: no device holds it, and its rounding
+// would overflow.
+const MaxRequest = 1 << 62
+
+// tooLarge refuses a request over MaxRequest.
+func (a *Allocator) tooLarge(size uint64, stream trace.StreamID) error {
+	a.ooms++
+	return &replay.OOMError{SizeBytes: size, AllocBytes: size, Stream: stream,
+		Reason: fmt.Sprintf("the request is over the largest one served (%d bytes)", uint64(MaxRequest))}
+}
+
+// Malloc serves a request as PyTorch's malloc does.
 func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, error) {
+	if size > MaxRequest {
+		return replay.Block{}, a.tooLarge(size, stream)
+	}
 	if len(a.completions) > 0 {
 		return a.malloc(size, stream, a.chooseReading(size, stream))
 	}
@@ -490,7 +505,7 @@ func (a *Allocator) FreeRequested(blk replay.Block) {
 // FreeCompleted returns block blk to its free list. When the device's
 // recorded events show that the next request releases memory, the free is
 // held back until that request, which decides whether it completed before
-// the request's search or in its release (spec §12.3-12.4).
+// the request's search or in its release.
 func (a *Allocator) FreeCompleted(blk replay.Block) {
 	id, ok := a.byHandle(blk)
 	if !ok {
@@ -517,6 +532,9 @@ func (a *Allocator) FreeCompleted(blk replay.Block) {
 func (a *Allocator) MallocAfter(freed []replay.Block, size uint64, stream trace.StreamID) (replay.Block, uint64, error) {
 	if len(freed) > 0 {
 		a.completeAll(freed)
+	}
+	if size > MaxRequest {
+		return replay.Block{}, a.stranded, a.tooLarge(size, stream)
 	}
 	if len(a.completions) > 0 {
 		b, err := a.malloc(size, stream, a.chooseReading(size, stream))
