@@ -422,7 +422,7 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 			ds.dev.reserved += s.SizeBytes
 			e.reserved += s.SizeBytes
 			if s.Expandable {
-				ds.dev.ranges = insertSpan(ds.dev.ranges, span{addr: s.Addr, size: s.SizeBytes, mapped: s.SizeBytes})
+				ds.dev.ranges = insertSpan(ds.dev.ranges, span{addr: s.Addr, size: s.SizeBytes, mapped: s.SizeBytes, end: s.Addr + s.SizeBytes})
 			} else {
 				ds.dev.segs = insertSpan(ds.dev.segs, span{addr: s.Addr, size: s.SizeBytes})
 			}

@@ -227,3 +227,21 @@ func TestHugeRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestExpandableBases replays expandable segments whose recorded ranges
+// lie in either order (the small pool's above the large pool's, and
+// below), on a device of no set capacity, whose ranges are larger than the
+// recorded device's, and on the recorded device: every range gets its
+// recorded base, and every allocation its recorded address.
+func TestExpandableBases(t *testing.T) {
+	for _, name := range []string{"expandable_order.txt", "expandable_order_small_first.txt"} {
+		for _, capacity := range []uint64{0, 150109880320} {
+			res := replayWith(t, textTrace(t, name, ""), "", replay.Config{CapacityBytes: capacity})
+			fd := res.Fidelity
+			if !fd.Checked || fd.Allocs == 0 || fd.AllocsAtRecordedAddress != fd.Allocs || fd.DeviceEventsMatched != fd.DeviceEvents {
+				t.Errorf("%s, capacity %d: allocs at recorded address %d/%d, device events %d/%d: %s",
+					name, capacity, fd.AllocsAtRecordedAddress, fd.Allocs, fd.DeviceEventsMatched, fd.DeviceEvents, fd.FirstMismatch)
+			}
+		}
+	}
+}
