@@ -130,13 +130,13 @@ func (d *device) fits(size uint64) bool {
 		return d.pool.fits(size)
 	}
 	if d.total == 0 {
-		return size <= unlimitedTotal-d.reserved
+		return d.reserved <= unlimitedTotal && size <= unlimitedTotal-d.reserved
 	}
 	limit := uint64(0)
 	if d.total > d.outside {
 		limit = d.total - d.outside
 	}
-	return d.reserved+size <= limit
+	return size <= limit && d.reserved <= limit-size
 }
 
 // expect matches a device call with the oldest recorded event.
@@ -274,7 +274,7 @@ func (t *tails) find(node, lo, hi, lim int, n uint64) int {
 }
 
 func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
-	if d.capped && d.reserved+size > d.allowed {
+	if d.capped && (size > d.allowed || d.reserved > d.allowed-size) {
 		return 0, false
 	}
 	if !d.fits(size) {

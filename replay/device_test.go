@@ -58,3 +58,31 @@ func TestPlaceLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceRefusesHugeSegments checks that sizes near 2^64 are refused,
+// over capacity and over the memory-fraction cap, with bytes reserved
+// (the sums must not wrap), and that a fitting segment is still served.
+func TestDeviceRefusesHugeSegments(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct {
+		total uint64
+		frac  float64
+	}{{0, 0}, {24 * gib, 0}, {24 * gib, 0.5}} {
+		d := newDevice(nil, 0, c.total, 0, c.frac)
+		d.compare = false
+		if _, ok := d.Malloc(gib, 0); !ok {
+			t.Fatalf("total %d fraction %v: 1 GiB refused", c.total, c.frac)
+		}
+		for _, size := range []uint64{^uint64(0), ^uint64(0) - gib + 1, 1 << 63, 1 << 47} {
+			if _, ok := d.Malloc(size, 0); ok {
+				t.Errorf("total %d fraction %v: %d bytes served", c.total, c.frac, size)
+			}
+			if d.Map(LayoutTop, size) {
+				t.Errorf("total %d fraction %v: %d bytes mapped", c.total, c.frac, size)
+			}
+		}
+		if d.reserved != gib {
+			t.Errorf("total %d fraction %v: %d bytes reserved, want 1 GiB", c.total, c.frac, d.reserved)
+		}
+	}
+}
