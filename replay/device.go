@@ -7,16 +7,36 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// Layout of segments that have no recorded address (live recordings, RMM
-// logs, synthetic traces), after the CUDA driver's placement seen in every
-// real H200 trace (driver 580, PyTorch 2.11): a segment takes a slot of its
-// size rounded up to LayoutSlot, slots taken downwards from LayoutTop, the
-// segment at its slot's start; the rest of a slot (its tail) takes later
-// segments that fit, the most recent tail first. No range is reused. Best
-// fit breaks ties between equal blocks by address, so the order matters:
-// laid out upwards, three of fourteen real traces stripped of their
-// segment addresses replayed with a different peak reserved (up to 24 MiB
-// off); laid out this way, none does.
+// Layout of segments that have no recorded address (what-ifs, live
+// recordings, RMM logs, synthetic traces). A segment takes a slot of its
+// size rounded up to LayoutSlot, slots taken downwards from LayoutTop,
+// the segment at its slot's start; the rest of a slot (its tail) takes
+// later segments that fit, the most recent tail first. No range is
+// reused. Best fit breaks ties between equal blocks by address, so the
+// order matters: laid out upwards, three of fourteen real traces stripped
+// of their segment addresses replayed with a different peak reserved (up
+// to 24 MiB off); laid out this way, none does.
+//
+// What the CUDA driver does (driver 580, PyTorch 2.11, the committed H200
+// traces' 1,609 segment_alloc events) and the layout does not follow:
+//   - Every segment starts on a 2 MiB boundary; 982 of the 1,049 of
+//     20 MiB or more start on a 32 MiB one, and most smaller ones lie in
+//     the tails of slots; 32 of maxsplit_list's 56 large segments do not:
+//     they are 20 MiB segments in the 20 MiB tails of slots that start
+//     with a 12 MiB one.
+//   - Slots come from two regions, each growing downwards: one below the
+//     first segment and one above it (25 of baseline_s1's 115 segments,
+//     142 of empty_cache's 210). Which region a segment goes to is not a
+//     function of the sizes: baseline_s1's 20 MiB segments alternate in
+//     runs of one to three.
+//   - A freed range is reused: 112 of empty_cache's 210 segments, 93 of
+//     fraction_retry's 155 and 53 of gc_threshold's 137 start where a
+//     freed segment started, some in holes of 2 MiB granularity.
+//
+// So the layout gives few segments their recorded address relative to
+// the first segment's (baseline_s1 1 of 115, train_s1 43 of 175, 1 on
+// each other trace); what it keeps is the order of the segments within a
+// region, which is what decides best fit's ties on the committed traces.
 const (
 	LayoutTop  = 0x7f8000000000
 	LayoutSlot = 32 << 20
@@ -26,6 +46,7 @@ const (
 type span struct {
 	addr, size uint64
 	mapped     uint64 // bytes mapped inside a reserved range
+	end        uint64 // the end of the highest bytes ever mapped in it
 }
 
 // device is the simulated GPU of one trace device. It implements Device
@@ -34,7 +55,7 @@ type span struct {
 // Malloc refuses a segment over the memory-fraction cap or over physical
 // capacity (capacity − outside bytes); Map refuses only over physical
 // capacity, since PyTorch checks its cap itself before mapping, with the
-// allocation size (spec §12.7).
+// allocation size.
 type device struct {
 	e        *engine
 	id       trace.DeviceID
@@ -52,7 +73,8 @@ type device struct {
 	rec []trace.Event
 
 	top      uint64 // the next slot ends here
-	tails    []span // unused slot tails, oldest first
+	up       uint64 // the next slot past LayoutTop starts here
+	tails    tails  // unused slot tails
 	segs     []span // live cudaMalloc segments, by address
 	ranges   []span // live reserved (expandable) ranges, by address
 	compare  bool   // compare calls with rec
@@ -65,7 +87,7 @@ type device struct {
 }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
-	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, compare: true}
+	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, up: LayoutTop, compare: true}
 	d.SetFraction(fraction)
 	return d
 }
@@ -90,7 +112,8 @@ func (d *device) SetFraction(f float64) {
 
 func (d *device) Cap() (uint64, bool) { return d.allowed, d.capped }
 
-// unlimitedTotal is the total reported for a device without capacity.
+// unlimitedTotal is the total reported for a device without capacity,
+// and the most it holds.
 const unlimitedTotal = 1 << 46
 
 func (d *device) TotalBytes() uint64 {
@@ -107,13 +130,13 @@ func (d *device) fits(size uint64) bool {
 		return d.pool.fits(size)
 	}
 	if d.total == 0 {
-		return true
+		return d.reserved <= unlimitedTotal && size <= unlimitedTotal-d.reserved
 	}
 	limit := uint64(0)
 	if d.total > d.outside {
 		limit = d.total - d.outside
 	}
-	return d.reserved+size <= limit
+	return size <= limit && d.reserved <= limit-size
 }
 
 // expect matches a device call with the oldest recorded event.
@@ -155,34 +178,103 @@ func findSpan(ss []span, addr uint64) int {
 }
 
 // place returns where a new segment of size bytes goes (see LayoutTop).
+// A slot that no longer fits below LayoutTop is taken upwards from it. It
+// costs O(log tails) when no recorded segment lies in the way.
 func (d *device) place(size uint64) uint64 {
-	for i := len(d.tails) - 1; i >= 0; i-- {
-		t := &d.tails[i]
-		if t.size < size || overlaps(d.segs, t.addr, size) || overlaps(d.ranges, t.addr, size) {
+	need := max(size, 1)
+	for i := d.tails.last(len(d.tails.s), need); i >= 0; i = d.tails.last(i, need) {
+		t := &d.tails.s[i]
+		if overlaps(d.segs, t.addr, size) || overlaps(d.ranges, t.addr, size) {
 			continue
 		}
 		a := t.addr
 		t.addr, t.size = t.addr+size, t.size-size
-		if t.size == 0 {
-			d.tails = append(d.tails[:i], d.tails[i+1:]...)
-		}
+		d.tails.shrunk(i)
 		return a
 	}
 	n := (size + LayoutSlot - 1) / LayoutSlot * LayoutSlot
 	for {
-		a := d.top - n
-		d.top = a
+		var a uint64
+		if n <= d.top {
+			a = d.top - n
+			d.top = a
+		} else {
+			a = d.up
+			d.up += n
+		}
 		if !overlaps(d.segs, a, size) && !overlaps(d.ranges, a, size) {
 			if n > size {
-				d.tails = append(d.tails, span{addr: a + size, size: n - size})
+				d.tails.push(span{addr: a + size, size: n - size})
 			}
 			return a
 		}
 	}
 }
 
+// tails holds the unused tails of slots in the order they were made, and
+// a tree of the maxima of their sizes, so that the most recent tail of at
+// least n bytes is found in O(log tails). A used-up tail stays, with size 0.
+type tails struct {
+	s   []span
+	max []uint64 // max[1] is the root; the leaves are max[len(max)/2:]
+}
+
+func (t *tails) push(sp span) {
+	i := len(t.s)
+	t.s = append(t.s, sp)
+	leaves := len(t.max) / 2
+	if i < leaves {
+		t.shrunk(i)
+		return
+	}
+	leaves = max(64, 2*leaves)
+	t.max = make([]uint64, 2*leaves)
+	for j := range t.s {
+		t.max[leaves+j] = t.s[j].size
+	}
+	for j := leaves - 1; j >= 1; j-- {
+		t.max[j] = max(t.max[2*j], t.max[2*j+1])
+	}
+}
+
+// shrunk updates the tree after tail i was pushed or made smaller.
+func (t *tails) shrunk(i int) {
+	j := len(t.max)/2 + i
+	t.max[j] = t.s[i].size
+	for j >>= 1; j >= 1; j >>= 1 {
+		m := max(t.max[2*j], t.max[2*j+1])
+		if t.max[j] == m {
+			return
+		}
+		t.max[j] = m
+	}
+}
+
+// last returns the largest index below lim of a tail of at least n bytes,
+// or -1.
+func (t *tails) last(lim int, n uint64) int {
+	if lim <= 0 || len(t.max) == 0 {
+		return -1
+	}
+	return t.find(1, 0, len(t.max)/2, lim, n)
+}
+
+func (t *tails) find(node, lo, hi, lim int, n uint64) int {
+	if lo >= lim || t.max[node] < n {
+		return -1
+	}
+	if hi-lo == 1 {
+		return lo
+	}
+	mid := (lo + hi) / 2
+	if r := t.find(2*node+1, mid, hi, lim, n); r >= 0 {
+		return r
+	}
+	return t.find(2*node, lo, mid, lim, n)
+}
+
 func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
-	if d.capped && d.reserved+size > d.allowed {
+	if d.capped && (size > d.allowed || d.reserved > d.allowed-size) {
 		return 0, false
 	}
 	if !d.fits(size) {
@@ -211,19 +303,39 @@ func (d *device) Free(addr, size uint64) {
 	d.frees++
 }
 
+// Reserve gives a new range the base of the request's first recorded map
+// outside what live ranges have mapped. The range's size is PyTorch's
+// (1 1/8 of the device's total), which is larger than the recorded one
+// when the replay's device is larger than the recorded device: a range
+// below the recorded base then ends at it, and the new range ends at the
+// next range, as the driver's reservations did not overlap.
 func (d *device) Reserve(size uint64, stream trace.StreamID) uint64 {
 	if d.compare {
 		for _, ev := range d.rec {
-			if ev.Kind == trace.KindSegmentMap && findSpan(d.ranges, ev.Addr) < 0 &&
-				!overlaps(d.segs, ev.Addr, size) && !overlaps(d.ranges, ev.Addr, size) {
-				d.ranges = insertSpan(d.ranges, span{addr: ev.Addr, size: size})
+			if ev.Kind == trace.KindSegmentMap && d.unmapped(ev.Addr) && !overlaps(d.segs, ev.Addr, ev.SizeBytes) {
+				if i := findSpan(d.ranges, ev.Addr); i >= 0 {
+					d.ranges[i].size = ev.Addr - d.ranges[i].addr
+				}
+				i := sort.Search(len(d.ranges), func(i int) bool { return d.ranges[i].addr > ev.Addr })
+				if i < len(d.ranges) {
+					size = min(size, d.ranges[i].addr-ev.Addr)
+				}
+				d.ranges = insertSpan(d.ranges, span{addr: ev.Addr, size: size, end: ev.Addr})
 				return ev.Addr
 			}
 		}
 	}
 	a := d.place(size)
-	d.ranges = insertSpan(d.ranges, span{addr: a, size: size})
+	d.ranges = insertSpan(d.ranges, span{addr: a, size: size, end: a})
 	return a
+}
+
+// unmapped reports whether addr is outside every live range's mapped
+// extent (from its base to the end of its highest mapped bytes) and is
+// no range's base.
+func (d *device) unmapped(addr uint64) bool {
+	i := findSpan(d.ranges, addr)
+	return i < 0 || (addr != d.ranges[i].addr && addr >= d.ranges[i].end)
 }
 
 func (d *device) Map(addr, size uint64) bool {
@@ -233,6 +345,7 @@ func (d *device) Map(addr, size uint64) bool {
 	d.expect(trace.KindSegmentMap, addr, size, true)
 	if i := findSpan(d.ranges, addr); i >= 0 {
 		d.ranges[i].mapped += size
+		d.ranges[i].end = max(d.ranges[i].end, addr+size)
 	}
 	d.reserved += size
 	d.allocs++

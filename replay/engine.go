@@ -66,6 +66,7 @@ type engine struct {
 	immediate  int8 // 0 undecided, 1 immediate, -1 deferred
 	heldFree   bool // a free_requested waits for the decision
 	heldEvent  trace.Event
+	ahead      []trace.Event // the events decoded after the one step replays
 	requests   int64
 	lastDefrag uint64
 
@@ -108,19 +109,25 @@ type engine struct {
 // Requests: alloc calls Malloc; free_requested FreeRequested;
 // free_completed FreeCompleted, passed on just before the device's next
 // request so that a policy sees that request's recorded device events
-// first; a trace whose first free_requested is not followed by its
-// free_completed (live recordings, RMM logs), or whose header says frees
-// were not recorded completing, has every free completed at once.
+// first. A PyTorch snapshot's frees complete when its free_completed
+// events say, even after later requests (a block freed after
+// record_stream waits for the other stream). Another trace has every free
+// completed at once when its header says frees were not recorded
+// completing (RMM logs), or when no free_completed follows its first
+// free_requested in the events decoded with it.
 // empty_cache calls EmptyCache; an oom event replays its request (and
 // frees it at once if the replay serves it); set_fraction changes the
 // device's cap; markers pass through. A free of an address no alloc
 // returned is an error naming the event, unless the replay could not
 // serve that alloc (OOM).
 //
-// Device events (segment_alloc, ...) are the recorded allocator's moves:
-// they give new segments their recorded addresses and, when the policy
-// implements Reproducer and reproduces the trace's allocator, every device
-// call and allocation address is checked against them (Result.Fidelity).
+// Device events (segment_alloc, ...) are the recorded allocator's moves.
+// When the policy implements Reproducer and reproduces the trace's
+// allocator under its settings (and nothing is injected), they give new
+// segments their recorded addresses, the policy reads them through
+// Device.Recorded, and every device call and allocation address is
+// checked against them (Result.Fidelity). Any other replay (a what-if)
+// does not see them: its result depends on the requests alone.
 //
 // When GOMAXPROCS > 1 and cfg has no Observer, the trace is decoded on a
 // second goroutine, a few batches ahead of the replay.
@@ -206,6 +213,11 @@ func (e *engine) start() error {
 	case h.Producer == trace.ProducerRMM:
 		e.immediate = 1
 	default:
+		// A PyTorch snapshot records when each free completed: a block
+		// freed after record_stream stays unavailable until then.
+		if h.Producer == trace.ProducerPyTorch {
+			e.immediate = -1
+		}
 		for _, a := range h.Approximate {
 			if strings.Contains(a, "free_completed") {
 				e.immediate = 1
@@ -246,7 +258,7 @@ func (e *engine) seed(ds *devState, segs []trace.Segment) error {
 			ds.dev.reserved += s.SizeBytes
 			e.reserved += s.SizeBytes
 			if s.Expandable {
-				ds.dev.ranges = insertSpan(ds.dev.ranges, span{addr: s.Addr, size: s.SizeBytes, mapped: s.SizeBytes})
+				ds.dev.ranges = insertSpan(ds.dev.ranges, span{addr: s.Addr, size: s.SizeBytes, mapped: s.SizeBytes, end: s.Addr + s.SizeBytes})
 			} else {
 				ds.dev.segs = insertSpan(ds.dev.segs, span{addr: s.Addr, size: s.SizeBytes})
 			}
@@ -366,7 +378,7 @@ func (e *engine) step(ev *trace.Event) error {
 	if e.heldFree {
 		e.heldFree = false
 		if e.immediate == 0 {
-			if ev.Kind == trace.KindFreeCompleted && ev.Addr == e.heldEvent.Addr {
+			if ev.Kind == trace.KindFreeCompleted || completes(e.ahead) {
 				e.immediate = -1
 			} else {
 				e.immediate = 1
@@ -392,6 +404,18 @@ func (e *engine) step(ev *trace.Event) error {
 	e.res.Events++
 	e.measure(ev, idx)
 	return nil
+}
+
+// completes reports whether evs holds a free_completed: a trace that
+// records any records them all, and its frees complete when it says, even
+// when the first one completes after later requests.
+func completes(evs []trace.Event) bool {
+	for i := range evs {
+		if evs[i].Kind == trace.KindFreeCompleted {
+			return true
+		}
+	}
+	return false
 }
 
 // unserved records an alloc the policy could not serve (err).
@@ -426,7 +450,10 @@ func (e *engine) replay(evs []trace.Event) error {
 				break
 			}
 		}
-		if err := e.step(&evs[0]); err != nil {
+		e.ahead = evs[1:]
+		err := e.step(&evs[0])
+		e.ahead = nil
+		if err != nil {
 			return err
 		}
 		evs = evs[1:]
@@ -584,7 +611,11 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
-		ds.dev.rec = append(ds.dev.rec, *ev)
+		// Only a replay of the recorded allocator sees them: a what-if
+		// depends on the requests alone.
+		if e.exact {
+			ds.dev.rec = append(ds.dev.rec, *ev)
+		}
 		return nil
 	case trace.KindEmptyCache:
 		e.requests++

@@ -123,9 +123,11 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 				if comp == nil {
 					pol.FreeRequested(l.block())
 					e.reserved = dev.reserved
-					if e.reserved > e.peakReserved {
-						e.newPeak(idx)
-					}
+				}
+				// Without a call, reserved is over the peak only at a
+				// trace's start, from its initial state.
+				if e.reserved > e.peakReserved {
+					e.newPeak(idx)
 				}
 				r.Events++
 				e.measureTime(ev.TimeNS)

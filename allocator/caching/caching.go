@@ -240,8 +240,23 @@ func (a *Allocator) gcEnabled() bool {
 	return capped
 }
 
-// Malloc serves a request as PyTorch's malloc does (§4 of the spec).
+// MaxRequest is the largest request the allocator serves. A larger one
+// is refused as an OOM at once: no device holds it, and its rounding
+// would overflow.
+const MaxRequest = 1 << 62
+
+// tooLarge refuses a request over MaxRequest.
+func (a *Allocator) tooLarge(size uint64, stream trace.StreamID) error {
+	a.ooms++
+	return &driver.OOMError{SizeBytes: size, AllocBytes: size, Stream: stream,
+		Reason: fmt.Sprintf("the request is over the largest one served (%d bytes)", uint64(MaxRequest))}
+}
+
+// Malloc serves a request as PyTorch's malloc does.
 func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (driver.Block, error) {
+	if size > MaxRequest {
+		return driver.Block{}, a.tooLarge(size, stream)
+	}
 	if len(a.completions) > 0 {
 		return a.malloc(size, stream, a.chooseReading(size, stream))
 	}
@@ -491,7 +506,7 @@ func (a *Allocator) FreeRequested(blk driver.Block) {
 // FreeCompleted returns block blk to its free list. When the device's
 // recorded events show that the next request releases memory, the free is
 // held back until that request, which decides whether it completed before
-// the request's search or in its release (spec §12.3-12.4).
+// the request's search or in its release.
 func (a *Allocator) FreeCompleted(blk driver.Block) {
 	id, ok := a.byHandle(blk)
 	if !ok {
@@ -518,6 +533,9 @@ func (a *Allocator) FreeCompleted(blk driver.Block) {
 func (a *Allocator) MallocAfter(freed []driver.Block, size uint64, stream trace.StreamID) (driver.Block, uint64, error) {
 	if len(freed) > 0 {
 		a.completeAll(freed)
+	}
+	if size > MaxRequest {
+		return driver.Block{}, a.stranded, a.tooLarge(size, stream)
 	}
 	if len(a.completions) > 0 {
 		b, err := a.malloc(size, stream, a.chooseReading(size, stream))

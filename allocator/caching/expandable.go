@@ -14,7 +14,7 @@ func (a *Allocator) allocatable(id int32) bool {
 
 // findExpandable is find_expandable_block: the lowest-address place in a
 // segment of (pool, stream) with s contiguous free or unmapped bytes, or a
-// new segment.
+// new segment; none when s is larger than a new segment.
 func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) int32 {
 	if sp := a.streamPool(pool, stream); sp != nil {
 		for _, c := range sp.unmapped.ids {
@@ -37,6 +37,9 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 	total := a.dev.TotalBytes()
 	pages := (total + total/8 + page - 1) / page
 	size := pages * page
+	if s > size {
+		return none
+	}
 	base := a.dev.Reserve(size, stream)
 	a.segs = append(a.segs, expSeg{base: base, size: size, page: page, stream: stream, pool: pool, alive: true})
 	id := a.newBlock()
@@ -49,6 +52,9 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 // tryAllocateExpandable is try_allocate_expandable_block.
 func (a *Allocator) tryAllocateExpandable(pool uint8, stream trace.StreamID, s uint64) (int32, bool) {
 	c := a.findExpandable(pool, stream, s)
+	if c == none {
+		return none, false
+	}
 	if !a.blocks[c].has(fMapped) {
 		if !a.mapBlock(c, min(a.blocks[c].size, s)) {
 			return none, false

@@ -97,7 +97,7 @@ func (d *trialDevice) Recorded() []trace.Event {
 }
 
 // chooseReading returns how many held-back completions took effect before
-// the search of the next malloc (spec §12.3-12.4). Completions are held
+// the search of the next malloc. Completions are held
 // back only when the recorded events of the malloc release memory; then a
 // completion may have come from the malloc's own release
 // (synchronize_and_free_events), so that its block was still pending when
