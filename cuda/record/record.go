@@ -128,16 +128,28 @@ func Run(cfg Config) (*Summary, error) {
 	if err := writePython(dir); err != nil {
 		return nil, err
 	}
-	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("cannot replace %s: %w", out, err)
+	// The program writes a unique temporary file beside out; it replaces out
+	// only once it holds a trace, so a run that records nothing (the
+	// program cannot start, has no torch, ...) keeps the previous file.
+	tmpf, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("cannot write beside %s: %w", out, err)
 	}
+	tmp := tmpf.Name()
+	tmpf.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			os.Remove(tmp)
+		}
+	}()
 
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
-	cmd.Env = programEnv(env, dir, out, lib)
+	cmd.Env = programEnv(env, dir, tmp, lib)
 	if len(cfg.Tags) > 0 {
 		b, err := json.Marshal(cfg.Tags)
 		if err != nil {
@@ -151,7 +163,7 @@ func Run(cfg Config) (*Summary, error) {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot start %s: %w", cfg.Args[0], err)
 	}
 	// A Ctrl-C at a terminal reaches the program by itself (same process
 	// group); forwarding it too would interrupt its clean-up twice.
@@ -183,14 +195,40 @@ func Run(cfg Config) (*Summary, error) {
 			code = 128 + int(ws.Signal())
 		}
 	}
-	if _, err := os.Stat(out); err != nil {
+	if st, err := os.Stat(tmp); err != nil || st.Size() == 0 {
 		return &Summary{Path: out, ExitCode: code}, fmt.Errorf("%w to %s", ErrNoTrace, out)
 	}
-	s, err := Summarize(out)
+	s, err := Summarize(tmp)
 	if s != nil {
-		s.ExitCode = code
+		s.Path, s.ExitCode = out, code
 	}
-	return s, err
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", out, err)
+	}
+	if err := commit(tmp, out); err != nil {
+		return s, err
+	}
+	keep = true
+	return s, nil
+}
+
+// commit makes the finished trace at tmp durable and renames it to out.
+func commit(tmp, out string) error {
+	f, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", out, err)
+	}
+	return nil
 }
 
 func orStd(r io.Reader, d *os.File) io.Reader {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/record"
@@ -59,17 +60,22 @@ func runRecord(c *cli.Context) error {
 		Stdout:  c.App.Writer,
 		Stderr:  c.App.ErrWriter,
 	})
+	prog := filepath.Base(args[0])
 	if err != nil {
+		// The program's own code, or 1 when it ended well but fragsim failed.
 		code := 1
 		if s != nil && s.ExitCode != 0 {
 			code = s.ExitCode
 		}
 		if errors.Is(err, record.ErrNoTrace) {
 			why := "recording could not start (see above)"
-			if code != record.FailCode {
+			if s.ExitCode != record.FailCode {
 				why = "the program never started recording (is it Python, run without -I, -E or -S?)"
 			}
-			return exitCode(code, fmt.Errorf("record: %w: %s; %s exited with code %d", err, why, filepath.Base(args[0]), code))
+			return exitCode(code, fmt.Errorf("record: %w: %s; %s %s", err, why, prog, ended(s.ExitCode)))
+		}
+		if s != nil {
+			return exitCode(code, fmt.Errorf("record: %w (%s %s)", err, prog, ended(s.ExitCode)))
 		}
 		return exitCode(code, fmt.Errorf("record: %w", err))
 	}
@@ -82,11 +88,26 @@ func runRecord(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "fragsim record: peak live %s requested; file %s (%.1f bytes/event)\n",
 		sizeText(s.PeakLiveBytes), sizeText(uint64(s.FileBytes)), perEvent)
-	if s.Truncated {
-		fmt.Fprintf(w, "fragsim record: the trace was cut short (the program was killed): it holds the events up to its last flush\n")
-	}
+	fmt.Fprintf(w, "fragsim record: %s %s; %s\n", prog, ended(s.ExitCode), completeness(s))
 	if s.ExitCode != 0 {
-		return exitCode(s.ExitCode, fmt.Errorf("record: %s exited with code %d (the trace is complete)", filepath.Base(args[0]), s.ExitCode))
+		return exitCode(s.ExitCode, fmt.Errorf("record: %s %s", prog, ended(s.ExitCode)))
 	}
 	return nil
+}
+
+// ended says how the program ended, from its exit code (128+N: signal N).
+func ended(code int) string {
+	if code > 128 && code < 128+65 {
+		sig := syscall.Signal(code - 128)
+		return fmt.Sprintf("was killed by signal %d (%v)", code-128, sig)
+	}
+	return fmt.Sprintf("exited with code %d", code)
+}
+
+// completeness is the summary's one statement on what the trace holds.
+func completeness(s *record.Summary) string {
+	if s.Truncated {
+		return "the trace was cut short: it holds the events up to its last flush"
+	}
+	return "the trace is complete"
 }

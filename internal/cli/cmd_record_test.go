@@ -48,7 +48,7 @@ func TestRecordExitCode(t *testing.T) {
 	if code != 5 {
 		t.Errorf("exit code %d, want the program's 5", code)
 	}
-	if !strings.Contains(stdout.String(), "trace="+filepath.Join(dir, "x.fst")) {
+	if !strings.Contains(stdout.String(), "trace="+filepath.Join(dir, ".x.fst.")) {
 		t.Errorf("program stdout %q: FRAGSIM_TRACE not passed", stdout.String())
 	}
 	if !strings.Contains(stderr.String(), "no trace was written") || !strings.Contains(stderr.String(), "never started recording") {
@@ -113,5 +113,52 @@ func TestProbeFakeDriver(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("probe output lacks %q:\n%s", want, stdout.String())
 		}
+	}
+}
+
+// TestRecordKeepsPrevious checks that a run that writes no trace (the
+// program cannot start, or never starts recording) leaves the previous
+// output and nothing else in its directory, and says how the program ended.
+func TestRecordKeepsPrevious(t *testing.T) {
+	if _, err := os.Stat("/bin/true"); err != nil {
+		t.Skip("no /bin/true")
+	}
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libfragsim_hook.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "prev.fst")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"cannot start", []string{filepath.Join(dir, "no-such-program")}, 1, "cannot start"},
+		{"exits 0 unrecorded", []string{"/bin/true"}, 1, "true exited with code 0"},
+		{"exits 3 unrecorded", []string{"/bin/sh", "-c", "exit 3"}, 3, "sh exited with code 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(out, []byte("previous"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := Main(append([]string{"fragsim", "record", "-o", out, "--lib", lib, "--"}, tc.args...), &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.says) {
+				t.Errorf("exit code %d, stderr %q; want %d and %q", code, stderr.String(), tc.code, tc.says)
+			}
+			if b, err := os.ReadFile(out); err != nil || string(b) != "previous" {
+				t.Errorf("previous output now %q, %v", b, err)
+			}
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 2 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("directory holds %v, want only the library and prev.fst", names)
+			}
+		})
 	}
 }
