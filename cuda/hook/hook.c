@@ -3,11 +3,12 @@
  *
  * Memory comes from each device's default stream-ordered pool
  * (cuMemAllocFromPoolAsync / cuMemFreeAsync) with the release threshold at
- * its maximum. Every call is appended to a buffer owned by the calling
- * thread: a singly linked list of fixed-size chunks that only that thread
- * writes and only the drainer (one Go goroutine) reads, so recording takes
- * no lock; the only shared write is one atomic increment of the sequence
- * counter.
+ * its maximum. Every call is appended to a queue owned by the calling
+ * thread in the record region (ring.h): a list of fixed-size chunks that
+ * only that thread writes and only the drainer reads, so recording takes no
+ * lock; the only shared write is one atomic increment of the sequence
+ * counter. Under `fragsim record` the region is a file the parent maps too,
+ * so what a thread published survives the process dying in any way.
  */
 #define _GNU_SOURCE
 #include "hook.h"
@@ -23,32 +24,12 @@ void fs_close_trace(void); /* atexit.c */
 #include <time.h>
 #include <unistd.h>
 
-#define FS_CHUNK_RECS 1024
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #define FS_MAX_DEVICES 64
-#define FS_SPARES 32 /* drained chunks a queue keeps for reuse */
-
-typedef struct fs_chunk {
-	_Atomic uint32_t n;              /* records published; written by the owner thread only */
-	_Atomic(struct fs_chunk *) next; /* set by the owner once n == FS_CHUNK_RECS */
-	fs_rec recs[FS_CHUNK_RECS];
-} fs_chunk;
-
-/*
- * fs_queue is one thread's buffer. Drained chunks go back to the owner
- * through spare, a ring with one writer (the drainer: head) and one reader
- * (the owner: tail), so that a thread in steady state allocates nothing.
- */
-typedef struct fs_queue {
-	fs_chunk *write;       /* owner thread's current chunk */
-	fs_chunk *read;        /* drainer's current chunk; NULL once a dead thread is drained */
-	uint32_t read_i;       /* drainer's index in read */
-	_Atomic int dead;      /* the owner thread exited */
-	struct fs_queue *next; /* registry link, immutable once published */
-	int32_t tid;
-	_Atomic uint32_t spare_head;
-	_Atomic uint32_t spare_tail;
-	fs_chunk *spare[FS_SPARES];
-} fs_queue;
+#define FS_GROW_CHUNKS 64 /* a region file grows by this many chunks at a time */
 
 static cudrv D;
 static _Atomic int g_driver_state; /* 0 not loaded, 1 loaded, -1 failed */
@@ -66,10 +47,11 @@ static fs_device g_dev[FS_MAX_DEVICES];
 static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
 
 static _Atomic int g_recording;
-static _Atomic uint64_t g_seq;
-static _Atomic uint64_t g_lost;
-static _Atomic(fs_queue *) g_queues;
-static __thread fs_queue *t_queue;
+static fs_ring_hdr *g_ring; /* the region; set once before recording starts */
+static uint64_t g_ring_bytes;
+static int g_ring_fd = -1; /* the region file, grown as chunks are needed; -1: anonymous */
+static pthread_mutex_t g_grow_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread fs_ring_queue *t_queue;
 static pthread_key_t g_queue_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
@@ -142,160 +124,266 @@ static fs_device *device_ready(int device) {
 	return dv;
 }
 
-/* ---- per-thread buffers ---- */
+/* ---- the record region ---- */
+
+static inline fs_ring_queue *ring_queue(uint32_t i) {
+	return (fs_ring_queue *)((char *)g_ring + FS_RING_QUEUES_OFF + (uint64_t)i * sizeof(fs_ring_queue));
+}
+
+static inline fs_ring_chunk *ring_chunk(uint32_t i) {
+	return (fs_ring_chunk *)((char *)g_ring + FS_RING_CHUNKS_OFF + (uint64_t)i * sizeof(fs_ring_chunk));
+}
+
+static void after_fork_child(void) {
+	/* A forked child shares a file region with its parent: it must never write to it. */
+	atomic_store_explicit(&g_recording, 0, memory_order_relaxed);
+	t_queue = NULL;
+}
+
+static void ring_common(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+int fs_ring_attach(const char *path, char *err, size_t errlen) {
+	if (g_ring) {
+		snprintf(err, errlen, "a record region is already set up");
+		return -1;
+	}
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot open the record region %s: %s", path, strerror(errno));
+		return -1;
+	}
+	fs_ring_hdr h;
+	if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != FS_RING_MAGIC ||
+	    h.version != FS_RING_VERSION || h.max_chunks == 0 || h.max_chunks > UINT32_MAX / 2) {
+		snprintf(err, errlen, "%s is not a fragsim record region of this version", path);
+		close(fd);
+		return -1;
+	}
+	uint64_t bytes = FS_RING_SIZE(h.max_chunks);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "cannot map the record region %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	fs_ring_hdr *rh = p;
+	int32_t none = 0;
+	if (!atomic_compare_exchange_strong(&rh->pid, &none, (int32_t)getpid())) {
+		snprintf(err, errlen, "process %d already records into %s (one recorded process per run)", none, path);
+		munmap(p, bytes);
+		close(fd);
+		return -1;
+	}
+	g_ring = rh;
+	g_ring_bytes = bytes;
+	g_ring_fd = fd;
+	ring_common();
+	return 0;
+}
+
+int fs_ring_anon(uint64_t max_chunks, char *err, size_t errlen) {
+	if (g_ring) {
+		snprintf(err, errlen, "a record region is already set up");
+		return -1;
+	}
+	uint64_t bytes = FS_RING_SIZE(max_chunks);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "cannot map %llu bytes for the record buffers: %s", (unsigned long long)bytes,
+			 strerror(errno));
+		return -1;
+	}
+	fs_ring_hdr *h = p;
+	h->magic = FS_RING_MAGIC;
+	h->version = FS_RING_VERSION;
+	h->max_chunks = max_chunks;
+	atomic_store(&h->backed, max_chunks);
+	atomic_store(&h->pid, (int32_t)getpid());
+	g_ring = h;
+	g_ring_bytes = bytes;
+	ring_common();
+	return 0;
+}
+
+void *fs_ring_base(uint64_t *bytes) {
+	*bytes = g_ring_bytes;
+	return g_ring;
+}
+
+/*
+ * back makes sure the region file is long enough for chunk i. Writing a
+ * mapped page past the end of a file kills the process (SIGBUS), so the file
+ * is grown, with its blocks allocated, before a chunk there is used.
+ */
+static int back(uint32_t i) {
+	if (i < atomic_load_explicit(&g_ring->backed, memory_order_acquire))
+		return 0;
+	if (g_ring_fd < 0)
+		return -1;
+	int ok = 0;
+	pthread_mutex_lock(&g_grow_mu);
+	uint64_t have = atomic_load_explicit(&g_ring->backed, memory_order_relaxed);
+	if (i >= have) {
+		uint64_t want = (uint64_t)i + FS_GROW_CHUNKS;
+		if (want > g_ring->max_chunks)
+			want = g_ring->max_chunks;
+		off_t from = (off_t)FS_RING_SIZE(have), to = (off_t)FS_RING_SIZE(want);
+		int r = posix_fallocate(g_ring_fd, from, to - from);
+		if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL)
+			r = ftruncate(g_ring_fd, to) == 0 ? 0 : errno;
+		if (r == 0)
+			atomic_store_explicit(&g_ring->backed, want, memory_order_release);
+		else
+			ok = -1;
+	}
+	pthread_mutex_unlock(&g_grow_mu);
+	return ok;
+}
+
+/* pop_free takes a chunk off the region's free stack; -1 when it is empty. */
+static int64_t pop_free(void) {
+	uint64_t old = atomic_load_explicit(&g_ring->free_top, memory_order_acquire);
+	while ((uint32_t)old != 0) {
+		uint32_t i = (uint32_t)old - 1;
+		uint32_t nx = atomic_load_explicit(&ring_chunk(i)->free_next, memory_order_relaxed);
+		uint64_t nw = (uint64_t)nx | (((old >> 32) + 1) << 32);
+		if (atomic_compare_exchange_weak_explicit(&g_ring->free_top, &old, nw, memory_order_acq_rel,
+							  memory_order_acquire))
+			return i;
+	}
+	return -1;
+}
+
+/* new_chunk returns an empty chunk for q's owner: a spare one, a free one or a new one; -1 when none is left. */
+static int64_t new_chunk(fs_ring_queue *q) {
+	int64_t i;
+	uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_relaxed);
+	if (t != atomic_load_explicit(&q->spare_head, memory_order_acquire)) {
+		i = q->spare[t % FS_SPARES];
+		atomic_store_explicit(&q->spare_tail, t + 1, memory_order_release);
+	} else if ((i = pop_free()) < 0) {
+		uint64_t b = atomic_fetch_add_explicit(&g_ring->brk, 1, memory_order_relaxed);
+		if (b >= g_ring->max_chunks || back((uint32_t)b) != 0)
+			return -1;
+		i = (int64_t)b;
+	}
+	fs_ring_chunk *c = ring_chunk((uint32_t)i);
+	atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->next, 0, memory_order_relaxed);
+	return i;
+}
 
 /*
  * queue_thread_exit marks the exiting thread's queue dead. A later call on
  * the same thread (from another key's destructor) starts a new queue.
  */
 static void queue_thread_exit(void *p) {
-	fs_queue *q = p;
+	fs_ring_queue *q = p;
 	t_queue = NULL;
-	atomic_store_explicit(&q->dead, 1, memory_order_release);
+	atomic_store_explicit(&q->state, FS_Q_DEAD, memory_order_release);
 }
 
 static void make_key(void) { pthread_key_create(&g_queue_key, queue_thread_exit); }
 
-/* new_chunk returns an empty chunk for q's owner: a spare one, else a new one. */
-static fs_chunk *new_chunk(fs_queue *q) {
-	fs_chunk *c;
-	uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_relaxed);
-	if (t != atomic_load_explicit(&q->spare_head, memory_order_acquire)) {
-		c = q->spare[t % FS_SPARES];
-		atomic_store_explicit(&q->spare_tail, t + 1, memory_order_release);
-	} else if (!(c = malloc(sizeof *c))) {
-		return NULL;
-	}
-	atomic_store_explicit(&c->n, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->next, NULL, memory_order_relaxed);
-	return c;
-}
-
-/* recycle hands a drained chunk back to q's owner, or frees it. */
-static void recycle(fs_queue *q, fs_chunk *c, int dead) {
-	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
-	if (!dead && h - atomic_load_explicit(&q->spare_tail, memory_order_acquire) < FS_SPARES) {
-		q->spare[h % FS_SPARES] = c;
-		atomic_store_explicit(&q->spare_head, h + 1, memory_order_release);
-		return;
-	}
-	free(c);
-}
-
-/* retire frees a dead, fully drained queue's chunks. */
-static void retire(fs_queue *q, fs_chunk *c) {
-	free(c);
-	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
-	for (uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_acquire); t != h; t++)
-		free(q->spare[t % FS_SPARES]);
-	atomic_store_explicit(&q->spare_tail, h, memory_order_relaxed);
-	q->read = NULL;
-}
-
-static fs_queue *thread_queue(void) {
-	fs_queue *q = t_queue;
+/* thread_queue returns the calling thread's queue, claiming a free one first. */
+static fs_ring_queue *thread_queue(void) {
+	fs_ring_queue *q = t_queue;
 	if (q)
 		return q;
-	q = calloc(1, sizeof *q);
-	fs_chunk *c = q ? new_chunk(q) : NULL;
-	if (!c) {
-		free(q);
-		return NULL;
+	for (uint32_t i = 0; i < FS_MAX_QUEUES; i++) {
+		q = ring_queue(i);
+		uint32_t st = FS_Q_FREE;
+		if (!atomic_compare_exchange_strong_explicit(&q->state, &st, FS_Q_CLAIMING, memory_order_acquire,
+							     memory_order_relaxed))
+			continue;
+		atomic_store_explicit(&q->spare_head, 0, memory_order_relaxed);
+		atomic_store_explicit(&q->spare_tail, 0, memory_order_relaxed);
+		int64_t c = new_chunk(q);
+		if (c < 0) {
+			atomic_store_explicit(&q->state, FS_Q_FREE, memory_order_release);
+			return NULL;
+		}
+		q->write = q->read = (uint32_t)c;
+		q->read_i = 0;
+		q->tid = (int32_t)syscall(SYS_gettid);
+		uint32_t n = atomic_load_explicit(&g_ring->nqueues, memory_order_relaxed);
+		while (n < i + 1 && !atomic_compare_exchange_weak_explicit(&g_ring->nqueues, &n, i + 1,
+									  memory_order_relaxed, memory_order_relaxed))
+			;
+		atomic_store_explicit(&q->state, FS_Q_LIVE, memory_order_release);
+		pthread_once(&g_key_once, make_key);
+		pthread_setspecific(g_queue_key, q);
+		t_queue = q;
+		return q;
 	}
-	q->write = c;
-	q->read = c;
-	q->tid = (int32_t)syscall(SYS_gettid);
-	pthread_once(&g_key_once, make_key);
-	pthread_setspecific(g_queue_key, q);
-	fs_queue *head = atomic_load_explicit(&g_queues, memory_order_relaxed);
-	do {
-		q->next = head;
-	} while (!atomic_compare_exchange_weak_explicit(&g_queues, &head, q, memory_order_release,
-							memory_order_relaxed));
-	t_queue = q;
-	return q;
+	return NULL;
 }
 
 /*
- * record appends one call. The slot is secured before the sequence number
- * is taken, so every number handed out is published (no gaps).
+ * slots returns k free slots in a row in the calling thread's current
+ * chunk, moving to a new chunk when the current one has too few, and the
+ * chunk's published count in *n; NULL when there is no room.
  */
-static void record(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
-		   uint64_t size, uint64_t aux) {
-	fs_queue *q = thread_queue();
-	if (!q) {
-		atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-		return;
-	}
-	fs_chunk *c = q->write;
+static fs_rec *slots(uint32_t k, fs_ring_chunk **cp, uint32_t *np) {
+	fs_ring_queue *q = thread_queue();
+	if (!q)
+		return NULL;
+	fs_ring_chunk *c = ring_chunk(q->write);
 	uint32_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
-	if (n == FS_CHUNK_RECS) {
-		fs_chunk *nc = new_chunk(q);
-		if (!nc) {
-			atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-			return;
-		}
-		atomic_store_explicit(&c->next, nc, memory_order_release);
-		q->write = nc;
-		c = nc;
+	if (n + k > FS_CHUNK_RECS) {
+		int64_t i = new_chunk(q);
+		if (i < 0)
+			return NULL;
+		atomic_store_explicit(&c->next, (uint32_t)i + 1, memory_order_release);
+		q->write = (uint32_t)i;
+		c = ring_chunk((uint32_t)i);
 		n = 0;
 	}
-	fs_rec *r = &c->recs[n];
-	r->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_seq_cst);
+	*cp = c;
+	*np = n;
+	return &c->recs[n];
+}
+
+/*
+ * record appends one call (with text, for a marker, in the slots after it).
+ * The slots are secured before the sequence number is taken, so every
+ * number handed out is published (no gaps) unless the process dies between
+ * the two.
+ */
+static void record_text(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
+			uint64_t size, uint64_t aux, const char *text, uint32_t tlen) {
+	uint32_t k = 1 + (tlen + sizeof(fs_rec) - 1) / sizeof(fs_rec);
+	fs_ring_chunk *c;
+	uint32_t n;
+	fs_rec *r = g_ring ? slots(k, &c, &n) : NULL;
+	if (!r) {
+		if (g_ring)
+			atomic_fetch_add_explicit(&g_ring->lost, 1, memory_order_relaxed);
+		return;
+	}
+	if (tlen)
+		memcpy(r + 1, text, tlen);
+	r->seq = atomic_fetch_add_explicit(&g_ring->seq, 1, memory_order_seq_cst);
 	r->time_ns = now_ns();
 	r->addr = addr;
 	r->size = size;
 	r->stream = stream;
 	r->aux = aux;
 	r->device = device;
-	r->tid = q->tid;
+	r->tid = t_queue->tid;
 	r->kind = kind;
 	r->marker = marker;
-	atomic_store_explicit(&c->n, n + 1, memory_order_release);
+	atomic_store_explicit(&c->n, n + k, memory_order_release);
+}
+
+static inline void record(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
+			  uint64_t size, uint64_t aux) {
+	record_text(kind, marker, device, stream, addr, size, aux, NULL, 0);
 }
 
 static inline int recording(void) { return atomic_load_explicit(&g_recording, memory_order_relaxed); }
 
 void fs_set_recording(int on) { atomic_store_explicit(&g_recording, on, memory_order_seq_cst); }
-
-uint64_t fs_lost(void) { return atomic_load(&g_lost); }
-
-uint64_t fs_seq(void) { return atomic_load(&g_seq); }
-
-size_t fs_drain(fs_rec *out, size_t max) {
-	size_t got = 0;
-	for (fs_queue *q = atomic_load_explicit(&g_queues, memory_order_acquire); q && got < max;
-	     q = q->next) {
-		while (q->read && got < max) {
-			/* Read dead before n: if the thread had exited, every record it made is visible. */
-			int dead = atomic_load_explicit(&q->dead, memory_order_acquire);
-			fs_chunk *c = q->read;
-			uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
-			uint32_t take = n - q->read_i;
-			if (take > max - got)
-				take = (uint32_t)(max - got);
-			memcpy(out + got, c->recs + q->read_i, take * sizeof(fs_rec));
-			got += take;
-			q->read_i += take;
-			if (q->read_i < FS_CHUNK_RECS) {
-				if (dead && q->read_i == n &&
-				    atomic_load_explicit(&c->next, memory_order_acquire) == NULL)
-					retire(q, c);
-				break;
-			}
-			fs_chunk *next = atomic_load_explicit(&c->next, memory_order_acquire);
-			if (!next) {
-				if (dead)
-					retire(q, c);
-				break;
-			}
-			recycle(q, c, dead);
-			q->read = next;
-			q->read_i = 0;
-		}
-	}
-	return got;
-}
 
 /* ---- the allocator ---- */
 
@@ -410,12 +498,10 @@ void fragsim_set_fraction(double fraction, int device) {
 void fragsim_marker(int kind, const char *text) {
 	if (!recording())
 		return;
-	char *copy = strdup(text ? text : "");
-	if (!copy) {
-		atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-		return;
-	}
-	record(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, 0, (uint64_t)(uintptr_t)copy);
+	size_t len = text ? strlen(text) : 0;
+	if (len > FS_TEXT_MAX)
+		len = FS_TEXT_MAX;
+	record_text(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, len, 0, text, (uint32_t)len);
 }
 
 /*

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/python"
+	"github.com/fragsim/fragsim/cuda/ring"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -55,9 +56,17 @@ type Summary struct {
 	PeakLiveBytes uint64        `json:"peak_live_bytes"`
 	Duration      time.Duration `json:"duration_ns"`
 	FileBytes     int64         `json:"file_bytes"`
-	// Truncated is set when the file ends without its end chunk (the
-	// program was killed): everything up to its last flush is there.
+	// Truncated is set when the file ends without its end chunk: it was
+	// written by the program itself, which was killed (a recording made
+	// without fragsim record); everything up to its last flush is there.
 	Truncated bool `json:"truncated"`
+	// Closed says the program closed the trace itself; otherwise it ended
+	// without (os._exit, a signal, a crash) and fragsim record wrote every
+	// call the hook had published.
+	Closed bool `json:"closed"`
+	// Missing counts calls the trace lacks: calls the hook found no room
+	// for, and calls a thread was making when the program died.
+	Missing uint64 `json:"missing"`
 	// ExitCode is the program's exit status (128+N when killed by signal N).
 	ExitCode int `json:"exit_code"`
 }
@@ -95,9 +104,14 @@ func FindHookLib() (string, error) {
 
 // Run runs cfg.Args with the recording allocator installed through a
 // sitecustomize module on PYTHONPATH, forwards SIGINT and SIGTERM to it,
-// and summarises the trace. The summary's ExitCode is the program's; the
-// error is non-nil only when fragsim itself failed (the summary may then
-// still say how the program ended).
+// and summarises the trace. The program's hook records into a region file
+// that Run maps too: Run drains it into a temporary file beside
+// cfg.Output, and after the program ended, however it ended (exit,
+// os._exit, a signal, a crash), drains what is left, closes the trace and
+// renames it over cfg.Output. A run that records nothing keeps the
+// previous output. The summary's ExitCode is the program's; the error is
+// non-nil only when fragsim itself failed (the summary may then still say
+// how the program ended).
 func Run(cfg Config) (*Summary, error) {
 	if len(cfg.Args) == 0 {
 		return nil, errors.New("no program to run")
@@ -128,28 +142,21 @@ func Run(cfg Config) (*Summary, error) {
 	if err := writePython(dir); err != nil {
 		return nil, err
 	}
-	// The program writes a unique temporary file beside out; it replaces out
-	// only once it holds a trace, so a run that records nothing (the
-	// program cannot start, has no torch, ...) keeps the previous file.
-	tmpf, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
-	if err != nil {
-		return nil, fmt.Errorf("cannot write beside %s: %w", out, err)
-	}
-	tmp := tmpf.Name()
-	tmpf.Close()
-	keep := false
-	defer func() {
-		if !keep {
-			os.Remove(tmp)
+	reg, regPath, err := ring.Create("/dev/shm", ring.DefaultMaxChunks)
+	if err != nil { // no tmpfs: a file in the temporary directory works the same
+		if reg, regPath, err = ring.Create(dir, ring.DefaultMaxChunks); err != nil {
+			return nil, err
 		}
-	}()
+	}
+	defer os.Remove(regPath)
+	defer reg.Close()
 
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
-	cmd.Env = programEnv(env, dir, tmp, lib)
+	cmd.Env = append(programEnv(env, dir, out, lib), "FRAGSIM_SHM="+regPath)
 	if len(cfg.Tags) > 0 {
 		b, err := json.Marshal(cfg.Tags)
 		if err != nil {
@@ -168,22 +175,26 @@ func Run(cfg Config) (*Summary, error) {
 	// A Ctrl-C at a terminal reaches the program by itself (same process
 	// group); forwarding it too would interrupt its clean-up twice.
 	tty := foregroundTTY()
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				if s == syscall.SIGINT && tty {
-					continue
-				}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	tw := &traceWriter{reg: reg, out: out}
+	defer tw.abort()
+	tick := time.NewTicker(drainEvery)
+	defer tick.Stop()
+	var werr error
+wait:
+	for {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGINT || !tty {
 				cmd.Process.Signal(s)
-			case <-done:
-				return
 			}
+		case now := <-tick.C:
+			tw.step(now, cfg.Stderr)
+		case werr = <-waited:
+			break wait
 		}
-	}()
-	werr := cmd.Wait()
-	close(done)
+	}
 	code := 0
 	if werr != nil {
 		var ee *exec.ExitError
@@ -195,40 +206,19 @@ func Run(cfg Config) (*Summary, error) {
 			code = 128 + int(ws.Signal())
 		}
 	}
-	if st, err := os.Stat(tmp); err != nil || st.Size() == 0 {
+	closed := reg.State() == ring.StateClosed
+	missing, err := tw.finish()
+	if errors.Is(err, ErrNoTrace) {
 		return &Summary{Path: out, ExitCode: code}, fmt.Errorf("%w to %s", ErrNoTrace, out)
 	}
-	s, err := Summarize(tmp)
+	if err != nil {
+		return &Summary{Path: out, ExitCode: code}, err
+	}
+	s, err := Summarize(out)
 	if s != nil {
-		s.Path, s.ExitCode = out, code
+		s.ExitCode, s.Closed, s.Missing = code, closed, missing
 	}
-	if err != nil {
-		return s, fmt.Errorf("%s: %w", out, err)
-	}
-	if err := commit(tmp, out); err != nil {
-		return s, err
-	}
-	keep = true
-	return s, nil
-}
-
-// commit makes the finished trace at tmp durable and renames it to out.
-func commit(tmp, out string) error {
-	f, err := os.Open(tmp)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, out)
-	}
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", out, err)
-	}
-	return nil
+	return s, err
 }
 
 func orStd(r io.Reader, d *os.File) io.Reader {
@@ -271,7 +261,7 @@ func programEnv(env []string, dir, out, lib string) []string {
 			if v != "" {
 				pythonPath = dir + string(os.PathListSeparator) + v
 			}
-		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
+		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_SHM", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
 		default:
 			res = append(res, kv)
 		}

@@ -106,6 +106,9 @@ func TestRecordPython(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
 	}
+	if !s.Closed {
+		t.Error("the program closed its trace, the summary says it did not")
+	}
 	if s.ExitCode != 7 { // 90: the forked child failed; 91, 92: memory stats wrong
 		t.Errorf("exit code %d, want the program's 7\n%s", s.ExitCode, stderr.String())
 	}
@@ -248,4 +251,51 @@ func TestProgramEnv(t *testing.T) {
 	if strings.Contains(got, "FRAGSIM_OWNER_PID") {
 		t.Errorf("env %q keeps the parent's owner pid", got)
 	}
+}
+
+// TestRecordDies ends the program without closing its trace, in each way a
+// program can die: every call the hook saw is in the trace, which fragsim
+// record closes properly.
+func TestRecordDies(t *testing.T) {
+	lib, env := setup(t)
+	allocs, frees, peak := expected(3)
+	for _, tc := range []struct {
+		end  string
+		code int
+	}{
+		{"exit", 3},
+		{"kill", 128 + int(syscall.SIGKILL)},
+		{"abort", 128 + int(syscall.SIGABRT)},
+		{"segv", 128 + int(syscall.SIGSEGV)},
+	} {
+		t.Run(tc.end, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run.fragsim")
+			var stderr bytes.Buffer
+			s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "3", "3"},
+				Env: append(env, "WORKLOAD_END="+tc.end), Stdout: io.Discard, Stderr: &stderr})
+			if err != nil {
+				t.Fatalf("Run: %v\n%s", err, stderr.String())
+			}
+			if s.ExitCode != tc.code || s.Closed || s.Truncated || s.Missing != 0 {
+				t.Errorf("summary %+v: want exit %d, not closed by the program, a whole trace, nothing missing", s, tc.code)
+			}
+			// agent + 3 steps; set_fraction and empty_cache.
+			if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Markers != 4 || s.Events != allocs+2*frees+6 {
+				t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, 4 markers, %d events", s, allocs, frees, peak, allocs+2*frees+6)
+			}
+			if _, evs, err := trace.ReadAll(mustOpen(t, out)); err != nil || len(evs) != int(s.Events) {
+				t.Errorf("trace reads %d events, %v", len(evs), err)
+			}
+		})
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

@@ -23,9 +23,11 @@ func recordCommand() *cli.Command {
 			"first CUDA allocation, through a sitecustomize module put first on PYTHONPATH.\n" +
 			"Every allocation and free (size, device, stream, time, address), empty_cache(),\n" +
 			"set_per_process_memory_fraction() and fragsim_marker calls go to the trace; the\n" +
-			"memory itself comes from the CUDA driver's stream-ordered pool. The trace is\n" +
-			"written a chunk at least every second, so a killed run keeps all but its last\n" +
-			"second. SIGTERM (and SIGINT not sent by the terminal) is passed to the program.\n" +
+			"memory itself comes from the CUDA driver's stream-ordered pool. The calls go\n" +
+			"through memory fragsim shares with the program, so the trace keeps every call\n" +
+			"however the program ends (exit, os._exit, a signal, a crash); it replaces FILE\n" +
+			"only once complete. SIGTERM (and SIGINT not sent by the terminal) is passed to\n" +
+			"the program.\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",
@@ -106,8 +108,13 @@ func ended(code int) string {
 
 // completeness is the summary's one statement on what the trace holds.
 func completeness(s *record.Summary) string {
-	if s.Truncated {
+	switch {
+	case s.Truncated:
 		return "the trace was cut short: it holds the events up to its last flush"
+	case s.Missing > 0:
+		return fmt.Sprintf("the trace lacks %d calls (no room in the record buffers, or a thread was mid-call when the program died)", s.Missing)
+	case !s.Closed:
+		return "it did not close its trace, so fragsim wrote every call the hook saw: the trace is complete"
 	}
 	return "the trace is complete"
 }

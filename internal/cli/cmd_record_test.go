@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/cuda"
+	"github.com/fragsim/fragsim/cuda/record"
 )
 
 func TestRecordUsage(t *testing.T) {
@@ -48,7 +49,7 @@ func TestRecordExitCode(t *testing.T) {
 	if code != 5 {
 		t.Errorf("exit code %d, want the program's 5", code)
 	}
-	if !strings.Contains(stdout.String(), "trace="+filepath.Join(dir, ".x.fst.")) {
+	if !strings.Contains(stdout.String(), "trace="+filepath.Join(dir, "x.fst")) {
 		t.Errorf("program stdout %q: FRAGSIM_TRACE not passed", stdout.String())
 	}
 	if !strings.Contains(stderr.String(), "no trace was written") || !strings.Contains(stderr.String(), "never started recording") {
@@ -160,5 +161,24 @@ func TestRecordKeepsPrevious(t *testing.T) {
 				t.Errorf("directory holds %v, want only the library and prev.fst", names)
 			}
 		})
+	}
+}
+
+// TestRecordSummaryOneTruth checks that the summary's closing line makes
+// one statement on how the program ended and one on the trace.
+func TestRecordSummaryOneTruth(t *testing.T) {
+	for _, tc := range []struct {
+		s         record.Summary
+		want, not string
+	}{
+		{record.Summary{ExitCode: 137}, "was killed by signal 9 (killed); it did not close its trace, so fragsim wrote every call the hook saw: the trace is complete", "cut short"},
+		{record.Summary{ExitCode: 3, Closed: true}, "exited with code 3; the trace is complete", "did not close"},
+		{record.Summary{ExitCode: 0, Closed: true, Truncated: true}, "exited with code 0; the trace was cut short", "complete"},
+		{record.Summary{ExitCode: 139, Missing: 2}, "was killed by signal 11 (segmentation fault); the trace lacks 2 calls", "complete"},
+	} {
+		got := ended(tc.s.ExitCode) + "; " + completeness(&tc.s)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, tc.not) {
+			t.Errorf("%+v: %q, want %q and not %q", tc.s, got, tc.want, tc.not)
+		}
 	}
 }
