@@ -19,6 +19,7 @@ void fs_close_trace(void); /* atexit.c */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -45,6 +46,11 @@ static fs_device g_dev[FS_MAX_DEVICES];
 
 /* Live and peak requested bytes per device, for torch.cuda.memory_stats. */
 static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
+/* The pool's reserved bytes at the device's last memory sample. */
+static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
+static _Atomic int g_sampler_on, g_sampler_stop;
+
+#define FS_SAMPLE_EVERY_NS 100000000L /* the device-memory sampler's period */
 
 static _Atomic int g_recording;
 static fs_ring_hdr *g_ring; /* the region; set once before recording starts */
@@ -401,6 +407,85 @@ static inline void restore_ctx(fs_device *dv, CUcontext prev) {
 		D.cuCtxSetCurrent(prev);
 }
 
+/*
+ * sample records device's free and total memory (cuMemGetInfo) with the
+ * pool's reserved bytes, so that a reader finds the memory outside this
+ * process's pool: total - free - reserved. dv's context must be current.
+ */
+static void sample(fs_device *dv, int device) {
+	size_t freeb = 0, total = 0;
+	unsigned long long res = 0, again = 0;
+	/* Read the pool on both sides of cuMemGetInfo: a sample is kept only
+	 * when no other thread grew or trimmed the pool in between. */
+	for (int try = 0;; try++) {
+		if (try == 3 || D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) != CUDA_SUCCESS ||
+		    D.cuMemGetInfo(&freeb, &total) != CUDA_SUCCESS ||
+		    D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &again) != CUDA_SUCCESS)
+			return;
+		if (res == again)
+			break;
+	}
+	atomic_store_explicit(&g_res_seen[device], res, memory_order_relaxed);
+	record(FS_REC_DEVICE_MEM, 0, device, 0, res, freeb, total);
+}
+
+/*
+ * sample_if_grown samples device when its pool grew since the last sample.
+ * The pool can only have grown when the live bytes passed the reserved
+ * bytes last seen: one relaxed load on the hot path, no driver call.
+ */
+static inline void sample_if_grown(fs_device *dv, int device, int64_t live) {
+	uint64_t seen = atomic_load_explicit(&g_res_seen[device], memory_order_relaxed);
+	if ((uint64_t)live <= seen)
+		return;
+	CUcontext prev = with_ctx(dv);
+	unsigned long long res = 0;
+	if (D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > seen)
+		sample(dv, device);
+	restore_ctx(dv, prev);
+}
+
+/* sampler samples every ready device every FS_SAMPLE_EVERY_NS while recording. */
+static void *sampler(void *arg) {
+	(void)arg;
+	struct timespec ts = {0, FS_SAMPLE_EVERY_NS};
+	while (!atomic_load_explicit(&g_sampler_stop, memory_order_relaxed)) {
+		nanosleep(&ts, NULL);
+		if (!recording())
+			continue;
+		for (int i = 0; i < FS_MAX_DEVICES; i++) {
+			fs_device *dv = &g_dev[i];
+			if (atomic_load_explicit(&dv->ready, memory_order_acquire) != 1)
+				continue;
+			CUcontext prev = with_ctx(dv);
+			sample(dv, i);
+			restore_ctx(dv, prev);
+		}
+	}
+	atomic_store(&g_sampler_on, 0);
+	return NULL;
+}
+
+void fs_start_sampler(void) {
+	atomic_store(&g_sampler_stop, 0);
+	if (atomic_exchange(&g_sampler_on, 1))
+		return;
+	/* Signals go to the program's threads, never to the sampler. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	if (pthread_create(&t, &a, sampler, NULL) != 0)
+		atomic_store(&g_sampler_on, 0);
+	pthread_attr_destroy(&a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void fs_stop_sampler(void) { atomic_store(&g_sampler_stop, 1); }
+
 void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
@@ -444,8 +529,10 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	while (live > peak && !atomic_compare_exchange_weak_explicit(&g_peak[device], &peak, live, memory_order_relaxed,
 								      memory_order_relaxed))
 		;
-	if (recording())
+	if (recording()) {
 		record(FS_REC_ALLOC, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)p, (uint64_t)size, 0);
+		sample_if_grown(dv, device, live);
+	}
 	return (void *)(uintptr_t)p;
 }
 
@@ -480,6 +567,7 @@ void fragsim_empty_cache(void) {
 		D.cuCtxSynchronize();
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
+		atomic_store_explicit(&g_res_seen[i], 0, memory_order_relaxed); /* the next allocation samples the pool again */
 		if (recording())
 			record(FS_REC_EMPTY_CACHE, 0, i, 0, 0, 0, 0);
 	}

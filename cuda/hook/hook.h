@@ -27,6 +27,10 @@ int fs_ring_anon(uint64_t max_chunks, char *err, size_t errlen);
 /* fs_ring_base returns the region (NULL before one is set up) and its size in bytes. */
 void *fs_ring_base(uint64_t *bytes);
 
+/* fs_start_sampler starts the thread that samples device memory every 100 ms while recording; fs_stop_sampler ends it. */
+void fs_start_sampler(void);
+void fs_stop_sampler(void);
+
 /* fs_alloc_free_pairs makes n alloc/free pairs (benchmarks). */
 void fs_alloc_free_pairs(long n);
 

@@ -171,6 +171,7 @@ func open(path string, metaJSON *C.char) error {
 	}
 	cur = r
 	C.fs_set_recording(1)
+	C.fs_start_sampler()
 	atexitOn.Do(func() { C.fs_register_atexit() })
 	if !r.shared {
 		go r.loop()
@@ -326,6 +327,7 @@ func fragsim_close() C.int {
 	}
 	cur, closed = nil, true
 	C.fs_set_recording(0)
+	C.fs_stop_sampler()
 	// A thread that saw recording on just before it went off may still be
 	// publishing its record: give it a moment.
 	time.Sleep(2 * time.Millisecond)

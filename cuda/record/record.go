@@ -67,6 +67,15 @@ type Summary struct {
 	// Missing counts calls the trace lacks: calls the hook found no room
 	// for, and calls a thread was making when the program died.
 	Missing uint64 `json:"missing"`
+	// Device memory (device_mem samples of the first device sampled).
+	// Outside memory is what the device uses beyond this process's pool:
+	// total - free - reserved, so the CUDA context, kernels and libraries'
+	// buffers, and other processes.
+	DeviceSamples     int64 `json:"device_samples"`
+	OutsideDevice     int32 `json:"outside_device"`
+	OutsideStartBytes int64 `json:"outside_start_bytes"` // at the first sample: mostly the CUDA context
+	OutsidePeakBytes  int64 `json:"outside_peak_bytes"`
+	OutsideEndBytes   int64 `json:"outside_end_bytes"`
 	// ExitCode is the program's exit status (128+N when killed by signal N).
 	ExitCode int `json:"exit_code"`
 }
@@ -323,10 +332,27 @@ func Summarize(path string) (*Summary, error) {
 			s.OOMs++
 		case trace.KindMarker:
 			s.Markers++
+		case trace.KindDeviceMem:
+			s.deviceSample(e)
 		}
 	}
 	if s.Events > 0 {
 		s.Duration = time.Duration(last - first)
 	}
 	return s, nil
+}
+
+// deviceSample adds one device_mem sample (SizeBytes free, Aux total,
+// Addr the pool's reserved bytes) to the outside-memory figures.
+func (s *Summary) deviceSample(e trace.Event) {
+	if s.DeviceSamples > 0 && int32(e.Device) != s.OutsideDevice {
+		return
+	}
+	out := int64(e.Aux) - int64(e.SizeBytes) - int64(e.Addr)
+	if s.DeviceSamples == 0 {
+		s.OutsideDevice, s.OutsideStartBytes, s.OutsidePeakBytes = int32(e.Device), out, out
+	}
+	s.DeviceSamples++
+	s.OutsidePeakBytes = max(s.OutsidePeakBytes, out)
+	s.OutsideEndBytes = out
 }

@@ -115,9 +115,10 @@ func TestRecordPython(t *testing.T) {
 	if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Truncated {
 		t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, not truncated", s, allocs, frees, peak)
 	}
-	// agent + 4 steps; set_fraction and empty_cache; frees are two events.
-	if s.Markers != 5 || s.Events != allocs+2*frees+5+2 {
-		t.Errorf("summary %+v: want 5 markers and %d events", s, allocs+2*frees+7)
+	// agent + 4 steps; set_fraction and empty_cache; frees are two events;
+	// and the device-memory samples.
+	if s.Markers != 5 || s.DeviceSamples == 0 || s.Events != allocs+2*frees+5+2+s.DeviceSamples {
+		t.Errorf("summary %+v: want 5 markers, device samples and %d events besides them", s, allocs+2*frees+7)
 	}
 	if st, _ := os.Stat(out); s.FileBytes != st.Size() || s.Duration <= 0 {
 		t.Errorf("file bytes %d (file has %d), duration %v", s.FileBytes, st.Size(), s.Duration)
@@ -280,7 +281,7 @@ func TestRecordDies(t *testing.T) {
 				t.Errorf("summary %+v: want exit %d, not closed by the program, a whole trace, nothing missing", s, tc.code)
 			}
 			// agent + 3 steps; set_fraction and empty_cache.
-			if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Markers != 4 || s.Events != allocs+2*frees+6 {
+			if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Markers != 4 || s.Events != allocs+2*frees+6+s.DeviceSamples {
 				t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, 4 markers, %d events", s, allocs, frees, peak, allocs+2*frees+6)
 			}
 			if _, evs, err := trace.ReadAll(mustOpen(t, out)); err != nil || len(evs) != int(s.Events) {
@@ -298,4 +299,67 @@ func mustOpen(t *testing.T, path string) *os.File {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// TestRecordOutsideMemory records against a fake driver that reports a
+// context outside the pool, and more once kernels "load" at the fifth
+// allocation: the hook samples the device at each pool growth and on a
+// timer, and the summary finds the context, the peak and the growth.
+func TestRecordOutsideMemory(t *testing.T) {
+	lib, env := setup(t)
+	const ctx, jump = 525 << 20, 300 << 20
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "3", "0"},
+		Env: append(env, fmt.Sprintf("FAKE_CUDA_OUTSIDE=%d", ctx), fmt.Sprintf("FAKE_CUDA_OUTSIDE_JUMP=%d", jump),
+			"FAKE_CUDA_OUTSIDE_AFTER=5", "WORKLOAD_SLEEP=0.5"), Stdout: io.Discard, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	if s.OutsideStartBytes != ctx || s.OutsidePeakBytes != ctx+jump || s.OutsideEndBytes != ctx+jump || s.OutsideDevice != 0 {
+		t.Errorf("outside memory start %d peak %d end %d on device %d; want %d, %d, %d on 0",
+			s.OutsideStartBytes, s.OutsidePeakBytes, s.OutsideEndBytes, s.OutsideDevice, ctx, ctx+jump, ctx+jump)
+	}
+	f, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Each step's allocations pass the pool's size: one sample at least a
+	// step. After empty_cache nothing is allocated: samples there come from
+	// the timer.
+	var growth, timer, steps int
+	afterEmpty := false
+	for {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e.Kind {
+		case trace.KindEmptyCache:
+			afterEmpty = true
+		case trace.KindMarker:
+			if e.Marker == trace.MarkerStep {
+				steps++
+			}
+		case trace.KindDeviceMem:
+			if e.Aux != 80<<30 || e.Device != 0 {
+				t.Errorf("device_mem %+v: want total 80 GiB on device 0", e)
+			}
+			if o := int64(e.Aux - e.SizeBytes - e.Addr); o != ctx && o != ctx+jump {
+				t.Errorf("device_mem %+v: outside %d, want %d or %d", e, o, ctx, ctx+jump)
+			}
+			if afterEmpty {
+				timer++
+			} else if steps > 0 {
+				growth++
+			}
+		}
+	}
+	if growth < 3 || timer == 0 || s.DeviceSamples != int64(growth+timer) {
+		t.Errorf("%d samples at growth, %d by the timer, %d in the summary; want 3 or more, some, their sum", growth, timer, s.DeviceSamples)
+	}
 }

@@ -124,6 +124,10 @@ func (d *Drainer) write(x rec) {
 	case KindFraction:
 		e.Kind, e.Aux = trace.KindSetFraction, x.aux
 		err = d.w.WriteEvent(e)
+	case KindDeviceMem:
+		// Addr keeps the pool's reserved bytes: outside = total - free - reserved.
+		e.Kind, e.Aux = trace.KindDeviceMem, x.aux
+		err = d.w.WriteEvent(e)
 	case KindMarker:
 		e.Kind, e.Marker, e.Aux, e.SizeBytes = trace.KindMarker, trace.MarkerKind(x.marker), uint64(x.marker), 0
 		e.Text = d.w.String(d.texts[x.seq])

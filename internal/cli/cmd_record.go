@@ -90,6 +90,11 @@ func runRecord(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "fragsim record: peak live %s requested; file %s (%.1f bytes/event)\n",
 		sizeText(s.PeakLiveBytes), sizeText(uint64(s.FileBytes)), perEvent)
+	if s.DeviceSamples > 0 {
+		fmt.Fprintf(w, "fragsim record: outside memory on device %d (total - free - this process's pool, %d samples): %s at start (context), peak %s (growth %s), %s at the end\n",
+			s.OutsideDevice, s.DeviceSamples, signedSize(s.OutsideStartBytes), signedSize(s.OutsidePeakBytes),
+			signedSize(s.OutsidePeakBytes-s.OutsideStartBytes), signedSize(s.OutsideEndBytes))
+	}
 	fmt.Fprintf(w, "fragsim record: %s %s; %s\n", prog, ended(s.ExitCode), completeness(s))
 	if s.ExitCode != 0 {
 		return exitCode(s.ExitCode, fmt.Errorf("record: %s %s", prog, ended(s.ExitCode)))
@@ -117,4 +122,13 @@ func completeness(s *record.Summary) string {
 		return "it did not close its trace, so fragsim wrote every call the hook saw: the trace is complete"
 	}
 	return "the trace is complete"
+}
+
+// signedSize renders a byte count that can be negative (a sample taken as
+// the pool changed).
+func signedSize(b int64) string {
+	if b < 0 {
+		return "-" + sizeText(uint64(-b))
+	}
+	return sizeText(uint64(b))
 }

@@ -6,7 +6,8 @@ With WORKLOAD_FORK=1 it forks a child that exits normally. It exits with 91 or 9
 when torch.cuda.memory_allocated/max_memory_allocated disagree with what
 it holds (peak: WORKLOAD_PEAK). WORKLOAD_END=exit, kill, abort or segv ends
 it right after the steps, without closing the trace: os._exit(EXIT_CODE),
-SIGKILL, abort() or a segmentation fault.
+SIGKILL, abort() or a segmentation fault. WORKLOAD_SLEEP=S sleeps S seconds
+after empty_cache, allocating nothing.
 """
 import os
 import sys
@@ -26,6 +27,8 @@ for s in range(steps):
         torch.cuda.free(p, n, 7)
     held.extend(ptrs[5:])
 torch.cuda.empty_cache()
+if os.environ.get("WORKLOAD_SLEEP"):
+    time.sleep(float(os.environ["WORKLOAD_SLEEP"]))
 end = os.environ.get("WORKLOAD_END")
 if end == "exit":
     os._exit(code)
