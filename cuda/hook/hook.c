@@ -15,6 +15,8 @@
 #include "../csrc/cudrv.h"
 
 void fs_close_trace(void); /* atexit.c */
+int fs_oom_can_throw(void);  /* oom.cc */
+void fs_throw_oom(const char *msg);
 
 #include <errno.h>
 #include <math.h>
@@ -49,6 +51,8 @@ static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
 /* The pool's reserved bytes at the device's last memory sample. */
 static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
 static _Atomic int g_sampler_on, g_sampler_stop;
+/* The pool's cap per device from set_per_process_memory_fraction; 0: none. */
+static _Atomic uint64_t g_cap[FS_MAX_DEVICES];
 
 #define FS_SAMPLE_EVERY_NS 100000000L /* the device-memory sampler's period */
 
@@ -486,6 +490,100 @@ void fs_start_sampler(void) {
 
 void fs_stop_sampler(void) { atomic_store(&g_sampler_stop, 1); }
 
+/*
+ * over_cap says whether device's pool reserves more than the cap that
+ * set_per_process_memory_fraction set (PyTorch's allowed maximum: the
+ * fraction of the device's total memory). It reads the pool only when a
+ * cap is set. dv's context must be current.
+ */
+static int over_cap(fs_device *dv, int device) {
+	uint64_t cap = atomic_load_explicit(&g_cap[device], memory_order_relaxed);
+	if (!cap)
+		return 0;
+	unsigned long long res = 0;
+	return D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > cap;
+}
+
+/* alloc_capped allocates from dv's pool, refusing (as out of memory) a block that takes the pool past its cap. */
+static CUresult alloc_capped(fs_device *dv, int device, CUdeviceptr *p, size_t size, CUstream stream) {
+	CUresult r = D.cuMemAllocFromPoolAsync(p, size, dv->pool, stream);
+	if (r == CUDA_SUCCESS && over_cap(dv, device)) {
+		D.cuMemFreeAsync(*p, stream);
+		*p = 0;
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return r;
+}
+
+/* format_size writes n bytes as PyTorch's OOM messages do. */
+static void format_size(char *buf, size_t len, uint64_t n) {
+	if (n <= 1024)
+		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+	else if (n <= 1048576)
+		snprintf(buf, len, "%.2f KiB", n / 1024.0);
+	else if (n <= 1073741824)
+		snprintf(buf, len, "%.2f MiB", n / 1048576.0);
+	else
+		snprintf(buf, len, "%.2f GiB", n / 1073741824.0);
+}
+
+/*
+ * oom ends an allocation the pool refused: it records the oom event, then
+ * raises PyTorch's OutOfMemoryError with the native allocator's message
+ * when the process has libc10 (fs_throw_oom does not return then).
+ * Otherwise PyTorch's pluggable allocator cannot report it (it does not
+ * check for NULL: the program would go on with a null tensor and fail later
+ * with an illegal memory access), so the trace is saved and the process
+ * stops, unless FRAGSIM_OOM_RETURNS_NULL=1.
+ */
+static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult r, CUcontext prev) {
+	size_t freeb = 0, total = 0;
+	unsigned long long res = 0;
+	D.cuMemGetInfo(&freeb, &total);
+	D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+	restore_ctx(dv, prev);
+	if (recording())
+		record(FS_REC_OOM, 0, device, (uint64_t)(uintptr_t)stream, 0, (uint64_t)size, freeb);
+	if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: %s (error %d)\n", size, device,
+			cudrv_errstr(&D, r), r);
+		return;
+	}
+	const char *null_ok = getenv("FRAGSIM_OOM_RETURNS_NULL");
+	if (null_ok && *null_ok == '1') {
+		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: out of memory (%zu bytes free)\n", size,
+			device, freeb);
+		return;
+	}
+	if (fs_oom_can_throw()) {
+		char req[32], tot[32], fr[32], cap[48] = "", alloc[32], unalloc[32];
+		int64_t live = atomic_load_explicit(&g_live[device], memory_order_relaxed);
+		uint64_t c = atomic_load_explicit(&g_cap[device], memory_order_relaxed);
+		format_size(req, sizeof req, (uint64_t)size);
+		format_size(tot, sizeof tot, total);
+		format_size(fr, sizeof fr, freeb);
+		if (c) {
+			format_size(cap, sizeof cap - 11, c);
+			strcat(cap, " allowed; ");
+		}
+		format_size(alloc, sizeof alloc, (uint64_t)live);
+		format_size(unalloc, sizeof unalloc, res > (uint64_t)live ? res - (uint64_t)live : 0);
+		char msg[1024];
+		snprintf(msg, sizeof msg,
+			 "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
+			 "%sOf the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but "
+			 "unallocated. (Raised by fragsim's recording allocator.)",
+			 req, device, tot, fr, cap, alloc, unalloc);
+		fs_throw_oom(msg);
+	}
+	fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: out of memory (%zu bytes free)\n", size,
+		device, freeb);
+	fprintf(stderr, "fragsim: out of GPU memory; PyTorch's pluggable allocator cannot report it, "
+			"so the process stops here (the trace is saved)\n");
+	fs_close_trace();
+	abort();
+}
+
 void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
@@ -494,33 +592,15 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 		return NULL;
 	CUcontext prev = with_ctx(dv);
 	CUdeviceptr p = 0;
-	CUresult r = D.cuMemAllocFromPoolAsync(&p, (size_t)size, dv->pool, (CUstream)stream);
+	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
 		D.cuCtxSynchronize();
 		D.cuMemPoolTrimTo(dv->pool, 0);
-		r = D.cuMemAllocFromPoolAsync(&p, (size_t)size, dv->pool, (CUstream)stream);
+		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	}
 	if (r != CUDA_SUCCESS) {
-		size_t freeb = 0, total = 0;
-		D.cuMemGetInfo(&freeb, &total);
-		restore_ctx(dv, prev);
-		if (recording())
-			record(FS_REC_OOM, 0, device, (uint64_t)(uintptr_t)stream, 0, (uint64_t)size, freeb);
-		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: %s (error %d, %zu bytes free)\n",
-			size, device, cudrv_errstr(&D, r), r, freeb);
-		const char *null_ok = getenv("FRAGSIM_OOM_RETURNS_NULL");
-		if (r == CUDA_ERROR_OUT_OF_MEMORY && !(null_ok && *null_ok == '1')) {
-			/*
-			 * PyTorch's pluggable allocator does not check for NULL: the
-			 * program would go on with a null tensor and fail later with
-			 * an illegal memory access. Save the trace and stop here.
-			 */
-			fprintf(stderr, "fragsim: out of GPU memory; PyTorch's pluggable allocator cannot report it, "
-					"so the process stops here (the trace is saved)\n");
-			fs_close_trace();
-			abort();
-		}
+		oom(dv, device, size, stream, r, prev);
 		return NULL;
 	}
 	restore_ctx(dv, prev);
@@ -575,7 +655,22 @@ void fragsim_empty_cache(void) {
 		record(FS_REC_EMPTY_CACHE, 0, 0, 0, 0, 0, 0);
 }
 
+/*
+ * fragsim_set_fraction caps device's pool at fraction of the device's total
+ * memory, as PyTorch's allocator caps its reserved bytes (1 removes the
+ * cap), and records the call.
+ */
 void fragsim_set_fraction(double fraction, int device) {
+	if (device >= 0 && device < FS_MAX_DEVICES && fraction > 0 && fraction <= 1) {
+		char err[256];
+		CUdevice d;
+		size_t total = 0;
+		uint64_t cap = 0;
+		if (fraction < 1 && fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS &&
+		    D.cuDeviceTotalMem(&total, d) == CUDA_SUCCESS)
+			cap = (uint64_t)(fraction * (double)total);
+		atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
+	}
 	if (!recording())
 		return;
 	uint64_t bits;

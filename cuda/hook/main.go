@@ -15,8 +15,9 @@
 package main
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall
-#cgo LDFLAGS: -ldl -lpthread
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -fexceptions
+#cgo CXXFLAGS: -O2 -std=c++17 -Wall
+#cgo LDFLAGS: -ldl -lpthread -lstdc++
 #include <stdlib.h>
 #include "hook.h"
 void fs_register_atexit(void);

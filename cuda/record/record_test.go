@@ -30,7 +30,7 @@ var built struct {
 func setup(t *testing.T) (lib string, env []string) {
 	t.Helper()
 	built.once.Do(func() {
-		for _, tool := range []string{"gcc", "python3"} {
+		for _, tool := range []string{"gcc", "g++", "python3"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				built.skip = tool + " not found: the recording tests need gcc and python3"
 				return
@@ -46,6 +46,7 @@ func setup(t *testing.T) (lib string, env []string) {
 		for _, s := range [][]string{
 			{"go", "build", "-buildmode=c-shared", "-o", built.lib, "../hook"},
 			{"gcc", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libcuda.so.1"), "../hook/testdata/fakecuda.c"},
+			{"g++", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libc10.so"), "testdata/fakec10.cc"},
 		} {
 			cmd := exec.Command(s[0], s[1:]...)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -65,7 +66,8 @@ func setup(t *testing.T) (lib string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env = append(os.Environ(), "LD_LIBRARY_PATH="+built.dir, "PYTHONPATH="+fake, "PYTHONDONTWRITEBYTECODE=1")
+	env = append(os.Environ(), "LD_LIBRARY_PATH="+built.dir, "PYTHONPATH="+fake, "PYTHONDONTWRITEBYTECODE=1",
+		"FAKE_TORCH_C10="+filepath.Join(built.dir, "libc10.so"))
 	return built.lib, env
 }
 
@@ -361,5 +363,61 @@ func TestRecordOutsideMemory(t *testing.T) {
 	}
 	if growth < 3 || timer == 0 || s.DeviceSamples != int64(growth+timer) {
 		t.Errorf("%d samples at growth, %d by the timer, %d in the summary; want 3 or more, some, their sum", growth, timer, s.DeviceSamples)
+	}
+}
+
+// TestRecordFractionCap checks that set_per_process_memory_fraction caps
+// the pool as PyTorch caps its reserved memory: the allocation past the
+// cap raises torch.OutOfMemoryError (a C++ c10::OutOfMemoryError through
+// the fake libc10, as PyTorch raises it), which the program catches and
+// goes on; the set_fraction and oom events are in the trace.
+func TestRecordFractionCap(t *testing.T) {
+	lib, env := setup(t)
+	const block = 10000
+	fraction := 1e-6
+	limit := uint64(fraction * float64(80<<30)) // the fake GPU's total
+	fit := limit / block
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stdout, stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/fraction.py", fmt.Sprint(fraction), fmt.Sprint(block)},
+		Env: env, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	if s.ExitCode != 0 {
+		t.Fatalf("exit code %d\n%s%s", s.ExitCode, stdout.String(), stderr.String())
+	}
+	want := fmt.Sprintf("oom after %d: CUDA out of memory. Tried to allocate 9.77 KiB. GPU 0 has a total capacity of 80.00 GiB", fit)
+	if !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), fmt.Sprintf("%.2f KiB allowed; ", float64(limit)/1024)) {
+		t.Errorf("program said %q, want %q and the allowed bytes", stdout.String(), want)
+	}
+	if s.Allocs != int64(fit)+1 || s.Frees != int64(fit)+1 || s.OOMs != 1 {
+		t.Errorf("summary %+v: want %d allocs and frees, 1 OOM", s, fit+1)
+	}
+	_, evs, err := trace.ReadAll(mustOpen(t, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		switch e.Kind {
+		case trace.KindSetFraction:
+			if math.Float64frombits(e.Aux) != fraction {
+				t.Errorf("set_fraction %v", math.Float64frombits(e.Aux))
+			}
+		case trace.KindOOM:
+			if e.SizeBytes != block {
+				t.Errorf("oom of %d bytes, want %d", e.SizeBytes, block)
+			}
+		case trace.KindAlloc, trace.KindFreeRequested:
+		default:
+			continue
+		}
+		if k := e.Kind.String(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+			kinds = append(kinds, k)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "set_fraction alloc oom free_requested alloc free_requested" {
+		t.Errorf("event order %q", got)
 	}
 }
