@@ -109,6 +109,25 @@ typedef struct {
 #define FS_RING_QUEUES_OFF 4096u
 #define FS_RING_META_OFF (FS_RING_QUEUES_OFF + FS_MAX_QUEUES * 256u)
 #define FS_RING_CHUNKS_OFF (FS_RING_META_OFF + FS_META_MAX)
+/* The offsets package cuda/ring reads (its constants carry the same numbers). */
+#include <stddef.h>
+_Static_assert(sizeof(fs_rec) == 64 && offsetof(fs_rec, kind) == 56 && offsetof(fs_rec, device) == 48,
+	       "fs_rec layout");
+_Static_assert(sizeof(fs_ring_hdr) == 4096 && offsetof(fs_ring_hdr, state) == 12 && offsetof(fs_ring_hdr, seq) == 16 &&
+		       offsetof(fs_ring_hdr, lost) == 24 && offsetof(fs_ring_hdr, brk) == 32 &&
+		       offsetof(fs_ring_hdr, free_top) == 40 && offsetof(fs_ring_hdr, backed) == 48 &&
+		       offsetof(fs_ring_hdr, max_chunks) == 56 && offsetof(fs_ring_hdr, nqueues) == 64 &&
+		       offsetof(fs_ring_hdr, pid) == 68 && offsetof(fs_ring_hdr, meta_len) == 72,
+	       "fs_ring_hdr layout");
+_Static_assert(sizeof(fs_ring_queue) == 256 && offsetof(fs_ring_queue, write) == 8 &&
+		       offsetof(fs_ring_queue, read) == 12 && offsetof(fs_ring_queue, read_i) == 16 &&
+		       offsetof(fs_ring_queue, spare_head) == 20 && offsetof(fs_ring_queue, spare_tail) == 24 &&
+		       offsetof(fs_ring_queue, spare) == 32,
+	       "fs_ring_queue layout");
+_Static_assert(sizeof(fs_ring_chunk) == 64 + FS_CHUNK_RECS * 64 && offsetof(fs_ring_chunk, next) == 4 &&
+		       offsetof(fs_ring_chunk, free_next) == 8 && offsetof(fs_ring_chunk, recs) == 64,
+	       "fs_ring_chunk layout");
+
 #define FS_RING_SIZE(max_chunks) ((uint64_t)FS_RING_CHUNKS_OFF + (uint64_t)(max_chunks) * sizeof(fs_ring_chunk))
 
 #endif

@@ -84,6 +84,7 @@ const (
 // Queue field offsets.
 const (
 	qoState     = 0
+	qoWrite     = 8
 	qoRead      = 12
 	qoReadI     = 16
 	qoSpareHead = 20

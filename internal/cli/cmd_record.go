@@ -28,6 +28,11 @@ func recordCommand() *cli.Command {
 			"however the program ends (exit, os._exit, a signal, a crash); it replaces FILE\n" +
 			"only once complete. SIGTERM (and SIGINT not sent by the terminal) is passed to\n" +
 			"the program.\n" +
+			"The hook also samples the device's free memory at each pool growth and every\n" +
+			"100 ms (device_mem events); the summary reports the memory outside the\n" +
+			"program's allocator (total - free - reserved): the context at start, its peak\n" +
+			"and growth. set_per_process_memory_fraction() caps the pool, and an allocation\n" +
+			"past it raises torch.OutOfMemoryError, as without fragsim.\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",
