@@ -40,8 +40,12 @@ namespace {
 typedef void (*ctor_fn)(void *self, c10::SourceLocation loc, std::string msg);
 typedef void (*dtor_fn)(void *self);
 
+extern "C" void fs_c10_construct_oldabi(void *ctor, void *obj, const char *function, const char *file,
+					const char *msg); // oom_oldabi.cc
+
 struct c10_syms {
 	ctor_fn ctor;
+	void *ctor_oldabi; // the constructor of a libc10 built with the pre-C++11 std::string
 	dtor_fn dtor;
 	std::type_info *type;
 	void **vtable;
@@ -76,8 +80,15 @@ int resolve() {
 			void *ctor = dlsym(h, "_ZN3c105ErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE");
 			if (!ctor)
 				ctor = dlsym(h, "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE");
-			if (ctor) {
+			void *old = nullptr;
+			if (!ctor) {
+				old = dlsym(h, "_ZN3c105ErrorC1ENS_14SourceLocationESs");
+				if (!old)
+					old = dlsym(h, "_ZN3c105ErrorC2ENS_14SourceLocationESs");
+			}
+			if (ctor || old) {
 				syms.ctor = (ctor_fn)ctor;
+				syms.ctor_oldabi = old;
 				syms.dtor = (dtor_fn)dlsym(h, "_ZN3c105ErrorD1Ev");
 				syms.type = (std::type_info *)dlsym(h, "_ZTIN3c1016OutOfMemoryErrorE");
 				syms.vtable = (void **)dlsym(h, "_ZTVN3c1016OutOfMemoryErrorE");
@@ -106,7 +117,10 @@ extern "C" void fs_throw_oom(const char *msg) {
 	const size_t size = 1024;
 	void *obj = __cxxabiv1::__cxa_allocate_exception(size);
 	memset(obj, 0, size);
-	syms.ctor(obj, c10::SourceLocation{"fragsim_alloc", "libfragsim_hook.so", 0}, std::string(msg));
+	if (syms.ctor)
+		syms.ctor(obj, c10::SourceLocation{"fragsim_alloc", "libfragsim_hook.so", 0}, std::string(msg));
+	else
+		fs_c10_construct_oldabi(syms.ctor_oldabi, obj, "fragsim_alloc", "libfragsim_hook.so", msg);
 	if (syms.vtable) // the Itanium vtable symbol starts with offset-to-top and type_info
 		*(void ***)obj = syms.vtable + 2;
 	std::type_info *t = syms.type ? syms.type : const_cast<std::type_info *>(&typeid(c10::OutOfMemoryError));

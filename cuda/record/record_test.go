@@ -47,6 +47,8 @@ func setup(t *testing.T) (lib string, env []string) {
 			{"go", "build", "-buildmode=c-shared", "-o", built.lib, "../hook"},
 			{"gcc", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libcuda.so.1"), "../hook/testdata/fakecuda.c"},
 			{"g++", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libc10.so"), "testdata/fakec10.cc"},
+			{"mkdir", filepath.Join(d, "oldabi")},
+			{"g++", "-O2", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0", "-o", filepath.Join(d, "oldabi", "libc10.so"), "testdata/fakec10.cc"},
 		} {
 			cmd := exec.Command(s[0], s[1:]...)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -370,9 +372,17 @@ func TestRecordOutsideMemory(t *testing.T) {
 // the pool as PyTorch caps its reserved memory: the allocation past the
 // cap raises torch.OutOfMemoryError (a C++ c10::OutOfMemoryError through
 // the fake libc10, as PyTorch raises it), which the program catches and
-// goes on; the set_fraction and oom events are in the trace.
+// goes on; the set_fraction and oom events are in the trace. The fake
+// libc10 is built with each std::string ABI PyTorch's wheels have used.
 func TestRecordFractionCap(t *testing.T) {
 	lib, env := setup(t)
+	t.Run("cxx11", func(t *testing.T) { testFractionCap(t, lib, env) })
+	t.Run("pre-cxx11", func(t *testing.T) {
+		testFractionCap(t, lib, append(env, "FAKE_TORCH_C10="+filepath.Join(built.dir, "oldabi", "libc10.so")))
+	})
+}
+
+func testFractionCap(t *testing.T, lib string, env []string) {
 	const block = 10000
 	fraction := 1e-6
 	limit := uint64(fraction * float64(80<<30)) // the fake GPU's total
