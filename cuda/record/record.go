@@ -175,6 +175,11 @@ func Run(cfg Config) (*Summary, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = orStd(cfg.Stdin, os.Stdin), orStdW(cfg.Stdout, os.Stdout), orStdW(cfg.Stderr, os.Stderr)
 
+	tw, err := newTraceWriter(reg, out)
+	if err != nil {
+		return nil, err
+	}
+	defer tw.abort()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -186,8 +191,6 @@ func Run(cfg Config) (*Summary, error) {
 	tty := foregroundTTY()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	tw := &traceWriter{reg: reg, out: out}
-	defer tw.abort()
 	tick := time.NewTicker(drainEvery)
 	defer tick.Stop()
 	var werr error

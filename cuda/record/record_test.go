@@ -431,3 +431,39 @@ func testFractionCap(t *testing.T, lib string, env []string) {
 		t.Errorf("event order %q", got)
 	}
 }
+
+// TestRecordOutput checks where the trace goes: through a symbolic link to
+// the file it names, and nowhere (before the program runs) when the
+// output's directory cannot be written.
+func TestRecordOutput(t *testing.T) {
+	lib, env := setup(t)
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target.fst"), filepath.Join(dir, "link.fst")
+	if err := os.WriteFile(target, []byte("previous"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("target.fst", link); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(Config{Output: link, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "1", "0"},
+		Env: env, Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v %v", st, err)
+	}
+	if got, err := Summarize(target); err != nil || got.Allocs != s.Allocs || s.Allocs == 0 {
+		t.Errorf("target holds %+v, %v; want the trace of %d allocs", got, err, s.Allocs)
+	}
+
+	ran := filepath.Join(dir, "ran")
+	_, err = Run(Config{Output: filepath.Join(dir, "missing", "x.fst"), HookLib: lib, Args: []string{"/bin/sh", "-c", "touch " + ran},
+		Env: env, Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "cannot write beside") {
+		t.Errorf("err %v, want cannot write beside the output", err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the program ran although its trace could not be written")
+	}
+}

@@ -18,7 +18,9 @@ const (
 )
 
 // traceWriter writes the recorded program's region into a temporary trace
-// beside out, created once the program opened its recording.
+// beside out, made before the program starts (so that an unwritable
+// output fails at once) and given its header once the program opened its
+// recording.
 type traceWriter struct {
 	reg    *ring.Region
 	out    string
@@ -29,23 +31,32 @@ type traceWriter struct {
 	warned bool
 }
 
-// start creates the temporary trace from the header the program stored.
+// newTraceWriter makes the temporary file for out. A symbolic link at out
+// is written through: the trace replaces the file it points to.
+func newTraceWriter(reg *ring.Region, out string) (*traceWriter, error) {
+	if st, err := os.Lstat(out); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if out, err = filepath.EvalSymlinks(out); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("cannot write beside %s: %w", out, err)
+	}
+	return &traceWriter{reg: reg, out: out, f: f}, nil
+}
+
+// start writes the trace header the program stored.
 func (t *traceWriter) start() error {
 	var h trace.Header
 	if err := json.Unmarshal(t.reg.Meta(), &h); err != nil {
 		return fmt.Errorf("the recorded program stored a bad trace header: %w", err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(t.out), "."+filepath.Base(t.out)+".*.tmp")
+	w, err := trace.NewWriter(t.f, &h)
 	if err != nil {
-		return fmt.Errorf("cannot write beside %s: %w", t.out, err)
-	}
-	w, err := trace.NewWriter(f, &h)
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
 		return fmt.Errorf("%s: %w", t.out, err)
 	}
-	t.f, t.w, t.d = f, w, ring.NewDrainer(t.reg, w)
+	t.w, t.d = w, ring.NewDrainer(t.reg, w)
 	return nil
 }
 
