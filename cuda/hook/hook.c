@@ -51,7 +51,7 @@ static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
 /* The pool's reserved bytes at the device's last memory sample. */
 static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
 static _Atomic int g_sampler_on, g_sampler_stop;
-/* The pool's cap per device from set_per_process_memory_fraction; 0: none. */
+/* The pool's cap per device from set_per_process_memory_fraction, plus one; 0: none. */
 static _Atomic uint64_t g_cap[FS_MAX_DEVICES];
 
 #define FS_SAMPLE_EVERY_NS 100000000L /* the device-memory sampler's period */
@@ -501,7 +501,7 @@ static int over_cap(fs_device *dv, int device) {
 	if (!cap)
 		return 0;
 	unsigned long long res = 0;
-	return D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > cap;
+	return D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > cap - 1;
 }
 
 /* alloc_capped allocates from dv's pool, refusing (as out of memory) a block that takes the pool past its cap. */
@@ -563,7 +563,7 @@ static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult 
 		format_size(tot, sizeof tot, total);
 		format_size(fr, sizeof fr, freeb);
 		if (c) {
-			format_size(cap, sizeof cap - 11, c);
+			format_size(cap, sizeof cap - 11, c - 1);
 			strcat(cap, " allowed; ");
 		}
 		format_size(alloc, sizeof alloc, (uint64_t)live);
@@ -657,21 +657,22 @@ void fragsim_empty_cache(void) {
 
 /*
  * fragsim_set_fraction caps device's pool at fraction of the device's total
- * memory, as PyTorch's allocator caps its reserved bytes (1 removes the
- * cap), and records the call.
+ * memory, as PyTorch's allocator caps its reserved bytes (1 removes the cap;
+ * 0 refuses every allocation), and records the call when a trace can hold
+ * it (a fraction in (0, 1]).
  */
 void fragsim_set_fraction(double fraction, int device) {
-	if (device >= 0 && device < FS_MAX_DEVICES && fraction > 0 && fraction <= 1) {
-		char err[256];
-		CUdevice d;
-		size_t total = 0;
-		uint64_t cap = 0;
-		if (fraction < 1 && fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS &&
-		    D.cuDeviceTotalMem(&total, d) == CUDA_SUCCESS)
-			cap = (uint64_t)(fraction * (double)total);
-		atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
-	}
-	if (!recording())
+	if (device < 0 || device >= FS_MAX_DEVICES || !(fraction >= 0 && fraction <= 1))
+		return;
+	char err[256];
+	CUdevice d;
+	size_t total = 0;
+	uint64_t cap = 0;
+	if (fraction < 1 && fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS &&
+	    D.cuDeviceTotalMem(&total, d) == CUDA_SUCCESS)
+		cap = (uint64_t)(fraction * (double)total) + 1;
+	atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
+	if (!recording() || fraction == 0)
 		return;
 	uint64_t bits;
 	memcpy(&bits, &fraction, sizeof bits);
