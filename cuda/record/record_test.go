@@ -439,7 +439,7 @@ func TestRecordOutput(t *testing.T) {
 	lib, env := setup(t)
 	dir := t.TempDir()
 	target, link := filepath.Join(dir, "target.fst"), filepath.Join(dir, "link.fst")
-	if err := os.WriteFile(target, []byte("previous"), 0o644); err != nil {
+	if err := os.WriteFile(target, []byte("previous"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink("target.fst", link); err != nil {
@@ -455,6 +455,9 @@ func TestRecordOutput(t *testing.T) {
 	}
 	if got, err := Summarize(target); err != nil || got.Allocs != s.Allocs || s.Allocs == 0 {
 		t.Errorf("target holds %+v, %v; want the trace of %d allocs", got, err, s.Allocs)
+	}
+	if st, err := os.Stat(target); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("target's mode %v, %v; want the previous file's 0640", st.Mode(), err)
 	}
 
 	ran := filepath.Join(dir, "ran")

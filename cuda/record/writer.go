@@ -43,6 +43,13 @@ func newTraceWriter(reg *ring.Region, out string) (*traceWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot write beside %s: %w", out, err)
 	}
+	// The trace gets the mode of the file it replaces, else the usual 0644
+	// (a temporary file starts at 0600).
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(out); err == nil {
+		mode = st.Mode().Perm()
+	}
+	f.Chmod(mode)
 	return &traceWriter{reg: reg, out: out, f: f}, nil
 }
 
