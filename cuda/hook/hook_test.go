@@ -171,18 +171,20 @@ func (c *checker) event(i int, e trace.Event, r *trace.Reader) error {
 // TestHookThreads drives the library from 8 threads at once through a
 // fake driver and checks that every call is in the trace exactly once, in
 // each thread's order, with its size and stream.
-// In the shared mode the records go through a region file that this test
-// drains while the harness runs, as fragsim record does.
+// In the shared modes the records go through a region file that this test
+// drains while the harness runs, as fragsim record does, or only once it
+// ended: the harness then grows the file to hold every record.
 func TestHookThreads(t *testing.T) {
-	for _, shared := range []bool{false, true} {
-		t.Run(map[bool]string{false: "private", true: "shared"}[shared], func(t *testing.T) { testHookThreads(t, shared) })
-	}
+	t.Run("private", func(t *testing.T) { testHookThreads(t, false, false) })
+	t.Run("shared", func(t *testing.T) { testHookThreads(t, true, false) })
+	t.Run("shared drained at exit", func(t *testing.T) { testHookThreads(t, true, true) })
 }
 
 // runShared runs cmd recording into a region file drained into the trace
 // at path by this process, and returns cmd's stdout. With killAfter > 0 it
-// kills cmd with SIGKILL once that many events are drained.
-func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64) ([]byte, error) {
+// kills cmd with SIGKILL once that many events are drained; with late it
+// drains only after cmd ended.
+func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late bool) ([]byte, error) {
 	t.Helper()
 	reg, regPath, err := ring.Create(t.TempDir(), 1024)
 	if err != nil {
@@ -223,6 +225,9 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64) ([]by
 		select {
 		case err := <-waited:
 			step(true)
+			if late && reg.Lost() == 0 && reg.Backed() <= 64 {
+				t.Errorf("the region did not grow past its first 64 chunks")
+			}
 			if fw != nil {
 				if cerr := fw.Close(); cerr != nil {
 					t.Fatal(cerr)
@@ -235,12 +240,14 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64) ([]by
 			}
 			return stdout.Bytes(), err
 		case <-time.After(20 * time.Millisecond):
-			step(false)
+			if !late {
+				step(false)
+			}
 		}
 	}
 }
 
-func testHookThreads(t *testing.T, shared bool) {
+func testHookThreads(t *testing.T, shared, late bool) {
 	dir, _, harness := build(t)
 	const threads, calls = 8, 10000
 	path := filepath.Join(t.TempDir(), "run.fragsim")
@@ -250,7 +257,7 @@ func testHookThreads(t *testing.T, shared bool) {
 	var out []byte
 	var err error
 	if shared {
-		out, err = runShared(t, cmd, path, 0)
+		out, err = runShared(t, cmd, path, 0, late)
 	} else {
 		out, err = cmd.Output()
 	}
@@ -422,7 +429,7 @@ func TestHookKilledShared(t *testing.T) {
 	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), "forever")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	_, err := runShared(t, cmd, path, 50000)
+	_, err := runShared(t, cmd, path, 50000, false)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("harness ended with %v, want killed\n%s", err, stderr.String())

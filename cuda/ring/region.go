@@ -166,6 +166,9 @@ func (r *Region) Pid() int { return int(int32(r.u32(offPid))) }
 // Lost returns the calls the recording process could not record (no room).
 func (r *Region) Lost() uint64 { return r.u64(offLost) }
 
+// Backed returns the chunks the region's file is long enough for.
+func (r *Region) Backed() uint64 { return r.u64(offBacked) }
+
 // Seq returns the next sequence number the recording process hands out.
 func (r *Region) Seq() uint64 { return r.u64(offSeq) }
 
