@@ -233,9 +233,15 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late 
 					t.Fatal(cerr)
 				}
 				// A killed thread may have taken a sequence number without
-				// publishing its call: at most one a thread.
-				if n := d.Missing(); n != 0 && (killAfter == 0 || n > 8) {
-					t.Errorf("%d calls missing", n)
+				// publishing its call: at most one a thread. A harness that
+				// records faster than this process drains (under the race
+				// detector) may find the region full: those calls are
+				// counted, not lost unseen.
+				if n := d.Skipped(); n != 0 && (killAfter == 0 || n > 8) {
+					t.Errorf("%d sequence numbers skipped", n)
+				}
+				if n := reg.Lost(); n != 0 && killAfter == 0 {
+					t.Errorf("%d calls found no room", n)
 				}
 			}
 			return stdout.Bytes(), err

@@ -44,10 +44,13 @@ func NewDrainer(r *Region, w *trace.Writer) *Drainer {
 func (d *Drainer) Err() error { return d.err }
 
 // Missing returns the calls that are not in the trace: those the recording
-// process found no room for, and sequence numbers never published (a thread
-// stopped between taking its number and publishing, or the process died
-// there).
+// process found no room for, and Skipped.
 func (d *Drainer) Missing() uint64 { return d.r.Lost() + d.seq.skipped }
+
+// Skipped returns the sequence numbers never published: a thread stopped
+// between taking its number and publishing its call, or the process died
+// there.
+func (d *Drainer) Skipped() uint64 { return d.seq.skipped }
 
 // Drain writes the records published so far. Unless all is set it stops
 // after about maxDrainTime and holds back records behind a sequence gap;
@@ -62,6 +65,7 @@ func (d *Drainer) Drain(now time.Time, all bool) error {
 			break
 		}
 		d.seq.add(d.buf...)
+		d.seq.backlog = len(d.buf) == drainBatch
 		for _, x := range d.seq.release(now, false) {
 			d.write(x)
 		}
