@@ -240,6 +240,7 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late 
 				if n := d.Skipped(); n != 0 && (killAfter == 0 || n > 8) {
 					t.Errorf("%d sequence numbers skipped", n)
 				}
+				t.Logf("%d events drained, %d calls found no room, %d numbers skipped", d.Events, reg.Lost(), d.Skipped())
 				if n := reg.Lost(); n != 0 && killAfter == 0 {
 					t.Errorf("%d calls found no room", n)
 				}
