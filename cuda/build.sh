@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the recording hook library (build/libfragsim_hook.so) and a fragsim
-# binary with cgo, so that `fragsim probe` works (build/fragsim). Needs Go and
-# gcc, no CUDA toolkit: the driver is loaded at run time. Binaries built
+# binary with cgo, so that `fragsim probe` works (build/fragsim). Needs Go, gcc
+# and g++, no CUDA toolkit nor PyTorch: both are found at run time. Binaries built
 # against an older glibc run on newer ones, so build on the oldest system.
 set -euo pipefail
 cd "$(dirname "$0")/.."

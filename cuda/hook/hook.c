@@ -3,52 +3,36 @@
  *
  * Memory comes from each device's default stream-ordered pool
  * (cuMemAllocFromPoolAsync / cuMemFreeAsync) with the release threshold at
- * its maximum. Every call is appended to a buffer owned by the calling
- * thread: a singly linked list of fixed-size chunks that only that thread
- * writes and only the drainer (one Go goroutine) reads, so recording takes
- * no lock; the only shared write is one atomic increment of the sequence
- * counter.
+ * its maximum. Every call is appended to a queue owned by the calling
+ * thread in the record region (ring.h): a list of fixed-size chunks that
+ * only that thread writes and only the drainer reads, so recording takes no
+ * lock; the only shared write is one atomic increment of the sequence
+ * counter. Under `fragsim record` the region is a file the parent maps too,
+ * so what a thread published survives the process dying in any way.
  */
 #define _GNU_SOURCE
 #include "hook.h"
 #include "../csrc/cudrv.h"
 
 void fs_close_trace(void); /* atexit.c */
+int fs_oom_can_throw(void);  /* oom.cc */
+void fs_throw_oom(const char *msg);
 
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#define FS_CHUNK_RECS 1024
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #define FS_MAX_DEVICES 64
-#define FS_SPARES 32 /* drained chunks a queue keeps for reuse */
-
-typedef struct fs_chunk {
-	_Atomic uint32_t n;              /* records published; written by the owner thread only */
-	_Atomic(struct fs_chunk *) next; /* set by the owner once n == FS_CHUNK_RECS */
-	fs_rec recs[FS_CHUNK_RECS];
-} fs_chunk;
-
-/*
- * fs_queue is one thread's buffer. Drained chunks go back to the owner
- * through spare, a ring with one writer (the drainer: head) and one reader
- * (the owner: tail), so that a thread in steady state allocates nothing.
- */
-typedef struct fs_queue {
-	fs_chunk *write;       /* owner thread's current chunk */
-	fs_chunk *read;        /* drainer's current chunk; NULL once a dead thread is drained */
-	uint32_t read_i;       /* drainer's index in read */
-	_Atomic int dead;      /* the owner thread exited */
-	struct fs_queue *next; /* registry link, immutable once published */
-	int32_t tid;
-	_Atomic uint32_t spare_head;
-	_Atomic uint32_t spare_tail;
-	fs_chunk *spare[FS_SPARES];
-} fs_queue;
+#define FS_GROW_CHUNKS 64 /* a region file grows by this many chunks at a time */
 
 static cudrv D;
 static _Atomic int g_driver_state; /* 0 not loaded, 1 loaded, -1 failed */
@@ -64,12 +48,20 @@ static fs_device g_dev[FS_MAX_DEVICES];
 
 /* Live and peak requested bytes per device, for torch.cuda.memory_stats. */
 static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
+/* The pool's reserved bytes at the device's last memory sample. */
+static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
+static _Atomic int g_sampler_on, g_sampler_stop;
+/* The pool's cap per device from set_per_process_memory_fraction, plus one; 0: none. */
+static _Atomic uint64_t g_cap[FS_MAX_DEVICES];
+
+#define FS_SAMPLE_EVERY_NS 100000000L /* the device-memory sampler's period */
 
 static _Atomic int g_recording;
-static _Atomic uint64_t g_seq;
-static _Atomic uint64_t g_lost;
-static _Atomic(fs_queue *) g_queues;
-static __thread fs_queue *t_queue;
+static fs_ring_hdr *g_ring; /* the region; set once before recording starts */
+static uint64_t g_ring_bytes;
+static int g_ring_fd = -1; /* the region file, grown as chunks are needed; -1: anonymous */
+static pthread_mutex_t g_grow_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread fs_ring_queue *t_queue;
 static pthread_key_t g_queue_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
@@ -142,160 +134,266 @@ static fs_device *device_ready(int device) {
 	return dv;
 }
 
-/* ---- per-thread buffers ---- */
+/* ---- the record region ---- */
+
+static inline fs_ring_queue *ring_queue(uint32_t i) {
+	return (fs_ring_queue *)((char *)g_ring + FS_RING_QUEUES_OFF + (uint64_t)i * sizeof(fs_ring_queue));
+}
+
+static inline fs_ring_chunk *ring_chunk(uint32_t i) {
+	return (fs_ring_chunk *)((char *)g_ring + FS_RING_CHUNKS_OFF + (uint64_t)i * sizeof(fs_ring_chunk));
+}
+
+static void after_fork_child(void) {
+	/* A forked child shares a file region with its parent: it must never write to it. */
+	atomic_store_explicit(&g_recording, 0, memory_order_relaxed);
+	t_queue = NULL;
+}
+
+static void ring_common(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+int fs_ring_attach(const char *path, char *err, size_t errlen) {
+	if (g_ring) {
+		snprintf(err, errlen, "a record region is already set up");
+		return -1;
+	}
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot open the record region %s: %s", path, strerror(errno));
+		return -1;
+	}
+	fs_ring_hdr h;
+	if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != FS_RING_MAGIC ||
+	    h.version != FS_RING_VERSION || h.max_chunks == 0 || h.max_chunks > UINT32_MAX / 2) {
+		snprintf(err, errlen, "%s is not a fragsim record region of this version", path);
+		close(fd);
+		return -1;
+	}
+	uint64_t bytes = FS_RING_SIZE(h.max_chunks);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "cannot map the record region %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	fs_ring_hdr *rh = p;
+	int32_t none = 0;
+	if (!atomic_compare_exchange_strong(&rh->pid, &none, (int32_t)getpid())) {
+		snprintf(err, errlen, "process %d already records into %s (one recorded process per run)", none, path);
+		munmap(p, bytes);
+		close(fd);
+		return -1;
+	}
+	g_ring = rh;
+	g_ring_bytes = bytes;
+	g_ring_fd = fd;
+	ring_common();
+	return 0;
+}
+
+int fs_ring_anon(uint64_t max_chunks, char *err, size_t errlen) {
+	if (g_ring) {
+		snprintf(err, errlen, "a record region is already set up");
+		return -1;
+	}
+	uint64_t bytes = FS_RING_SIZE(max_chunks);
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "cannot map %llu bytes for the record buffers: %s", (unsigned long long)bytes,
+			 strerror(errno));
+		return -1;
+	}
+	fs_ring_hdr *h = p;
+	h->magic = FS_RING_MAGIC;
+	h->version = FS_RING_VERSION;
+	h->max_chunks = max_chunks;
+	atomic_store(&h->backed, max_chunks);
+	atomic_store(&h->pid, (int32_t)getpid());
+	g_ring = h;
+	g_ring_bytes = bytes;
+	ring_common();
+	return 0;
+}
+
+void *fs_ring_base(uint64_t *bytes) {
+	*bytes = g_ring_bytes;
+	return g_ring;
+}
+
+/*
+ * back makes sure the region file is long enough for chunk i. Writing a
+ * mapped page past the end of a file kills the process (SIGBUS), so the file
+ * is grown, with its blocks allocated, before a chunk there is used.
+ */
+static int back(uint32_t i) {
+	if (i < atomic_load_explicit(&g_ring->backed, memory_order_acquire))
+		return 0;
+	if (g_ring_fd < 0)
+		return -1;
+	int ok = 0;
+	pthread_mutex_lock(&g_grow_mu);
+	uint64_t have = atomic_load_explicit(&g_ring->backed, memory_order_relaxed);
+	if (i >= have) {
+		uint64_t want = (uint64_t)i + FS_GROW_CHUNKS;
+		if (want > g_ring->max_chunks)
+			want = g_ring->max_chunks;
+		off_t from = (off_t)FS_RING_SIZE(have), to = (off_t)FS_RING_SIZE(want);
+		int r = posix_fallocate(g_ring_fd, from, to - from);
+		if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL)
+			r = ftruncate(g_ring_fd, to) == 0 ? 0 : errno;
+		if (r == 0)
+			atomic_store_explicit(&g_ring->backed, want, memory_order_release);
+		else
+			ok = -1;
+	}
+	pthread_mutex_unlock(&g_grow_mu);
+	return ok;
+}
+
+/* pop_free takes a chunk off the region's free stack; -1 when it is empty. */
+static int64_t pop_free(void) {
+	uint64_t old = atomic_load_explicit(&g_ring->free_top, memory_order_acquire);
+	while ((uint32_t)old != 0) {
+		uint32_t i = (uint32_t)old - 1;
+		uint32_t nx = atomic_load_explicit(&ring_chunk(i)->free_next, memory_order_relaxed);
+		uint64_t nw = (uint64_t)nx | (((old >> 32) + 1) << 32);
+		if (atomic_compare_exchange_weak_explicit(&g_ring->free_top, &old, nw, memory_order_acq_rel,
+							  memory_order_acquire))
+			return i;
+	}
+	return -1;
+}
+
+/* new_chunk returns an empty chunk for q's owner: a spare one, a free one or a new one; -1 when none is left. */
+static int64_t new_chunk(fs_ring_queue *q) {
+	int64_t i;
+	uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_relaxed);
+	if (t != atomic_load_explicit(&q->spare_head, memory_order_acquire)) {
+		i = q->spare[t % FS_SPARES];
+		atomic_store_explicit(&q->spare_tail, t + 1, memory_order_release);
+	} else if ((i = pop_free()) < 0) {
+		uint64_t b = atomic_fetch_add_explicit(&g_ring->brk, 1, memory_order_relaxed);
+		if (b >= g_ring->max_chunks || back((uint32_t)b) != 0)
+			return -1;
+		i = (int64_t)b;
+	}
+	fs_ring_chunk *c = ring_chunk((uint32_t)i);
+	atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->next, 0, memory_order_relaxed);
+	return i;
+}
 
 /*
  * queue_thread_exit marks the exiting thread's queue dead. A later call on
  * the same thread (from another key's destructor) starts a new queue.
  */
 static void queue_thread_exit(void *p) {
-	fs_queue *q = p;
+	fs_ring_queue *q = p;
 	t_queue = NULL;
-	atomic_store_explicit(&q->dead, 1, memory_order_release);
+	atomic_store_explicit(&q->state, FS_Q_DEAD, memory_order_release);
 }
 
 static void make_key(void) { pthread_key_create(&g_queue_key, queue_thread_exit); }
 
-/* new_chunk returns an empty chunk for q's owner: a spare one, else a new one. */
-static fs_chunk *new_chunk(fs_queue *q) {
-	fs_chunk *c;
-	uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_relaxed);
-	if (t != atomic_load_explicit(&q->spare_head, memory_order_acquire)) {
-		c = q->spare[t % FS_SPARES];
-		atomic_store_explicit(&q->spare_tail, t + 1, memory_order_release);
-	} else if (!(c = malloc(sizeof *c))) {
-		return NULL;
-	}
-	atomic_store_explicit(&c->n, 0, memory_order_relaxed);
-	atomic_store_explicit(&c->next, NULL, memory_order_relaxed);
-	return c;
-}
-
-/* recycle hands a drained chunk back to q's owner, or frees it. */
-static void recycle(fs_queue *q, fs_chunk *c, int dead) {
-	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
-	if (!dead && h - atomic_load_explicit(&q->spare_tail, memory_order_acquire) < FS_SPARES) {
-		q->spare[h % FS_SPARES] = c;
-		atomic_store_explicit(&q->spare_head, h + 1, memory_order_release);
-		return;
-	}
-	free(c);
-}
-
-/* retire frees a dead, fully drained queue's chunks. */
-static void retire(fs_queue *q, fs_chunk *c) {
-	free(c);
-	uint32_t h = atomic_load_explicit(&q->spare_head, memory_order_relaxed);
-	for (uint32_t t = atomic_load_explicit(&q->spare_tail, memory_order_acquire); t != h; t++)
-		free(q->spare[t % FS_SPARES]);
-	atomic_store_explicit(&q->spare_tail, h, memory_order_relaxed);
-	q->read = NULL;
-}
-
-static fs_queue *thread_queue(void) {
-	fs_queue *q = t_queue;
+/* thread_queue returns the calling thread's queue, claiming a free one first. */
+static fs_ring_queue *thread_queue(void) {
+	fs_ring_queue *q = t_queue;
 	if (q)
 		return q;
-	q = calloc(1, sizeof *q);
-	fs_chunk *c = q ? new_chunk(q) : NULL;
-	if (!c) {
-		free(q);
-		return NULL;
+	for (uint32_t i = 0; i < FS_MAX_QUEUES; i++) {
+		q = ring_queue(i);
+		uint32_t st = FS_Q_FREE;
+		if (!atomic_compare_exchange_strong_explicit(&q->state, &st, FS_Q_CLAIMING, memory_order_acquire,
+							     memory_order_relaxed))
+			continue;
+		atomic_store_explicit(&q->spare_head, 0, memory_order_relaxed);
+		atomic_store_explicit(&q->spare_tail, 0, memory_order_relaxed);
+		int64_t c = new_chunk(q);
+		if (c < 0) {
+			atomic_store_explicit(&q->state, FS_Q_FREE, memory_order_release);
+			return NULL;
+		}
+		q->write = q->read = (uint32_t)c;
+		q->read_i = 0;
+		q->tid = (int32_t)syscall(SYS_gettid);
+		uint32_t n = atomic_load_explicit(&g_ring->nqueues, memory_order_relaxed);
+		while (n < i + 1 && !atomic_compare_exchange_weak_explicit(&g_ring->nqueues, &n, i + 1,
+									  memory_order_relaxed, memory_order_relaxed))
+			;
+		atomic_store_explicit(&q->state, FS_Q_LIVE, memory_order_release);
+		pthread_once(&g_key_once, make_key);
+		pthread_setspecific(g_queue_key, q);
+		t_queue = q;
+		return q;
 	}
-	q->write = c;
-	q->read = c;
-	q->tid = (int32_t)syscall(SYS_gettid);
-	pthread_once(&g_key_once, make_key);
-	pthread_setspecific(g_queue_key, q);
-	fs_queue *head = atomic_load_explicit(&g_queues, memory_order_relaxed);
-	do {
-		q->next = head;
-	} while (!atomic_compare_exchange_weak_explicit(&g_queues, &head, q, memory_order_release,
-							memory_order_relaxed));
-	t_queue = q;
-	return q;
+	return NULL;
 }
 
 /*
- * record appends one call. The slot is secured before the sequence number
- * is taken, so every number handed out is published (no gaps).
+ * slots returns k free slots in a row in the calling thread's current
+ * chunk, moving to a new chunk when the current one has too few, and the
+ * chunk's published count in *n; NULL when there is no room.
  */
-static void record(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
-		   uint64_t size, uint64_t aux) {
-	fs_queue *q = thread_queue();
-	if (!q) {
-		atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-		return;
-	}
-	fs_chunk *c = q->write;
+static fs_rec *slots(uint32_t k, fs_ring_chunk **cp, uint32_t *np) {
+	fs_ring_queue *q = thread_queue();
+	if (!q)
+		return NULL;
+	fs_ring_chunk *c = ring_chunk(q->write);
 	uint32_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
-	if (n == FS_CHUNK_RECS) {
-		fs_chunk *nc = new_chunk(q);
-		if (!nc) {
-			atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-			return;
-		}
-		atomic_store_explicit(&c->next, nc, memory_order_release);
-		q->write = nc;
-		c = nc;
+	if (n + k > FS_CHUNK_RECS) {
+		int64_t i = new_chunk(q);
+		if (i < 0)
+			return NULL;
+		atomic_store_explicit(&c->next, (uint32_t)i + 1, memory_order_release);
+		q->write = (uint32_t)i;
+		c = ring_chunk((uint32_t)i);
 		n = 0;
 	}
-	fs_rec *r = &c->recs[n];
-	r->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_seq_cst);
+	*cp = c;
+	*np = n;
+	return &c->recs[n];
+}
+
+/*
+ * record appends one call (with text, for a marker, in the slots after it).
+ * The slots are secured before the sequence number is taken, so every
+ * number handed out is published (no gaps) unless the process dies between
+ * the two.
+ */
+static void record_text(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
+			uint64_t size, uint64_t aux, const char *text, uint32_t tlen) {
+	uint32_t k = 1 + (tlen + sizeof(fs_rec) - 1) / sizeof(fs_rec);
+	fs_ring_chunk *c;
+	uint32_t n;
+	fs_rec *r = g_ring ? slots(k, &c, &n) : NULL;
+	if (!r) {
+		if (g_ring)
+			atomic_fetch_add_explicit(&g_ring->lost, 1, memory_order_relaxed);
+		return;
+	}
+	if (tlen)
+		memcpy(r + 1, text, tlen);
+	r->seq = atomic_fetch_add_explicit(&g_ring->seq, 1, memory_order_seq_cst);
 	r->time_ns = now_ns();
 	r->addr = addr;
 	r->size = size;
 	r->stream = stream;
 	r->aux = aux;
 	r->device = device;
-	r->tid = q->tid;
+	r->tid = t_queue->tid;
 	r->kind = kind;
 	r->marker = marker;
-	atomic_store_explicit(&c->n, n + 1, memory_order_release);
+	atomic_store_explicit(&c->n, n + k, memory_order_release);
+}
+
+static inline void record(uint8_t kind, uint8_t marker, int device, uint64_t stream, uint64_t addr,
+			  uint64_t size, uint64_t aux) {
+	record_text(kind, marker, device, stream, addr, size, aux, NULL, 0);
 }
 
 static inline int recording(void) { return atomic_load_explicit(&g_recording, memory_order_relaxed); }
 
 void fs_set_recording(int on) { atomic_store_explicit(&g_recording, on, memory_order_seq_cst); }
-
-uint64_t fs_lost(void) { return atomic_load(&g_lost); }
-
-uint64_t fs_seq(void) { return atomic_load(&g_seq); }
-
-size_t fs_drain(fs_rec *out, size_t max) {
-	size_t got = 0;
-	for (fs_queue *q = atomic_load_explicit(&g_queues, memory_order_acquire); q && got < max;
-	     q = q->next) {
-		while (q->read && got < max) {
-			/* Read dead before n: if the thread had exited, every record it made is visible. */
-			int dead = atomic_load_explicit(&q->dead, memory_order_acquire);
-			fs_chunk *c = q->read;
-			uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
-			uint32_t take = n - q->read_i;
-			if (take > max - got)
-				take = (uint32_t)(max - got);
-			memcpy(out + got, c->recs + q->read_i, take * sizeof(fs_rec));
-			got += take;
-			q->read_i += take;
-			if (q->read_i < FS_CHUNK_RECS) {
-				if (dead && q->read_i == n &&
-				    atomic_load_explicit(&c->next, memory_order_acquire) == NULL)
-					retire(q, c);
-				break;
-			}
-			fs_chunk *next = atomic_load_explicit(&c->next, memory_order_acquire);
-			if (!next) {
-				if (dead)
-					retire(q, c);
-				break;
-			}
-			recycle(q, c, dead);
-			q->read = next;
-			q->read_i = 0;
-		}
-	}
-	return got;
-}
 
 /* ---- the allocator ---- */
 
@@ -313,6 +411,179 @@ static inline void restore_ctx(fs_device *dv, CUcontext prev) {
 		D.cuCtxSetCurrent(prev);
 }
 
+/*
+ * sample records device's free and total memory (cuMemGetInfo) with the
+ * pool's reserved bytes, so that a reader finds the memory outside this
+ * process's pool: total - free - reserved. dv's context must be current.
+ */
+static void sample(fs_device *dv, int device) {
+	size_t freeb = 0, total = 0;
+	unsigned long long res = 0, again = 0;
+	/* Read the pool on both sides of cuMemGetInfo: a sample is kept only
+	 * when no other thread grew or trimmed the pool in between. */
+	for (int try = 0;; try++) {
+		if (try == 3 || D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) != CUDA_SUCCESS ||
+		    D.cuMemGetInfo(&freeb, &total) != CUDA_SUCCESS ||
+		    D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &again) != CUDA_SUCCESS)
+			return;
+		if (res == again)
+			break;
+	}
+	atomic_store_explicit(&g_res_seen[device], res, memory_order_relaxed);
+	record(FS_REC_DEVICE_MEM, 0, device, 0, res, freeb, total);
+}
+
+/*
+ * sample_if_grown samples device when its pool grew since the last sample.
+ * The pool can only have grown when the live bytes passed the reserved
+ * bytes last seen: one relaxed load on the hot path, no driver call.
+ */
+static inline void sample_if_grown(fs_device *dv, int device, int64_t live) {
+	uint64_t seen = atomic_load_explicit(&g_res_seen[device], memory_order_relaxed);
+	if ((uint64_t)live <= seen)
+		return;
+	CUcontext prev = with_ctx(dv);
+	unsigned long long res = 0;
+	if (D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > seen)
+		sample(dv, device);
+	restore_ctx(dv, prev);
+}
+
+/* sampler samples every ready device every FS_SAMPLE_EVERY_NS while recording. */
+static void *sampler(void *arg) {
+	(void)arg;
+	struct timespec ts = {0, FS_SAMPLE_EVERY_NS};
+	while (!atomic_load_explicit(&g_sampler_stop, memory_order_relaxed)) {
+		nanosleep(&ts, NULL);
+		if (!recording())
+			continue;
+		for (int i = 0; i < FS_MAX_DEVICES; i++) {
+			fs_device *dv = &g_dev[i];
+			if (atomic_load_explicit(&dv->ready, memory_order_acquire) != 1)
+				continue;
+			CUcontext prev = with_ctx(dv);
+			sample(dv, i);
+			restore_ctx(dv, prev);
+		}
+	}
+	atomic_store(&g_sampler_on, 0);
+	return NULL;
+}
+
+void fs_start_sampler(void) {
+	atomic_store(&g_sampler_stop, 0);
+	if (atomic_exchange(&g_sampler_on, 1))
+		return;
+	/* Signals go to the program's threads, never to the sampler. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	if (pthread_create(&t, &a, sampler, NULL) != 0)
+		atomic_store(&g_sampler_on, 0);
+	pthread_attr_destroy(&a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void fs_stop_sampler(void) { atomic_store(&g_sampler_stop, 1); }
+
+/*
+ * over_cap says whether device's pool reserves more than the cap that
+ * set_per_process_memory_fraction set (PyTorch's allowed maximum: the
+ * fraction of the device's total memory). It reads the pool only when a
+ * cap is set. dv's context must be current.
+ */
+static int over_cap(fs_device *dv, int device) {
+	uint64_t cap = atomic_load_explicit(&g_cap[device], memory_order_relaxed);
+	if (!cap)
+		return 0;
+	unsigned long long res = 0;
+	return D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > cap - 1;
+}
+
+/* alloc_capped allocates from dv's pool, refusing (as out of memory) a block that takes the pool past its cap. */
+static CUresult alloc_capped(fs_device *dv, int device, CUdeviceptr *p, size_t size, CUstream stream) {
+	CUresult r = D.cuMemAllocFromPoolAsync(p, size, dv->pool, stream);
+	if (r == CUDA_SUCCESS && over_cap(dv, device)) {
+		D.cuMemFreeAsync(*p, stream);
+		*p = 0;
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return r;
+}
+
+/* format_size writes n bytes as PyTorch's OOM messages do. */
+static void format_size(char *buf, size_t len, uint64_t n) {
+	if (n <= 1024)
+		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+	else if (n <= 1048576)
+		snprintf(buf, len, "%.2f KiB", n / 1024.0);
+	else if (n <= 1073741824)
+		snprintf(buf, len, "%.2f MiB", n / 1048576.0);
+	else
+		snprintf(buf, len, "%.2f GiB", n / 1073741824.0);
+}
+
+/*
+ * oom ends an allocation the pool refused: it records the oom event, then
+ * raises PyTorch's OutOfMemoryError with the native allocator's message
+ * when the process has libc10 (fs_throw_oom does not return then).
+ * Otherwise PyTorch's pluggable allocator cannot report it (it does not
+ * check for NULL: the program would go on with a null tensor and fail later
+ * with an illegal memory access), so the trace is saved and the process
+ * stops, unless FRAGSIM_OOM_RETURNS_NULL=1.
+ */
+static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult r, CUcontext prev) {
+	size_t freeb = 0, total = 0;
+	unsigned long long res = 0;
+	D.cuMemGetInfo(&freeb, &total);
+	D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res);
+	restore_ctx(dv, prev);
+	if (recording())
+		record(FS_REC_OOM, 0, device, (uint64_t)(uintptr_t)stream, 0, (uint64_t)size, freeb);
+	if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: %s (error %d)\n", size, device,
+			cudrv_errstr(&D, r), r);
+		return;
+	}
+	const char *null_ok = getenv("FRAGSIM_OOM_RETURNS_NULL");
+	if (null_ok && *null_ok == '1') {
+		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: out of memory (%zu bytes free)\n", size,
+			device, freeb);
+		return;
+	}
+	if (fs_oom_can_throw()) {
+		char req[32], tot[32], fr[32], cap[48] = "", alloc[32], unalloc[32];
+		int64_t live = atomic_load_explicit(&g_live[device], memory_order_relaxed);
+		uint64_t c = atomic_load_explicit(&g_cap[device], memory_order_relaxed);
+		format_size(req, sizeof req, (uint64_t)size);
+		format_size(tot, sizeof tot, total);
+		format_size(fr, sizeof fr, freeb);
+		if (c) {
+			format_size(cap, sizeof cap - 11, c - 1);
+			strcat(cap, " allowed; ");
+		}
+		format_size(alloc, sizeof alloc, (uint64_t)live);
+		format_size(unalloc, sizeof unalloc, res > (uint64_t)live ? res - (uint64_t)live : 0);
+		char msg[1024];
+		snprintf(msg, sizeof msg,
+			 "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
+			 "%sOf the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but "
+			 "unallocated. (Raised by fragsim's recording allocator.)",
+			 req, device, tot, fr, cap, alloc, unalloc);
+		fs_throw_oom(msg);
+	}
+	fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: out of memory (%zu bytes free)\n", size,
+		device, freeb);
+	fprintf(stderr, "fragsim: out of GPU memory; PyTorch's pluggable allocator cannot report it, "
+			"so the process stops here (the trace is saved)\n");
+	fs_close_trace();
+	abort();
+}
+
 void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
@@ -321,33 +592,15 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 		return NULL;
 	CUcontext prev = with_ctx(dv);
 	CUdeviceptr p = 0;
-	CUresult r = D.cuMemAllocFromPoolAsync(&p, (size_t)size, dv->pool, (CUstream)stream);
+	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
 		D.cuCtxSynchronize();
 		D.cuMemPoolTrimTo(dv->pool, 0);
-		r = D.cuMemAllocFromPoolAsync(&p, (size_t)size, dv->pool, (CUstream)stream);
+		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	}
 	if (r != CUDA_SUCCESS) {
-		size_t freeb = 0, total = 0;
-		D.cuMemGetInfo(&freeb, &total);
-		restore_ctx(dv, prev);
-		if (recording())
-			record(FS_REC_OOM, 0, device, (uint64_t)(uintptr_t)stream, 0, (uint64_t)size, freeb);
-		fprintf(stderr, "fragsim: cannot allocate %zd bytes on device %d: %s (error %d, %zu bytes free)\n",
-			size, device, cudrv_errstr(&D, r), r, freeb);
-		const char *null_ok = getenv("FRAGSIM_OOM_RETURNS_NULL");
-		if (r == CUDA_ERROR_OUT_OF_MEMORY && !(null_ok && *null_ok == '1')) {
-			/*
-			 * PyTorch's pluggable allocator does not check for NULL: the
-			 * program would go on with a null tensor and fail later with
-			 * an illegal memory access. Save the trace and stop here.
-			 */
-			fprintf(stderr, "fragsim: out of GPU memory; PyTorch's pluggable allocator cannot report it, "
-					"so the process stops here (the trace is saved)\n");
-			fs_close_trace();
-			abort();
-		}
+		oom(dv, device, size, stream, r, prev);
 		return NULL;
 	}
 	restore_ctx(dv, prev);
@@ -356,8 +609,10 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	while (live > peak && !atomic_compare_exchange_weak_explicit(&g_peak[device], &peak, live, memory_order_relaxed,
 								      memory_order_relaxed))
 		;
-	if (recording())
+	if (recording()) {
 		record(FS_REC_ALLOC, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)p, (uint64_t)size, 0);
+		sample_if_grown(dv, device, live);
+	}
 	return (void *)(uintptr_t)p;
 }
 
@@ -392,6 +647,7 @@ void fragsim_empty_cache(void) {
 		D.cuCtxSynchronize();
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
+		atomic_store_explicit(&g_res_seen[i], 0, memory_order_relaxed); /* the next allocation samples the pool again */
 		if (recording())
 			record(FS_REC_EMPTY_CACHE, 0, i, 0, 0, 0, 0);
 	}
@@ -399,8 +655,24 @@ void fragsim_empty_cache(void) {
 		record(FS_REC_EMPTY_CACHE, 0, 0, 0, 0, 0, 0);
 }
 
+/*
+ * fragsim_set_fraction caps device's pool at fraction of the device's total
+ * memory, as PyTorch's allocator caps its reserved bytes (1 removes the cap;
+ * 0 refuses every allocation), and records the call when a trace can hold
+ * it (a fraction in (0, 1]).
+ */
 void fragsim_set_fraction(double fraction, int device) {
-	if (!recording())
+	if (device < 0 || device >= FS_MAX_DEVICES || !(fraction >= 0 && fraction <= 1))
+		return;
+	char err[256];
+	CUdevice d;
+	size_t total = 0;
+	uint64_t cap = 0;
+	if (fraction < 1 && fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS &&
+	    D.cuDeviceTotalMem(&total, d) == CUDA_SUCCESS)
+		cap = (uint64_t)(fraction * (double)total) + 1;
+	atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
+	if (!recording() || fraction == 0)
 		return;
 	uint64_t bits;
 	memcpy(&bits, &fraction, sizeof bits);
@@ -410,12 +682,10 @@ void fragsim_set_fraction(double fraction, int device) {
 void fragsim_marker(int kind, const char *text) {
 	if (!recording())
 		return;
-	char *copy = strdup(text ? text : "");
-	if (!copy) {
-		atomic_fetch_add_explicit(&g_lost, 1, memory_order_relaxed);
-		return;
-	}
-	record(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, 0, (uint64_t)(uintptr_t)copy);
+	size_t len = text ? strlen(text) : 0;
+	if (len > FS_TEXT_MAX)
+		len = FS_TEXT_MAX;
+	record_text(FS_REC_MARKER, (uint8_t)kind, 0, 0, 0, len, 0, text, (uint32_t)len);
 }
 
 /*

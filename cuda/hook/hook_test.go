@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fragsim/fragsim/cuda/ring"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -169,14 +171,103 @@ func (c *checker) event(i int, e trace.Event, r *trace.Reader) error {
 // TestHookThreads drives the library from 8 threads at once through a
 // fake driver and checks that every call is in the trace exactly once, in
 // each thread's order, with its size and stream.
+// In the shared modes the records go through a region file that this test
+// drains while the harness runs, as fragsim record does, or only once it
+// ended: the harness then grows the file to hold every record.
 func TestHookThreads(t *testing.T) {
+	t.Run("private", func(t *testing.T) { testHookThreads(t, false, false) })
+	t.Run("shared", func(t *testing.T) { testHookThreads(t, true, false) })
+	t.Run("shared drained at exit", func(t *testing.T) { testHookThreads(t, true, true) })
+}
+
+// runShared runs cmd recording into a region file drained into the trace
+// at path by this process, and returns cmd's stdout. With killAfter > 0 it
+// kills cmd with SIGKILL once that many events are drained; with late it
+// drains only after cmd ended.
+func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late bool) ([]byte, error) {
+	t.Helper()
+	reg, regPath, err := ring.Create(t.TempDir(), 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	cmd.Env = append(cmd.Env, "FRAGSIM_SHM="+regPath)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var fw *trace.FileWriter
+	var d *ring.Drainer
+	step := func(all bool) {
+		if d == nil && reg.State() != ring.StateInit {
+			var h trace.Header
+			if err := json.Unmarshal(reg.Meta(), &h); err != nil {
+				t.Fatalf("region header: %v", err)
+			}
+			if fw, err = trace.Create(path, &h); err != nil {
+				t.Fatal(err)
+			}
+			d = ring.NewDrainer(reg, fw.Writer)
+		}
+		if d != nil {
+			if err := d.Drain(time.Now(), all); err != nil {
+				t.Fatal(err)
+			}
+			if killAfter > 0 && d.Events >= killAfter {
+				cmd.Process.Signal(syscall.SIGKILL)
+			}
+		}
+	}
+	for {
+		select {
+		case err := <-waited:
+			step(true)
+			if late && reg.Lost() == 0 && reg.Backed() <= 64 {
+				t.Errorf("the region did not grow past its first 64 chunks")
+			}
+			if fw != nil {
+				if cerr := fw.Close(); cerr != nil {
+					t.Fatal(cerr)
+				}
+				// A killed thread may have taken a sequence number without
+				// publishing its call: at most one a thread. A harness that
+				// records faster than this process drains (under the race
+				// detector) may find the region full: those calls are
+				// counted, not lost unseen.
+				if n := d.Skipped(); n != 0 && (killAfter == 0 || n > 8) {
+					t.Errorf("%d sequence numbers skipped", n)
+				}
+				t.Logf("%d events drained, %d calls found no room, %d numbers skipped", d.Events, reg.Lost(), d.Skipped())
+				if n := reg.Lost(); n != 0 && killAfter == 0 {
+					t.Errorf("%d calls found no room", n)
+				}
+			}
+			return stdout.Bytes(), err
+		case <-time.After(20 * time.Millisecond):
+			if !late {
+				step(false)
+			}
+		}
+	}
+}
+
+func testHookThreads(t *testing.T, shared, late bool) {
 	dir, _, harness := build(t)
 	const threads, calls = 8, 10000
 	path := filepath.Join(t.TempDir(), "run.fragsim")
 	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), fmt.Sprint(calls))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var out []byte
+	var err error
+	if shared {
+		out, err = runShared(t, cmd, path, 0, late)
+	} else {
+		out, err = cmd.Output()
+	}
 	if err != nil {
 		t.Fatalf("harness: %v\n%s", err, stderr.String())
 	}
@@ -233,7 +324,7 @@ func TestHookThreads(t *testing.T) {
 			t.Fatalf("event %d: %v", i, err)
 		}
 		kinds[e.Kind]++
-		if len(first) < 4 {
+		if len(first) < 4 && e.Kind != trace.KindDeviceMem { // the sampler's timer may come in between
 			first = append(first, e)
 		}
 		if err := c.event(i, e, f.Reader); err != nil {
@@ -333,6 +424,45 @@ func TestHookKilled(t *testing.T) {
 		t.Fatalf("no allocations read back (%d events)", n)
 	}
 	t.Logf("%d events, %d allocs read back after SIGKILL", n, c.nAllocs)
+}
+
+// TestHookKilledShared kills a process recording into a region file with
+// SIGKILL: the drainer writes everything its threads published, and the
+// trace, closed by the drainer, reads to its end.
+func TestHookKilledShared(t *testing.T) {
+	dir, _, harness := build(t)
+	const threads = 4
+	path := filepath.Join(t.TempDir(), "killed.fragsim")
+	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), "forever")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	_, err := runShared(t, cmd, path, 50000, false)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("harness ended with %v, want killed\n%s", err, stderr.String())
+	}
+	f, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := newChecker(threads)
+	n := 0
+	for ; ; n++ {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d events: %v", n, err)
+		}
+		if err := c.event(n, e, f.Reader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n < 50000 || c.nAllocs == 0 {
+		t.Fatalf("%d events, %d allocs read back; want at least the 50000 drained before the kill", n, c.nAllocs)
+	}
 }
 
 // TestHookOpenErrors checks the errors fragsim_open gives without a GPU or

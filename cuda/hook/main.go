@@ -4,16 +4,20 @@
 //
 // The allocation hot path (fragsim_alloc, fragsim_free and the other
 // recording calls) is C, in hook.c: it serves memory from the CUDA driver's
-// stream-ordered pool and appends each call to a buffer of the calling
-// thread. This Go side opens the trace (fragsim_open), drains the buffers in
-// a background goroutine into the trace format, ends a chunk at least every
-// second (fragsim_flush does it on demand) and closes the file
-// (fragsim_close, also registered with atexit).
+// stream-ordered pool and appends each call to a queue of the calling
+// thread in the record region (package cuda/ring). Under `fragsim record`
+// ($FRAGSIM_SHM names the region file) the parent drains the region and
+// writes the trace, whatever way this process ends. Otherwise this Go side
+// drains a private region in a background goroutine into the trace file
+// (fragsim_open), ends a chunk at least every second (fragsim_flush does it
+// on demand) and closes the file (fragsim_close, also registered with
+// atexit).
 package main
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11 -Wall
-#cgo LDFLAGS: -ldl -lpthread
+#cgo CFLAGS: -O2 -std=gnu11 -Wall -fexceptions
+#cgo CXXFLAGS: -O2 -std=c++17 -Wall
+#cgo LDFLAGS: -ldl -lpthread -lstdc++
 #include <stdlib.h>
 #include "hook.h"
 void fs_register_atexit(void);
@@ -31,6 +35,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/fragsim/fragsim/cuda/ring"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -40,10 +45,6 @@ const Version = "fragsim-hook 0.1"
 const (
 	drainEvery = 200 * time.Millisecond
 	flushEvery = time.Second
-	gapTimeout = 2 * time.Second
-	drainBatch = 4096
-
-	maxDrainTime = 100 * time.Millisecond
 )
 
 // meta is what the host process tells fragsim_open about itself (JSON).
@@ -58,21 +59,18 @@ type meta struct {
 
 // recorder is the one open trace of this process.
 type recorder struct {
-	mu        sync.Mutex // guards everything below; held by the drainer, flush and close
-	w         *trace.FileWriter
-	path      string
-	seq       sequencer
-	texts     map[uint64]string // marker texts by seq, until written
-	buf       []C.fs_rec
-	lastTime  int64
-	unflushed bool
-	lastFlush time.Time
-	err       error
-	events    uint64
+	reg    *ring.Region
+	shared bool // the region is fragsim record's: the parent writes the trace
+	path   string
+	pid    int
+
+	// With a private region: the trace file and its drainer.
+	mu sync.Mutex // guards w and d; held by the drainer, flush and close
+	w  *trace.FileWriter
+	d  *ring.Drainer
 
 	stop chan struct{}
 	done chan struct{}
-	pid  int
 }
 
 var (
@@ -139,25 +137,46 @@ func open(path string, metaJSON *C.char) error {
 	if err != nil {
 		return err
 	}
-	w, err := trace.Create(path, h)
-	if err != nil {
+	r := &recorder{path: path, pid: os.Getpid(), stop: make(chan struct{}), done: make(chan struct{})}
+	var cerr [512]C.char
+	if shm := os.Getenv("FRAGSIM_SHM"); shm != "" {
+		p := C.CString(shm)
+		rc := C.fs_ring_attach(p, &cerr[0], C.size_t(len(cerr)))
+		C.free(unsafe.Pointer(p))
+		if rc != 0 {
+			return fmt.Errorf("fragsim: %s", C.GoString(&cerr[0]))
+		}
+		r.shared = true
+	} else if C.fs_ring_anon(ring.DefaultMaxChunks, &cerr[0], C.size_t(len(cerr))) != 0 {
+		return fmt.Errorf("fragsim: %s", C.GoString(&cerr[0]))
+	}
+	var n C.uint64_t
+	base := C.fs_ring_base(&n)
+	if r.reg, err = ring.View(unsafe.Slice((*byte)(base), int(n))); err != nil {
 		return fmt.Errorf("fragsim: %w", err)
 	}
-	r := &recorder{
-		w:         w,
-		path:      path,
-		buf:       make([]C.fs_rec, drainBatch),
-		texts:     map[uint64]string{},
-		lastFlush: time.Now(),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		pid:       os.Getpid(),
+	if r.shared {
+		hj, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("fragsim: %w", err)
+		}
+		if err := r.reg.SetMeta(hj); err != nil {
+			return fmt.Errorf("fragsim: %w", err)
+		}
+		r.reg.SetState(ring.StateOpen)
+	} else {
+		if r.w, err = trace.Create(path, h); err != nil {
+			return fmt.Errorf("fragsim: %w", err)
+		}
+		r.d = ring.NewDrainer(r.reg, r.w.Writer)
 	}
-	r.seq = sequencer{next: uint64(C.fs_seq()), gapTimeout: gapTimeout}
 	cur = r
 	C.fs_set_recording(1)
+	C.fs_start_sampler()
 	atexitOn.Do(func() { C.fs_register_atexit() })
-	go r.loop()
+	if !r.shared {
+		go r.loop()
+	}
 	return nil
 }
 
@@ -241,7 +260,7 @@ func procCmdline() []string {
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
-// loop drains the C buffers until stop is closed.
+// loop drains a private region until stop is closed.
 func (r *recorder) loop() {
 	defer close(r.done)
 	t := time.NewTicker(drainEvery)
@@ -252,113 +271,21 @@ func (r *recorder) loop() {
 			return
 		case now := <-t.C:
 			r.mu.Lock()
-			r.drain(now, false)
-			if r.unflushed && now.Sub(r.lastFlush) >= flushEvery {
-				r.flush(now)
+			err := r.d.Drain(now, false)
+			if err == nil {
+				err = r.d.Flush(now, flushEvery)
 			}
 			r.mu.Unlock()
-		}
-	}
-}
-
-// drain moves recorded calls from the C buffers to the trace writer.
-// It works in batches, so that its buffers stay small. Unless all is set,
-// it stops after maxDrainTime, so that threads that record faster than the
-// trace is written cannot keep the drainer from flushing.
-func (r *recorder) drain(now time.Time, all bool) {
-	for {
-		n := int(C.fs_drain(&r.buf[0], C.size_t(len(r.buf))))
-		for i := range n {
-			c := &r.buf[i]
-			x := rec{
-				seq: uint64(c.seq), timeNS: int64(c.time_ns), addr: uint64(c.addr),
-				size: uint64(c.size), stream: uint64(c.stream), aux: uint64(c.aux),
-				device: int32(c.device), tid: int32(c.tid), kind: uint8(c.kind), marker: uint8(c.marker),
+			if err != nil {
+				r.fail(err)
+				return
 			}
-			if x.kind == C.FS_REC_MARKER {
-				p := C.fs_rec_text(c)
-				r.texts[x.seq] = C.GoString(p)
-				C.free(unsafe.Pointer(p))
-				x.aux = 0
-			}
-			r.seq.add(x)
-		}
-		for _, x := range r.seq.release(now, false) {
-			r.write(x)
-		}
-		if n < len(r.buf) || !all && time.Since(now) > maxDrainTime {
-			break
 		}
 	}
-	if all {
-		for _, x := range r.seq.release(now, true) {
-			r.write(x)
-		}
-	}
-}
-
-// write turns one recorded call into trace events.
-func (r *recorder) write(x rec) {
-	if r.err != nil {
-		return
-	}
-	t := x.timeNS
-	if t < r.lastTime {
-		t = r.lastTime // the clock read and the sequence number are not taken atomically
-	}
-	r.lastTime = t
-	e := trace.Event{Device: trace.DeviceID(x.device), Stream: trace.StreamID(x.stream), TimeNS: t, Addr: x.addr, SizeBytes: x.size}
-	var err error
-	switch x.kind {
-	case C.FS_REC_ALLOC:
-		e.Kind = trace.KindAlloc
-		err = r.w.WriteEvent(e)
-	case C.FS_REC_FREE:
-		// The pool frees in stream order at once: the request completes immediately.
-		e.Kind = trace.KindFreeRequested
-		if err = r.w.WriteEvent(e); err == nil {
-			e.Kind = trace.KindFreeCompleted
-			err = r.w.WriteEvent(e)
-			r.events++
-		}
-	case C.FS_REC_OOM:
-		e.Kind, e.Aux = trace.KindOOM, x.aux
-		err = r.w.WriteEvent(e)
-	case C.FS_REC_EMPTY_CACHE:
-		e.Kind = trace.KindEmptyCache
-		err = r.w.WriteEvent(e)
-	case C.FS_REC_FRACTION:
-		e.Kind, e.Aux = trace.KindSetFraction, x.aux
-		err = r.w.WriteEvent(e)
-	case C.FS_REC_MARKER:
-		e.Kind, e.Marker, e.Aux = trace.KindMarker, trace.MarkerKind(x.marker), uint64(x.marker)
-		e.Text = r.w.String(r.texts[x.seq])
-		delete(r.texts, x.seq)
-		err = r.w.WriteEvent(e)
-	default:
-		return
-	}
-	r.events++
-	r.unflushed = true
-	if err != nil {
-		r.fail(err)
-	}
-}
-
-func (r *recorder) flush(now time.Time) {
-	if r.err != nil {
-		return
-	}
-	if err := r.w.Flush(); err != nil {
-		r.fail(err)
-	}
-	r.unflushed = false
-	r.lastFlush = now
 }
 
 // fail stops recording after a write error; the program keeps running.
 func (r *recorder) fail(err error) {
-	r.err = err
 	C.fs_set_recording(0)
 	fmt.Fprintf(os.Stderr, "fragsim: recording stopped: %v\n", err)
 }
@@ -375,11 +302,13 @@ func fragsim_flush() C.int {
 	if r == nil {
 		return -1
 	}
+	if r.shared { // every published call is already the parent's
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.drain(time.Now(), false)
-	r.flush(time.Now())
-	if r.err != nil {
+	now := time.Now()
+	if r.d.Drain(now, false) != nil || r.d.Flush(now, 0) != nil {
 		return -1
 	}
 	return 0
@@ -399,21 +328,24 @@ func fragsim_close() C.int {
 	}
 	cur, closed = nil, true
 	C.fs_set_recording(0)
-	close(r.stop)
-	<-r.done
+	C.fs_stop_sampler()
 	// A thread that saw recording on just before it went off may still be
 	// publishing its record: give it a moment.
 	time.Sleep(2 * time.Millisecond)
+	if r.shared {
+		r.reg.SetState(ring.StateClosed)
+		return 0
+	}
+	close(r.stop)
+	<-r.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.drain(time.Now(), true)
-	err := r.err
+	err := r.d.Drain(time.Now(), true)
 	if cerr := r.w.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	lost := uint64(C.fs_lost()) + r.seq.skipped
-	if lost > 0 {
-		fmt.Fprintf(os.Stderr, "fragsim: %d calls could not be recorded (out of memory)\n", lost)
+	if n := r.d.Missing(); n > 0 {
+		fmt.Fprintf(os.Stderr, "fragsim: %d calls could not be recorded (no room in the record buffers)\n", n)
 	}
 	if err != nil {
 		setLastError(fmt.Errorf("fragsim: %s: %w", r.path, err))

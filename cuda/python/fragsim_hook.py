@@ -11,7 +11,9 @@ libfragsim_hook.so as PyTorch's pluggable CUDA allocator: every tensor
 allocation and free is recorded (size, device, stream, time, address) and
 served by the CUDA driver's stream-ordered memory pool. The trace is written
 in the background, a chunk at least every second, and closed at exit or on
-SIGTERM. Markers: see fragsim_marker.
+SIGTERM; under fragsim record, which maps the hook's buffers and writes the
+trace itself, nothing recorded is lost however the process ends. Markers:
+see fragsim_marker.
 """
 
 import atexit
@@ -239,7 +241,8 @@ def _install_sigterm():
 
 
 def flush():
-    """Write everything recorded so far to the trace now."""
+    """Write everything recorded so far to the trace now (under fragsim
+    record everything recorded is already safe with the parent)."""
     if recording():
         _lib.fragsim_flush()
 

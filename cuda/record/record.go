@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/python"
+	"github.com/fragsim/fragsim/cuda/ring"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -55,9 +56,26 @@ type Summary struct {
 	PeakLiveBytes uint64        `json:"peak_live_bytes"`
 	Duration      time.Duration `json:"duration_ns"`
 	FileBytes     int64         `json:"file_bytes"`
-	// Truncated is set when the file ends without its end chunk (the
-	// program was killed): everything up to its last flush is there.
+	// Truncated is set when the file ends without its end chunk: it was
+	// written by the program itself, which was killed (a recording made
+	// without fragsim record); everything up to its last flush is there.
 	Truncated bool `json:"truncated"`
+	// Closed says the program closed the trace itself; otherwise it ended
+	// without (os._exit, a signal, a crash) and fragsim record wrote every
+	// call the hook had published.
+	Closed bool `json:"closed"`
+	// Missing counts calls the trace lacks: calls the hook found no room
+	// for, and calls a thread was making when the program died.
+	Missing uint64 `json:"missing"`
+	// Device memory (device_mem samples of the first device sampled).
+	// Outside memory is what the device uses beyond this process's pool:
+	// total - free - reserved, so the CUDA context, kernels and libraries'
+	// buffers, and other processes.
+	DeviceSamples     int64 `json:"device_samples"`
+	OutsideDevice     int32 `json:"outside_device"`
+	OutsideStartBytes int64 `json:"outside_start_bytes"` // at the first sample: mostly the CUDA context
+	OutsidePeakBytes  int64 `json:"outside_peak_bytes"`
+	OutsideEndBytes   int64 `json:"outside_end_bytes"`
 	// ExitCode is the program's exit status (128+N when killed by signal N).
 	ExitCode int `json:"exit_code"`
 }
@@ -95,9 +113,14 @@ func FindHookLib() (string, error) {
 
 // Run runs cfg.Args with the recording allocator installed through a
 // sitecustomize module on PYTHONPATH, forwards SIGINT and SIGTERM to it,
-// and summarises the trace. The summary's ExitCode is the program's; the
-// error is non-nil only when fragsim itself failed (the summary may then
-// still say how the program ended).
+// and summarises the trace. The program's hook records into a region file
+// that Run maps too: Run drains it into a temporary file beside
+// cfg.Output, and after the program ended, however it ended (exit,
+// os._exit, a signal, a crash), drains what is left, closes the trace and
+// renames it over cfg.Output. A run that records nothing keeps the
+// previous output. The summary's ExitCode is the program's; the error is
+// non-nil only when fragsim itself failed (the summary may then still say
+// how the program ended).
 func Run(cfg Config) (*Summary, error) {
 	if len(cfg.Args) == 0 {
 		return nil, errors.New("no program to run")
@@ -128,16 +151,21 @@ func Run(cfg Config) (*Summary, error) {
 	if err := writePython(dir); err != nil {
 		return nil, err
 	}
-	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("cannot replace %s: %w", out, err)
+	reg, regPath, err := ring.Create("/dev/shm", ring.DefaultMaxChunks)
+	if err != nil { // no tmpfs: a file in the temporary directory works the same
+		if reg, regPath, err = ring.Create(dir, ring.DefaultMaxChunks); err != nil {
+			return nil, err
+		}
 	}
+	defer os.Remove(regPath)
+	defer reg.Close()
 
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
-	cmd.Env = programEnv(env, dir, out, lib)
+	cmd.Env = append(programEnv(env, dir, out, lib), "FRAGSIM_SHM="+regPath)
 	if len(cfg.Tags) > 0 {
 		b, err := json.Marshal(cfg.Tags)
 		if err != nil {
@@ -147,31 +175,38 @@ func Run(cfg Config) (*Summary, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = orStd(cfg.Stdin, os.Stdin), orStdW(cfg.Stdout, os.Stdout), orStdW(cfg.Stderr, os.Stderr)
 
+	tw, err := newTraceWriter(reg, out)
+	if err != nil {
+		return nil, err
+	}
+	defer tw.abort()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot start %s: %w", cfg.Args[0], err)
 	}
 	// A Ctrl-C at a terminal reaches the program by itself (same process
 	// group); forwarding it too would interrupt its clean-up twice.
 	tty := foregroundTTY()
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				if s == syscall.SIGINT && tty {
-					continue
-				}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	tick := time.NewTicker(drainEvery)
+	defer tick.Stop()
+	var werr error
+wait:
+	for {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGINT || !tty {
 				cmd.Process.Signal(s)
-			case <-done:
-				return
 			}
+		case now := <-tick.C:
+			tw.step(now, cfg.Stderr)
+		case werr = <-waited:
+			break wait
 		}
-	}()
-	werr := cmd.Wait()
-	close(done)
+	}
 	code := 0
 	if werr != nil {
 		var ee *exec.ExitError
@@ -183,12 +218,17 @@ func Run(cfg Config) (*Summary, error) {
 			code = 128 + int(ws.Signal())
 		}
 	}
-	if _, err := os.Stat(out); err != nil {
+	closed := reg.State() == ring.StateClosed
+	missing, err := tw.finish()
+	if errors.Is(err, ErrNoTrace) {
 		return &Summary{Path: out, ExitCode: code}, fmt.Errorf("%w to %s", ErrNoTrace, out)
+	}
+	if err != nil {
+		return &Summary{Path: out, ExitCode: code}, err
 	}
 	s, err := Summarize(out)
 	if s != nil {
-		s.ExitCode = code
+		s.ExitCode, s.Closed, s.Missing = code, closed, missing
 	}
 	return s, err
 }
@@ -233,7 +273,7 @@ func programEnv(env []string, dir, out, lib string) []string {
 			if v != "" {
 				pythonPath = dir + string(os.PathListSeparator) + v
 			}
-		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
+		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_SHM", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
 		default:
 			res = append(res, kv)
 		}
@@ -295,10 +335,27 @@ func Summarize(path string) (*Summary, error) {
 			s.OOMs++
 		case trace.KindMarker:
 			s.Markers++
+		case trace.KindDeviceMem:
+			s.deviceSample(e)
 		}
 	}
 	if s.Events > 0 {
 		s.Duration = time.Duration(last - first)
 	}
 	return s, nil
+}
+
+// deviceSample adds one device_mem sample (SizeBytes free, Aux total,
+// Addr the pool's reserved bytes) to the outside-memory figures.
+func (s *Summary) deviceSample(e trace.Event) {
+	if s.DeviceSamples > 0 && int32(e.Device) != s.OutsideDevice {
+		return
+	}
+	out := int64(e.Aux) - int64(e.SizeBytes) - int64(e.Addr)
+	if s.DeviceSamples == 0 {
+		s.OutsideDevice, s.OutsideStartBytes, s.OutsidePeakBytes = int32(e.Device), out, out
+	}
+	s.DeviceSamples++
+	s.OutsidePeakBytes = max(s.OutsidePeakBytes, out)
+	s.OutsideEndBytes = out
 }

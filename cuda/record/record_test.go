@@ -30,7 +30,7 @@ var built struct {
 func setup(t *testing.T) (lib string, env []string) {
 	t.Helper()
 	built.once.Do(func() {
-		for _, tool := range []string{"gcc", "python3"} {
+		for _, tool := range []string{"gcc", "g++", "python3"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				built.skip = tool + " not found: the recording tests need gcc and python3"
 				return
@@ -46,6 +46,9 @@ func setup(t *testing.T) (lib string, env []string) {
 		for _, s := range [][]string{
 			{"go", "build", "-buildmode=c-shared", "-o", built.lib, "../hook"},
 			{"gcc", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libcuda.so.1"), "../hook/testdata/fakecuda.c"},
+			{"g++", "-O2", "-shared", "-fPIC", "-o", filepath.Join(d, "libc10.so"), "testdata/fakec10.cc"},
+			{"mkdir", filepath.Join(d, "oldabi")},
+			{"g++", "-O2", "-shared", "-fPIC", "-D_GLIBCXX_USE_CXX11_ABI=0", "-o", filepath.Join(d, "oldabi", "libc10.so"), "testdata/fakec10.cc"},
 		} {
 			cmd := exec.Command(s[0], s[1:]...)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -65,7 +68,8 @@ func setup(t *testing.T) (lib string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env = append(os.Environ(), "LD_LIBRARY_PATH="+built.dir, "PYTHONPATH="+fake, "PYTHONDONTWRITEBYTECODE=1")
+	env = append(os.Environ(), "LD_LIBRARY_PATH="+built.dir, "PYTHONPATH="+fake, "PYTHONDONTWRITEBYTECODE=1",
+		"FAKE_TORCH_C10="+filepath.Join(built.dir, "libc10.so"))
 	return built.lib, env
 }
 
@@ -106,15 +110,19 @@ func TestRecordPython(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\nstderr: %s", err, stderr.String())
 	}
+	if !s.Closed {
+		t.Error("the program closed its trace, the summary says it did not")
+	}
 	if s.ExitCode != 7 { // 90: the forked child failed; 91, 92: memory stats wrong
 		t.Errorf("exit code %d, want the program's 7\n%s", s.ExitCode, stderr.String())
 	}
 	if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Truncated {
 		t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, not truncated", s, allocs, frees, peak)
 	}
-	// agent + 4 steps; set_fraction and empty_cache; frees are two events.
-	if s.Markers != 5 || s.Events != allocs+2*frees+5+2 {
-		t.Errorf("summary %+v: want 5 markers and %d events", s, allocs+2*frees+7)
+	// agent + 4 steps; set_fraction and empty_cache; frees are two events;
+	// and the device-memory samples.
+	if s.Markers != 5 || s.DeviceSamples == 0 || s.Events != allocs+2*frees+5+2+s.DeviceSamples {
+		t.Errorf("summary %+v: want 5 markers, device samples and %d events besides them", s, allocs+2*frees+7)
 	}
 	if st, _ := os.Stat(out); s.FileBytes != st.Size() || s.Duration <= 0 {
 		t.Errorf("file bytes %d (file has %d), duration %v", s.FileBytes, st.Size(), s.Duration)
@@ -247,5 +255,218 @@ func TestProgramEnv(t *testing.T) {
 	}
 	if strings.Contains(got, "FRAGSIM_OWNER_PID") {
 		t.Errorf("env %q keeps the parent's owner pid", got)
+	}
+}
+
+// TestRecordDies ends the program without closing its trace, in each way a
+// program can die: every call the hook saw is in the trace, which fragsim
+// record closes properly.
+func TestRecordDies(t *testing.T) {
+	lib, env := setup(t)
+	allocs, frees, peak := expected(3)
+	for _, tc := range []struct {
+		end  string
+		code int
+	}{
+		{"exit", 3},
+		{"kill", 128 + int(syscall.SIGKILL)},
+		{"abort", 128 + int(syscall.SIGABRT)},
+		{"segv", 128 + int(syscall.SIGSEGV)},
+	} {
+		t.Run(tc.end, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run.fragsim")
+			var stderr bytes.Buffer
+			s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "3", "3"},
+				Env: append(env, "WORKLOAD_END="+tc.end), Stdout: io.Discard, Stderr: &stderr})
+			if err != nil {
+				t.Fatalf("Run: %v\n%s", err, stderr.String())
+			}
+			if s.ExitCode != tc.code || s.Closed || s.Truncated || s.Missing != 0 {
+				t.Errorf("summary %+v: want exit %d, not closed by the program, a whole trace, nothing missing", s, tc.code)
+			}
+			// agent + 3 steps; set_fraction and empty_cache.
+			if s.Allocs != allocs || s.Frees != frees || s.PeakLiveBytes != peak || s.Markers != 4 || s.Events != allocs+2*frees+6+s.DeviceSamples {
+				t.Errorf("summary %+v, want %d allocs, %d frees, peak %d, 4 markers, %d events", s, allocs, frees, peak, allocs+2*frees+6)
+			}
+			if _, evs, err := trace.ReadAll(mustOpen(t, out)); err != nil || len(evs) != int(s.Events) {
+				t.Errorf("trace reads %d events, %v", len(evs), err)
+			}
+		})
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestRecordOutsideMemory records against a fake driver that reports a
+// context outside the pool, and more once kernels "load" at the fifth
+// allocation: the hook samples the device at each pool growth and on a
+// timer, and the summary finds the context, the peak and the growth.
+func TestRecordOutsideMemory(t *testing.T) {
+	lib, env := setup(t)
+	const ctx, jump = 525 << 20, 300 << 20
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "3", "0"},
+		Env: append(env, fmt.Sprintf("FAKE_CUDA_OUTSIDE=%d", ctx), fmt.Sprintf("FAKE_CUDA_OUTSIDE_JUMP=%d", jump),
+			"FAKE_CUDA_OUTSIDE_AFTER=5", "WORKLOAD_SLEEP=0.5"), Stdout: io.Discard, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	if s.OutsideStartBytes != ctx || s.OutsidePeakBytes != ctx+jump || s.OutsideEndBytes != ctx+jump || s.OutsideDevice != 0 {
+		t.Errorf("outside memory start %d peak %d end %d on device %d; want %d, %d, %d on 0",
+			s.OutsideStartBytes, s.OutsidePeakBytes, s.OutsideEndBytes, s.OutsideDevice, ctx, ctx+jump, ctx+jump)
+	}
+	f, err := trace.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Each step's allocations pass the pool's size: one sample at least a
+	// step. After empty_cache nothing is allocated: samples there come from
+	// the timer.
+	var growth, timer, steps int
+	afterEmpty := false
+	for {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e.Kind {
+		case trace.KindEmptyCache:
+			afterEmpty = true
+		case trace.KindMarker:
+			if e.Marker == trace.MarkerStep {
+				steps++
+			}
+		case trace.KindDeviceMem:
+			if e.Aux != 80<<30 || e.Device != 0 {
+				t.Errorf("device_mem %+v: want total 80 GiB on device 0", e)
+			}
+			if o := int64(e.Aux - e.SizeBytes - e.Addr); o != ctx && o != ctx+jump {
+				t.Errorf("device_mem %+v: outside %d, want %d or %d", e, o, ctx, ctx+jump)
+			}
+			if afterEmpty {
+				timer++
+			} else if steps > 0 {
+				growth++
+			}
+		}
+	}
+	if growth < 3 || timer == 0 || s.DeviceSamples != int64(growth+timer) {
+		t.Errorf("%d samples at growth, %d by the timer, %d in the summary; want 3 or more, some, their sum", growth, timer, s.DeviceSamples)
+	}
+}
+
+// TestRecordFractionCap checks that set_per_process_memory_fraction caps
+// the pool as PyTorch caps its reserved memory: the allocation past the
+// cap raises torch.OutOfMemoryError (a C++ c10::OutOfMemoryError through
+// the fake libc10, as PyTorch raises it), which the program catches and
+// goes on; the set_fraction and oom events are in the trace. The fake
+// libc10 is built with each std::string ABI PyTorch's wheels have used.
+func TestRecordFractionCap(t *testing.T) {
+	lib, env := setup(t)
+	t.Run("cxx11", func(t *testing.T) { testFractionCap(t, lib, env) })
+	t.Run("pre-cxx11", func(t *testing.T) {
+		testFractionCap(t, lib, append(env, "FAKE_TORCH_C10="+filepath.Join(built.dir, "oldabi", "libc10.so")))
+	})
+}
+
+func testFractionCap(t *testing.T, lib string, env []string) {
+	const block = 10000
+	fraction := 1e-6
+	limit := uint64(fraction * float64(80<<30)) // the fake GPU's total
+	fit := limit / block
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stdout, stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/fraction.py", fmt.Sprint(fraction), fmt.Sprint(block)},
+		Env: env, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	if s.ExitCode != 0 {
+		t.Fatalf("exit code %d\n%s%s", s.ExitCode, stdout.String(), stderr.String())
+	}
+	want := fmt.Sprintf("oom after %d: CUDA out of memory. Tried to allocate 9.77 KiB. GPU 0 has a total capacity of 80.00 GiB", fit)
+	if !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), fmt.Sprintf("%.2f KiB allowed; ", float64(limit)/1024)) {
+		t.Errorf("program said %q, want %q and the allowed bytes", stdout.String(), want)
+	}
+	if s.Allocs != int64(fit)+1 || s.Frees != int64(fit)+1 || s.OOMs != 1 {
+		t.Errorf("summary %+v: want %d allocs and frees, 1 OOM", s, fit+1)
+	}
+	_, evs, err := trace.ReadAll(mustOpen(t, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range evs {
+		switch e.Kind {
+		case trace.KindSetFraction:
+			if math.Float64frombits(e.Aux) != fraction {
+				t.Errorf("set_fraction %v", math.Float64frombits(e.Aux))
+			}
+		case trace.KindOOM:
+			if e.SizeBytes != block {
+				t.Errorf("oom of %d bytes, want %d", e.SizeBytes, block)
+			}
+		case trace.KindAlloc, trace.KindFreeRequested:
+		default:
+			continue
+		}
+		if k := e.Kind.String(); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+			kinds = append(kinds, k)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "set_fraction alloc oom free_requested alloc free_requested" {
+		t.Errorf("event order %q", got)
+	}
+}
+
+// TestRecordOutput checks where the trace goes: through a symbolic link to
+// the file it names, and nowhere (before the program runs) when the
+// output's directory cannot be written.
+func TestRecordOutput(t *testing.T) {
+	lib, env := setup(t)
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target.fst"), filepath.Join(dir, "link.fst")
+	if err := os.WriteFile(target, []byte("previous"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("target.fst", link); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Run(Config{Output: link, HookLib: lib, Args: []string{"python3", "testdata/workload.py", "1", "0"},
+		Env: env, Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v %v", st, err)
+	}
+	if got, err := Summarize(target); err != nil || got.Allocs != s.Allocs || s.Allocs == 0 {
+		t.Errorf("target holds %+v, %v; want the trace of %d allocs", got, err, s.Allocs)
+	}
+	if st, err := os.Stat(target); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("target's mode %v, %v; want the previous file's 0640", st.Mode(), err)
+	}
+
+	ran := filepath.Join(dir, "ran")
+	_, err = Run(Config{Output: filepath.Join(dir, "missing", "x.fst"), HookLib: lib, Args: []string{"/bin/sh", "-c", "touch " + ran},
+		Env: env, Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "cannot write beside") {
+		t.Errorf("err %v, want cannot write beside the output", err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the program ran although its trace could not be written")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/record"
@@ -22,9 +23,16 @@ func recordCommand() *cli.Command {
 			"first CUDA allocation, through a sitecustomize module put first on PYTHONPATH.\n" +
 			"Every allocation and free (size, device, stream, time, address), empty_cache(),\n" +
 			"set_per_process_memory_fraction() and fragsim_marker calls go to the trace; the\n" +
-			"memory itself comes from the CUDA driver's stream-ordered pool. The trace is\n" +
-			"written a chunk at least every second, so a killed run keeps all but its last\n" +
-			"second. SIGTERM (and SIGINT not sent by the terminal) is passed to the program.\n" +
+			"memory itself comes from the CUDA driver's stream-ordered pool. The calls go\n" +
+			"through memory fragsim shares with the program, so the trace keeps every call\n" +
+			"however the program ends (exit, os._exit, a signal, a crash); it replaces FILE\n" +
+			"only once complete. SIGTERM (and SIGINT not sent by the terminal) is passed to\n" +
+			"the program.\n" +
+			"The hook also samples the device's free memory at each pool growth and every\n" +
+			"100 ms (device_mem events); the summary reports the memory outside the\n" +
+			"program's allocator (total - free - reserved): the context at start, its peak\n" +
+			"and growth. set_per_process_memory_fraction() caps the pool, and an allocation\n" +
+			"past it raises torch.OutOfMemoryError, as without fragsim.\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",
@@ -59,17 +67,22 @@ func runRecord(c *cli.Context) error {
 		Stdout:  c.App.Writer,
 		Stderr:  c.App.ErrWriter,
 	})
+	prog := filepath.Base(args[0])
 	if err != nil {
+		// The program's own code, or 1 when it ended well but fragsim failed.
 		code := 1
 		if s != nil && s.ExitCode != 0 {
 			code = s.ExitCode
 		}
 		if errors.Is(err, record.ErrNoTrace) {
 			why := "recording could not start (see above)"
-			if code != record.FailCode {
+			if s.ExitCode != record.FailCode {
 				why = "the program never started recording (is it Python, run without -I, -E or -S?)"
 			}
-			return exitCode(code, fmt.Errorf("record: %w: %s; %s exited with code %d", err, why, filepath.Base(args[0]), code))
+			return exitCode(code, fmt.Errorf("record: %w: %s; %s %s", err, why, prog, ended(s.ExitCode)))
+		}
+		if s != nil {
+			return exitCode(code, fmt.Errorf("record: %w (%s %s)", err, prog, ended(s.ExitCode)))
 		}
 		return exitCode(code, fmt.Errorf("record: %w", err))
 	}
@@ -82,11 +95,45 @@ func runRecord(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "fragsim record: peak live %s requested; file %s (%.1f bytes/event)\n",
 		sizeText(s.PeakLiveBytes), sizeText(uint64(s.FileBytes)), perEvent)
-	if s.Truncated {
-		fmt.Fprintf(w, "fragsim record: the trace was cut short (the program was killed): it holds the events up to its last flush\n")
+	if s.DeviceSamples > 0 {
+		fmt.Fprintf(w, "fragsim record: outside memory on device %d (total - free - this process's pool, %d samples): %s at start (context), peak %s (growth %s), %s at the end\n",
+			s.OutsideDevice, s.DeviceSamples, signedSize(s.OutsideStartBytes), signedSize(s.OutsidePeakBytes),
+			signedSize(s.OutsidePeakBytes-s.OutsideStartBytes), signedSize(s.OutsideEndBytes))
 	}
+	fmt.Fprintf(w, "fragsim record: %s %s; %s\n", prog, ended(s.ExitCode), completeness(s))
 	if s.ExitCode != 0 {
-		return exitCode(s.ExitCode, fmt.Errorf("record: %s exited with code %d (the trace is complete)", filepath.Base(args[0]), s.ExitCode))
+		return exitCode(s.ExitCode, fmt.Errorf("record: %s %s", prog, ended(s.ExitCode)))
 	}
 	return nil
+}
+
+// ended says how the program ended, from its exit code (128+N: signal N).
+func ended(code int) string {
+	if code > 128 && code < 128+65 {
+		sig := syscall.Signal(code - 128)
+		return fmt.Sprintf("was killed by signal %d (%v)", code-128, sig)
+	}
+	return fmt.Sprintf("exited with code %d", code)
+}
+
+// completeness is the summary's one statement on what the trace holds.
+func completeness(s *record.Summary) string {
+	switch {
+	case s.Truncated:
+		return "the trace was cut short: it holds the events up to its last flush"
+	case s.Missing > 0:
+		return fmt.Sprintf("the trace lacks %d calls (no room in the record buffers, or a thread was mid-call when the program died)", s.Missing)
+	case !s.Closed:
+		return "it did not close its trace, so fragsim wrote every call the hook saw: the trace is complete"
+	}
+	return "the trace is complete"
+}
+
+// signedSize renders a byte count that can be negative (a sample taken as
+// the pool changed).
+func signedSize(b int64) string {
+	if b < 0 {
+		return "-" + sizeText(uint64(-b))
+	}
+	return sizeText(uint64(b))
 }

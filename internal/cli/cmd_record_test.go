@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/cuda"
+	"github.com/fragsim/fragsim/cuda/record"
 )
 
 func TestRecordUsage(t *testing.T) {
@@ -112,6 +113,72 @@ func TestProbeFakeDriver(t *testing.T) {
 	for _, want := range []string{"GPU 0: Fake GPU (CUDA 12.4)", "80.0 GiB of 80.0 GiB", "largest block  1.0 GiB (1.2% of free"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("probe output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// TestRecordKeepsPrevious checks that a run that writes no trace (the
+// program cannot start, or never starts recording) leaves the previous
+// output and nothing else in its directory, and says how the program ended.
+func TestRecordKeepsPrevious(t *testing.T) {
+	if _, err := os.Stat("/bin/true"); err != nil {
+		t.Skip("no /bin/true")
+	}
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libfragsim_hook.so")
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "prev.fst")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"cannot start", []string{filepath.Join(dir, "no-such-program")}, 1, "cannot start"},
+		{"exits 0 unrecorded", []string{"/bin/true"}, 1, "true exited with code 0"},
+		{"exits 3 unrecorded", []string{"/bin/sh", "-c", "exit 3"}, 3, "sh exited with code 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(out, []byte("previous"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			code := Main(append([]string{"fragsim", "record", "-o", out, "--lib", lib, "--"}, tc.args...), &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.says) {
+				t.Errorf("exit code %d, stderr %q; want %d and %q", code, stderr.String(), tc.code, tc.says)
+			}
+			if b, err := os.ReadFile(out); err != nil || string(b) != "previous" {
+				t.Errorf("previous output now %q, %v", b, err)
+			}
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 2 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("directory holds %v, want only the library and prev.fst", names)
+			}
+		})
+	}
+}
+
+// TestRecordSummaryOneTruth checks that the summary's closing line makes
+// one statement on how the program ended and one on the trace.
+func TestRecordSummaryOneTruth(t *testing.T) {
+	for _, tc := range []struct {
+		s         record.Summary
+		want, not string
+	}{
+		{record.Summary{ExitCode: 137}, "was killed by signal 9 (killed); it did not close its trace, so fragsim wrote every call the hook saw: the trace is complete", "cut short"},
+		{record.Summary{ExitCode: 3, Closed: true}, "exited with code 3; the trace is complete", "did not close"},
+		{record.Summary{ExitCode: 0, Closed: true, Truncated: true}, "exited with code 0; the trace was cut short", "complete"},
+		{record.Summary{ExitCode: 139, Missing: 2}, "was killed by signal 11 (segmentation fault); the trace lacks 2 calls", "complete"},
+	} {
+		got := ended(tc.s.ExitCode) + "; " + completeness(&tc.s)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, tc.not) {
+			t.Errorf("%+v: %q, want %q and not %q", tc.s, got, tc.want, tc.not)
 		}
 	}
 }

@@ -6,7 +6,10 @@
  *
  * Environment: FAKE_CUDA_NO_DEVICE=1 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE; FAKE_CUDA_LIMIT=N refuses single allocations of
- * more than N bytes.
+ * more than N bytes. Memory outside the pool, which cuMemGetInfo counts as
+ * used: FAKE_CUDA_OUTSIDE bytes (a context), plus FAKE_CUDA_OUTSIDE_JUMP
+ * bytes once FAKE_CUDA_OUTSIDE_AFTER allocations were made (kernels loaded
+ * lazily).
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -24,6 +27,19 @@ static unsigned long long threshold;
 static unsigned long long limit(void) {
 	const char *s = getenv("FAKE_CUDA_LIMIT");
 	return s ? strtoull(s, NULL, 10) : ~0ULL;
+}
+
+static unsigned long long env_u64(const char *name) {
+	const char *s = getenv(name);
+	return s ? strtoull(s, NULL, 10) : 0;
+}
+
+static size_t outside(void) {
+	unsigned long long o = env_u64("FAKE_CUDA_OUTSIDE");
+	const char *after = getenv("FAKE_CUDA_OUTSIDE_AFTER");
+	if (after && (unsigned long long)atomic_load(&n_alloc) >= strtoull(after, NULL, 10))
+		o += env_u64("FAKE_CUDA_OUTSIDE_JUMP");
+	return (size_t)o;
 }
 
 CUresult cuInit(unsigned int flags) {
@@ -54,7 +70,7 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *total) {
 	if (!cur_ctx)
 		return 201;
 	*total = TOTAL;
-	*freeb = TOTAL - (size_t)atomic_load(&live_bytes);
+	*freeb = TOTAL - (size_t)atomic_load(&live_bytes) - outside();
 	return 0;
 }
 CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) { (void)dev; *pool = &pool_dummy; return 0; }

@@ -4,7 +4,10 @@ Usage: workload.py STEPS EXIT_CODE [READY_FILE]
 With READY_FILE it writes the file after the steps and sleeps (to be signalled).
 With WORKLOAD_FORK=1 it forks a child that exits normally. It exits with 91 or 92
 when torch.cuda.memory_allocated/max_memory_allocated disagree with what
-it holds (peak: WORKLOAD_PEAK).
+it holds (peak: WORKLOAD_PEAK). WORKLOAD_END=exit, kill, abort or segv ends
+it right after the steps, without closing the trace: os._exit(EXIT_CODE),
+SIGKILL, abort() or a segmentation fault. WORKLOAD_SLEEP=S sleeps S seconds
+after empty_cache, allocating nothing.
 """
 import os
 import sys
@@ -24,6 +27,19 @@ for s in range(steps):
         torch.cuda.free(p, n, 7)
     held.extend(ptrs[5:])
 torch.cuda.empty_cache()
+if os.environ.get("WORKLOAD_SLEEP"):
+    time.sleep(float(os.environ["WORKLOAD_SLEEP"]))
+end = os.environ.get("WORKLOAD_END")
+if end == "exit":
+    os._exit(code)
+elif end == "kill":
+    os.kill(os.getpid(), 9)
+elif end == "abort":
+    os.abort()
+elif end == "segv":
+    import ctypes
+
+    ctypes.string_at(0)
 # memory_stats works under fragsim (the pluggable allocator alone refuses it).
 live = sum(n for _, n in held)
 want_peak = int(os.environ.get("WORKLOAD_PEAK", torch.cuda.max_memory_allocated()))

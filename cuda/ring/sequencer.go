@@ -1,6 +1,4 @@
-//go:build cgo
-
-package main
+package ring
 
 import (
 	"slices"
@@ -29,8 +27,9 @@ type rec struct {
 // may be between taking its number and publishing the record when the
 // drainer passes by. The sequencer therefore releases only the contiguous
 // run of numbers that starts at next and holds later records back until the
-// gap fills; a gap that stays open longer than gapTimeout (a record that
-// can never come) is skipped and counted.
+// gap fills; a gap that stays open longer than gapTimeout while the
+// reader has nothing more to read (a record that can never come) is skipped
+// and counted.
 type sequencer struct {
 	next       uint64
 	pending    []rec
@@ -38,6 +37,9 @@ type sequencer struct {
 	gapTimeout time.Duration
 	skipped    uint64
 	out        []rec
+	// backlog is set while the reader has records it did not read yet: a
+	// missing number may be among them, so no gap is skipped.
+	backlog bool
 }
 
 // add queues records in any order.
@@ -72,7 +74,7 @@ func (s *sequencer) release(now time.Time, all bool) []rec {
 				if s.gapSince.IsZero() {
 					s.gapSince = now
 				}
-				if now.Sub(s.gapSince) < s.gapTimeout {
+				if now.Sub(s.gapSince) < s.gapTimeout || s.backlog {
 					break
 				}
 			}

@@ -1,6 +1,4 @@
-//go:build cgo
-
-package main
+package ring
 
 import (
 	"testing"
@@ -53,5 +51,24 @@ func TestSequencer(t *testing.T) {
 	}
 	if len(s.pending) != 0 || s.next != 10 {
 		t.Fatalf("pending %d next %d", len(s.pending), s.next)
+	}
+}
+
+// TestSequencerBacklog checks that no gap is skipped while the reader has
+// records left to read, however long it stays open.
+func TestSequencerBacklog(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := sequencer{gapTimeout: 2 * time.Second}
+	s.add(rec{seq: 0}, rec{seq: 2})
+	s.backlog = true
+	if got := seqs(s.release(t0, false)); !equal(got, []uint64{0}) {
+		t.Fatalf("release %v, want [0]", got)
+	}
+	if got := s.release(t0.Add(time.Minute), false); len(got) != 0 || s.skipped != 0 {
+		t.Fatalf("released %v, skipped %d across a gap with a backlog", seqs(got), s.skipped)
+	}
+	s.add(rec{seq: 1})
+	if got := seqs(s.release(t0.Add(time.Minute), false)); !equal(got, []uint64{1, 2}) || s.skipped != 0 {
+		t.Fatalf("release %v skipped %d, want [1 2] and nothing skipped", got, s.skipped)
 	}
 }
