@@ -102,9 +102,8 @@ func runImport(c *cli.Context) error {
 			opt.MemoryCapBytes = uint64(opt.MemoryFraction * float64(meta.GPUTotalBytes))
 		}
 		// Restored once the command's output is written: with the
-		// import's heap live, turning the collector back on started a
-		// collection (about 1 ms of baseline_s1's command on the H200
-		// host, the summary's printing held in a mark assist).
+		// import's heap live, turning the collector back on starts a
+		// collection, which would hold the summary's printing.
 		defer importGC(head)()
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
@@ -161,11 +160,8 @@ func readHead(path string) inputHead {
 // what restores the settings.
 // Such an import allocates a few times its input, most of it live to the
 // end, and in a fresh process the collections while the heap was still
-// small stalled the decoder: on the H200 host a mark assist held it 1.2
-// ms at baseline_s1's start, and the whole command took, best of 9,
-// 22.3 ms with the collector against 19.9 without (empty_cache 18.0 ->
-// 15.2, train_s1 23.4 -> 20.9), for 3 MB more peak RSS (46.6 -> 49.9
-// MB). A memory limit of gcOffLimitBytes stays: near it the collector
+// small stall the decoder in mark assists, for little memory saved. A
+// memory limit of gcOffLimitBytes stays: near it the collector
 // runs. Larger and compressed inputs (whose pickle may be far larger
 // than the file) keep the collector, and with it the import's flat
 // memory. An input of warmMinBytes or more first has warmHeap ready the
@@ -191,16 +187,15 @@ func importGC(head inputHead) (restore func()) {
 
 // warmMinBytes is the smallest plain pickle whose import has warmHeap
 // ready warmPerByte bytes of heap for each of its bytes (about what such
-// an import allocates: baseline_s1's 8.6 MB, 31 MB on 16 cores). Below
-// it, the collection cost more than the faults it spared: on the H200
-// host, ring (2.1 MB) took 10.6 ms against 10.0, best of 15.
+// an import allocates). Below it, the collection costs more than the
+// faults it spares.
 const (
 	warmMinBytes = 4 << 20
 	warmPerByte  = 4
 )
 
 // gcOffMaxBytes is the largest plain pickle imported with the garbage
-// collector off (kv_decode_s1, 40.8 MB, peaks at 134 MB RSS either way),
+// collector off (its peak RSS is about the same either way),
 // and gcOffLimitBytes the memory limit kept meanwhile.
 const (
 	gcOffMaxBytes   = 64 << 20

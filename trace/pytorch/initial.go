@@ -7,6 +7,7 @@ import (
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
+	"github.com/fragsim/fragsim/trace/pytorch/sizes"
 )
 
 // rseg is a segment (or a mapped range of an expandable segment) while the
@@ -31,9 +32,8 @@ func newDevState() *devState {
 
 // finalStates returns each device's allocator state at the end of the
 // trace, from the final segments: the snapshot's segments list, segs,
-// read where the decoder left it. (Taken as Go values first, baseline_s1's
-// 115 segments and 1,112 blocks cost 0.5-0.8 ms on the H200 host, on the
-// goroutine every later step waits for.) A key given twice counts once,
+// read where the decoder left it, not taken as Go values first (every
+// later step of the import waits for this one). A key given twice counts once,
 // its last value, as in a Python dict.
 func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) {
 	states := map[int]*devState{}
@@ -147,7 +147,7 @@ func (c *converter) initialState(states map[int]*devState) *trace.InitialState {
 }
 
 func poolOf(size uint64) string {
-	if size == smallBuffer {
+	if size == sizes.SmallBuffer {
 		return "small"
 	}
 	return "large"
@@ -207,7 +207,7 @@ func (st *devState) undoOne(e *event) {
 // partOf returns the part, of k, of the block at address a. Its hash is
 // not blkMap's: with the same one, a part's blocks all had the same bits
 // among those blkMap takes its slot from, and crowded a k-th of its
-// slots (2 parts undid baseline_s1 six times slower than one). The hash's
+// slots, and undoing on 2 parts was slower than on one. The hash's
 // top 32 bits are scaled to k by a multiplication, not a division.
 func partOf(a uint64, k int) int {
 	return int(((a >> 9) * 0xc2b2ae3d27d4eb4f >> 32) * uint64(k) >> 32)
@@ -334,7 +334,7 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 				} else if gap := next - a - size; gap > 0 && r.pool == "large" && !r.expandable {
 					if b.req >= c.set.maxSplit {
 						oversize++
-					} else if gap <= smallSize {
+					} else if gap <= sizes.SmallSize {
 						size = next - a // a remainder of at most 1 MiB is never split off
 					}
 				}
@@ -399,7 +399,7 @@ func (x *ecInfer) add(e *event) {
 		if !x.inBurst {
 			x.inBurst, x.before, x.onlyLargeWhole = true, x.reserved, true
 		}
-		if e.Kind == trace.KindSegmentUnmap || e.SizeBytes == smallBuffer {
+		if e.Kind == trace.KindSegmentUnmap || e.SizeBytes == sizes.SmallBuffer {
 			x.onlyLargeWhole = false
 		}
 		x.reserved -= min(x.reserved, e.SizeBytes)

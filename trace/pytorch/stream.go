@@ -150,10 +150,8 @@ func (s *streamer) reserveFor(off, more int) {
 	if s.ready != nil {
 		// Made by Fork: taken when it holds more than today. Until it is
 		// made, the log grows by a quarter (or what the chunk adds): the
-		// decoder does not wait for it. (Made in memory the heap had
-		// freed, it is cleared first: on the H200 host, for baseline_s1
-		// with the command's heap readied, 1.5 ms during which the decoder
-		// waited and the workers, given no more chunks, too.)
+		// decoder does not wait for it (memory the heap had freed is
+		// cleared first, and the decoder and the workers would wait).
 		select {
 		case mem := <-s.ready:
 			s.ready = nil
@@ -402,8 +400,7 @@ func (s *streamer) ReadyForWorkers() bool {
 // Fork readies the chunk handlers (pickle.ParallelHandler): each gets a
 // copy of the caches as they are now. The events' memory for the rest of
 // the input is made and faulted in on another goroutine meanwhile (see
-// reserve): on the decoding goroutine, that cost kv_decode_s1's import
-// (600,000 entries) a tenth of its time on the H200 host.
+// reserve), not on the decoding goroutine, which every other waits for.
 func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryHandler {
 	// perChunk is a chunk's events, with some room, at the rate so far
 	// (grown by appending, they were copied as they grew, in fresh memory).
