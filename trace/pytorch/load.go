@@ -19,41 +19,42 @@ import (
 // snapshot is cut short, Load returns the error and, if trace entries were
 // decoded before the cut, a Snapshot of them too (its header says so).
 func Load(r io.Reader, name string, opt Options) (*Snapshot, error) {
-	data, err := ReadInput(r, opt)
+	data, free, err := readInput(r, opt)
 	if err != nil {
 		return nil, &Error{name, err}
 	}
-	s, err := LoadPickle(data, opt)
-	if s != nil {
-		s.summary.Input = name
-	}
-	if err != nil {
-		return s, &Error{name, err}
-	}
-	return s, nil
+	return loadData(data, free, name, opt)
 }
 
 // loadMapped is Load of a snapshot file mapped into memory at data.
 func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
-	limit := opt.MaxInputBytes
-	if limit <= 0 {
-		limit = 64 << 30
-	}
-	if int64(len(data)) > limit {
-		return nil, &Error{name, fmt.Errorf("input exceeds %d bytes", limit)}
+	b := opt.budget()
+	if int64(len(data)) > b.limit {
+		return nil, &Error{name, fmt.Errorf("input exceeds %d bytes", b.limit)}
 	}
 	if opt.Progress != nil {
 		opt.Progress("read", int64(len(data)), -1)
 	}
-	pk, err := decompress(data, limit)
+	pk, free, err := decompress(data, b)
 	if err != nil {
 		return nil, &Error{name, err}
 	}
+	return loadData(pk, free, name, opt)
+}
+
+// loadData converts the pickle data, a mapping (a file's, or the memory a
+// decompression made: free is then not nil, and called once the decoder
+// is done) or memory of the heap, giving the pages of a mapping back as
+// the decoder goes.
+func loadData(data []byte, free func(), name string, opt Options) (*Snapshot, error) {
 	var release func(int)
-	if len(pk) > 0 && &pk[0] == &data[0] {
-		release = releaser(data) // the pickle is the mapping itself
+	if free != nil || opt.mapped {
+		release = releaser(data)
 	}
-	s, err := loadPickleRelease(pk, opt, release)
+	s, err := loadPickleRelease(data, opt, release)
+	if free != nil {
+		free() // nothing decoded refers to the input's bytes
+	}
 	if s != nil {
 		s.summary.Input = name
 	}
@@ -278,6 +279,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 	var s *Snapshot
 	var loadErr error
 	if data, unmap, ok := mapFile(f); ok {
+		opt.mapped = true
 		s, loadErr = loadMapped(data, in, opt)
 		// Nothing decoded refers to the input's bytes: unmapped on another
 		// goroutine, as the trace is written.

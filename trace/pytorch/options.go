@@ -25,6 +25,10 @@ type Options struct {
 	Progress func(phase string, done, total int64)
 	// MaxInputBytes bounds the decompressed pickle size (0: 64 GiB).
 	MaxInputBytes int64
+	// MaxRatio bounds what a gzip'd or zstd'd snapshot decompresses to,
+	// in times its compressed size, beyond a floor of 64 MiB (0: 100).
+	// Past it the input is refused as a decompression bomb.
+	MaxRatio int64
 
 	// SpillDir is where a snapshot of more than a million or so trace
 	// entries keeps its events while it is converted and written, in a
@@ -36,6 +40,10 @@ type Options struct {
 	// the pickle decoder: 0 means one per CPU (runtime.GOMAXPROCS), 1
 	// none. The result is the same either way.
 	Workers int
+
+	// mapped is set when the input given to loadMapped is a file's
+	// mapping.
+	mapped bool
 
 	// tune overrides how the workers share the decode (tests).
 	tune *pickle.ParallelTuning
