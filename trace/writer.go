@@ -267,6 +267,10 @@ func (w *Writer) String(s string) StringID {
 	return id
 }
 
+// MaxStackFrames is the most frames one stack of a trace holds: Stack
+// keeps the first MaxStackFrames of a longer one.
+const MaxStackFrames = maxStackFrames
+
 // Stack returns the ID of frames, defining it on first use. Frames must
 // use IDs returned by String.
 func (w *Writer) Stack(frames []Frame) StackID {

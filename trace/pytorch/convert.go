@@ -144,6 +144,9 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if err := c.snap.ecs.finish(); err != nil {
 		return err
 	}
+	if err := c.noteLongStacks(); err != nil {
+		return err
+	}
 	if len(sum.UnknownActs) > 0 {
 		keys := make([]string, 0, len(sum.UnknownActs))
 		for k := range sum.UnknownActs {
@@ -548,4 +551,38 @@ func (c *converter) summarize(st *stats) {
 		sum.Streams = append(sum.Streams, s)
 	}
 	slices.Sort(sum.Streams)
+}
+
+// noteLongStacks notes, for each stack longer than a trace holds, the
+// first event that has it and the frames dropped (trace.Writer.Stack
+// keeps the first trace.MaxStackFrames).
+func (c *converter) noteLongStacks() error {
+	stacks := c.snap.stacks.stacks
+	long := map[pickle.Value]bool{}
+	for id, fr := range stacks {
+		if len(fr) > trace.MaxStackFrames {
+			long[pickle.Value(id)] = true
+		}
+	}
+	for i := range c.snap.seqs {
+		if len(long) == 0 {
+			break
+		}
+		q := &c.snap.seqs[i]
+		err := c.snap.raw.blocks(q.from, q.to, false, func(lo int, b []event) error {
+			for j := range b {
+				if f := b[j].frames; long[f] {
+					delete(long, f)
+					n := len(stacks[f])
+					c.note("device %d, event %d (%s at t=%d ns): its stack of %d frames is cut to the first %d, the most a trace holds (%d dropped)",
+						q.dev, lo+j-q.from, b[j].Kind, b[j].TimeNS, n, trace.MaxStackFrames, n-trace.MaxStackFrames)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

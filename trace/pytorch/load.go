@@ -96,7 +96,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	}
 	var st *streamer
 	if stream {
-		st = &streamer{conv: conv{doc: dec.Doc()}, dec: dec, size: len(data), prepareAt: math.MaxInt}
+		st = &streamer{conv: conv{doc: dec.Doc(), maxSize: opt.maxSize()}, dec: dec, size: len(data), prepareAt: math.MaxInt}
 		st.log.dir = opt.SpillDir
 		defer func() {
 			if st.log.err != nil || err != nil {

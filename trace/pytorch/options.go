@@ -25,6 +25,10 @@ type Options struct {
 	Progress func(phase string, done, total int64)
 	// MaxInputBytes bounds the decompressed pickle size (0: 64 GiB).
 	MaxInputBytes int64
+	// MaxSizeBytes is the largest size a trace entry may have: the
+	// device's memory when known (0: DefaultMaxSizeBytes). A larger one
+	// is an error naming the entry.
+	MaxSizeBytes uint64
 	// MaxRatio bounds what a gzip'd or zstd'd snapshot decompresses to,
 	// in times its compressed size, beyond a floor of 64 MiB (0: 100).
 	// Past it the input is refused as a decompression bomb.
@@ -130,3 +134,18 @@ func compressors(n int) int {
 	c := chunkEvents(n)
 	return max(min(runtime.GOMAXPROCS(0), (n+c-1)/c), 1)
 }
+
+// DefaultMaxSizeBytes is the largest size a trace entry may have when the
+// device's memory is not known: 2^48 bytes (256 TiB).
+const DefaultMaxSizeBytes = 1 << 48
+
+// maxSize returns the largest size a trace entry may have.
+func (o *Options) maxSize() uint64 {
+	if o.MaxSizeBytes > 0 {
+		return o.MaxSizeBytes
+	}
+	return DefaultMaxSizeBytes
+}
+
+// maxSize returns the largest size a trace entry may have.
+func (c *converter) maxSize() uint64 { return c.opt.maxSize() }
