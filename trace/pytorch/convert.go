@@ -64,13 +64,18 @@ func (c *converter) convert(top *pickle.Dict) error {
 	} else {
 		c.note("the snapshot has no allocator_settings (older PyTorch): the replay uses default settings")
 	}
-	if c.traces == noFrames && c.salvaged == nil {
-		return errors.New("not a memory snapshot: no device_traces key")
-	}
 	var err error
-	if c.stream != nil {
+	switch {
+	case c.traces == noFrames && c.salvaged == nil:
+		if !c.hasSegs {
+			return errors.New("not a memory snapshot: no device_traces key")
+		}
+		// A state-only snapshot: its segments are the initial state.
+		c.snap.raw = &evlog{dir: c.opt.SpillDir}
+		err = c.snap.raw.finish()
+	case c.stream != nil:
 		err = c.streamEntries()
-	} else {
+	default:
 		err = c.entries()
 	}
 	if err != nil {
@@ -202,6 +207,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	}
 
 	c.summarize(&st)
+	sum.StateOnly = c.salvaged == nil && c.snap.raw.Len() == 0 && h.Initial != nil
 	h.Approximate = c.approx
 	sum.Approximate = c.approx
 	sum.Header = h

@@ -153,3 +153,57 @@ func TestLongStackNoted(t *testing.T) {
 		t.Errorf("header notes %q; want %q", s.Header().Approximate, want)
 	}
 }
+
+// stateSegments is a device's final state: a large segment of 20 MiB with
+// an active 8 MiB block and the rest free, and a small one of 2 MiB with a
+// 512-byte block.
+func stateSegments() []any {
+	const M = 1 << 20
+	seg := func(addr, size int64, pool string, blocks ...any) dict {
+		return dict{[]string{"device", "address", "total_size", "stream", "segment_type", "is_expandable", "blocks"},
+			[]any{0, addr, size, 0, pool, nil, blocks}}
+	}
+	blk := func(addr, size int64, state string) dict {
+		return dict{[]string{"address", "size", "requested_size", "state"}, []any{addr, size, size, state}}
+	}
+	return []any{
+		seg(0x7f0000000000, 20*M, "large", blk(0x7f0000000000, 8*M, "active_allocated"), blk(0x7f0000000000+8*M, 12*M, "inactive")),
+		seg(0x7f0002000000, 2*M, "small", blk(0x7f0002000000, 512, "active_allocated"), blk(0x7f0002000000+512, 2*M-512, "inactive")),
+	}
+}
+
+// TestStateOnlySnapshot checks that a snapshot without trace entries (no
+// device_traces, empty ones, or the bare segments list of
+// torch.cuda.memory_snapshot()) imports its segments and blocks as the
+// trace's initial state, and says it is state-only.
+func TestStateOnlySnapshot(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"no device_traces":    pickled(dict{[]string{"segments"}, []any{stateSegments()}}),
+		"empty device_traces": pickled(dict{[]string{"segments", "device_traces"}, []any{stateSegments(), []any{[]any{}}}}),
+		"segments list":       pickled(stateSegments()),
+	} {
+		s, err := Load(bytes.NewReader(data), "state.pickle", Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sum := s.Summary()
+		init := s.Header().Initial
+		if !sum.StateOnly || sum.Events != 0 || init == nil || len(init.Segments) != 2 || sum.InitialBlks != 4 ||
+			sum.ReservedInit != 22<<20 {
+			t.Errorf("%s: state-only %v, %d events, %d segments, %d blocks, %d reserved", name, sum.StateOnly, sum.Events,
+				sum.InitialSegs, sum.InitialBlks, sum.ReservedInit)
+		}
+		s.Close()
+	}
+	// A snapshot with entries is not state-only.
+	s, err := Load(bytes.NewReader(snapshotOf(entry("alloc", 0x1000, 512, 1))), "x.pickle", Options{})
+	if err != nil || s.Summary().StateOnly {
+		t.Fatalf("a snapshot with an entry: %v, state-only %v", err, s.Summary().StateOnly)
+	}
+	s.Close()
+	// Neither entries nor segments: not a snapshot.
+	if _, err := Load(bytes.NewReader(pickled(dict{[]string{"x"}, []any{1}})), "x.pickle", Options{}); err == nil ||
+		!strings.Contains(err.Error(), "no device_traces") {
+		t.Errorf("a dict of neither: %v", err)
+	}
+}

@@ -378,6 +378,8 @@ type ecInfer struct {
 	n              int   // the device's events so far
 
 	ambiguous, retries, inferred int
+	capLike                      int    // bursts right before a new segment, with no cap known
+	peak                         uint64 // the most bytes reserved
 }
 
 func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ecInfer {
@@ -389,6 +391,7 @@ func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ec
 			}
 		}
 	}
+	x.peak = x.reserved
 	return x
 }
 
@@ -410,6 +413,7 @@ func (x *ecInfer) add(e *event) {
 		}
 		if e.Kind == trace.KindSegmentAlloc || e.Kind == trace.KindSegmentMap {
 			x.reserved += e.SizeBytes
+			x.peak = max(x.peak, x.reserved)
 		}
 	}
 	x.n++
@@ -433,6 +437,8 @@ func (x *ecInfer) end(next *event) {
 				(x.capBytes == 0 || float64(x.before) > c.set.gcThreshold*float64(x.capBytes)):
 				isEC = false // may be garbage collection
 				x.ambiguous++
+			case x.capBytes == 0:
+				x.capLike++ // may be a malloc's retry under a cap not known
 			}
 		}
 	}
@@ -451,7 +457,10 @@ func (x *ecInfer) finish() {
 	if x.inBurst {
 		x.end(nil)
 	}
-	x.c.snap.summary.EmptyCaches += x.inferred
+	sum := &x.c.snap.summary
+	sum.EmptyCaches += x.inferred
+	sum.CapLikeBursts += x.ambiguous + x.capLike
+	sum.PeakReserved = max(sum.PeakReserved, x.peak)
 	if x.ambiguous > 0 {
 		x.c.note("device %d: %d release bursts before a new segment may be garbage collection or empty_cache(): no empty_cache inferred for them", x.dev, x.ambiguous)
 	}

@@ -132,6 +132,18 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 		return nil, err
 	}
 	root := doc.Root()
+	if doc.Kind(root) == pickle.KindList {
+		// torch.cuda.memory_snapshot(): the segments alone.
+		c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: noFrames, stream: st,
+			segs: root, hasSegs: true}
+		c.snap.ecs.dir = opt.SpillDir
+		c.snap.summary.PickleBytes = int64(len(data))
+		if err := c.convert(&pickle.Dict{}); err != nil {
+			c.snap.Close()
+			return nil, err
+		}
+		return c.snap, nil
+	}
 	if k := doc.Kind(root); k != pickle.KindDict {
 		return nil, fmt.Errorf("not a memory snapshot: the pickle holds a %s, not a dict", k)
 	}
@@ -252,12 +264,17 @@ func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, e
 // gives a trace of the entries before the cut (its header says so) when
 // there are any: ImportFile then returns the summary, with Output set, and
 // the error.
+//
+// in "-" is standard input.
 func ImportFile(in, out string, opt Options) (*Summary, error) {
-	f, err := os.Open(in)
-	if err != nil {
-		return nil, err
+	f := os.Stdin
+	if in != "-" {
+		var err error
+		if f, err = os.Open(in); err != nil {
+			return nil, err
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	st, _ := f.Stat()
 	// The trace writer's buffers and zstd encoders are readied on another
 	// core while the snapshot is decoded (they are fresh memory, which

@@ -28,6 +28,17 @@ type Summary struct {
 	MidRun       bool                      `json:"mid_run"`
 	UnknownActs  map[string]int            `json:"unknown_actions,omitempty"`
 	ReservedInit uint64                    `json:"initial_reserved_bytes"`
+	// StateOnly is set for a snapshot without trace entries (what
+	// torch.cuda.memory_snapshot() or an OOM handler gives): its segments
+	// are the trace's initial state, and it has no events.
+	StateOnly bool `json:"state_only,omitempty"`
+	// CapLikeBursts counts the release bursts right before a new segment
+	// while no memory cap was known (Options.MemoryCapBytes): a capped
+	// run's malloc retries, or garbage collection, look so.
+	CapLikeBursts int `json:"cap_like_bursts,omitempty"`
+	// PeakReserved is the most bytes reserved on one device, as far as the
+	// empty_cache() inference followed it (0 when it did not run).
+	PeakReserved uint64 `json:"peak_reserved_bytes,omitempty"`
 }
 
 // event is a trace event waiting for its stack and text: the fields of

@@ -236,12 +236,17 @@ func sortStreams(s []trace.StreamID) {
 // header says so, and it comes first), once to write the events, so that
 // neither the log nor its events are held in memory. A log that cannot be
 // read again (a pipe) has its events kept in memory instead.
+//
+// in "-" is standard input.
 func ImportFile(in, out string) (*Summary, error) {
-	f, err := os.Open(in)
-	if err != nil {
-		return nil, err
+	f := os.Stdin
+	if in != "-" {
+		var err error
+		if f, err = os.Open(in); err != nil {
+			return nil, err
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	var buf *eventBuffer
 	var sink trace.Sink = discard{}
 	st, err := f.Stat()
