@@ -71,9 +71,9 @@ func TestDecompressSameBytes(t *testing.T) {
 func TestDecompressionBombs(t *testing.T) {
 	defer func(v int64) { minBudgetBytes = v }(minBudgetBytes)
 	minBudgetBytes = 1 << 20
-	zeros := make([]byte, 8<<20)
-	// A valid pickle start (PROTO 4, then NONE opcodes), 8 MiB of it.
-	nones := append([]byte{0x80, 4}, bytes.Repeat([]byte("N"), 8<<20)...)
+	zeros := make([]byte, 3<<20)
+	// A valid pickle start (PROTO 4, then NONE opcodes), 3 MiB of it.
+	nones := append([]byte{0x80, 4}, bytes.Repeat([]byte("N"), 3<<20)...)
 	cases := []struct {
 		name string
 		data []byte
