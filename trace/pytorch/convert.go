@@ -162,49 +162,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 		c.approx = slices.Insert(c.approx, unknownAt, note)
 	}
 
-	// Annotations become markers on their device's sequence.
-	markers := map[int][]event{}
-	if v, ok := top.Get("external_annotations"); ok {
-		for _, it := range asItems(v) {
-			ad, ok := it.(*pickle.Dict)
-			if !ok {
-				continue
-			}
-			e := event{}
-			e.Kind = trace.KindMarker
-			e.Marker = trace.MarkerText
-			switch st, _ := getString(ad, "stage"); st {
-			case "START":
-				e.Marker = trace.MarkerBegin
-			case "END":
-				e.Marker = trace.MarkerEnd
-			}
-			dev, _ := getInt(ad, "device")
-			e.Device = trace.DeviceID(dev)
-			t, _ := getInt(ad, "time_us")
-			e.TimeNS = t * 1000
-			name, _ := getString(ad, "name")
-			e.text = c.snap.text(name)
-			e.frames = noFrames
-			markers[int(dev)] = append(markers[int(dev)], e)
-			sum.Markers++
-			st.add(&e)
-		}
-	}
-	devs := make([]int, 0, len(markers))
-	for dev := range markers {
-		devs = append(devs, dev)
-	}
-	slices.Sort(devs)
-	for _, dev := range devs {
-		ms := markers[dev]
-		sort.SliceStable(ms, func(i, j int) bool { return ms[i].TimeNS < ms[j].TimeNS })
-		if dev >= 0 && dev < nTrace {
-			c.snap.seqs[dev].markers = ms
-		} else {
-			c.snap.seqs = append(c.snap.seqs, devSeq{dev: trace.DeviceID(dev), markers: ms})
-		}
-	}
+	c.annotations(top, &st, nTrace)
 
 	c.summarize(&st)
 	sum.StateOnly = c.salvaged == nil && c.snap.raw.Len() == 0 && h.Initial != nil
@@ -591,4 +549,53 @@ func (c *converter) noteLongStacks() error {
 		}
 	}
 	return nil
+}
+
+// annotations makes the snapshot's external_annotations markers on their
+// device's sequence (a new one for a device without trace entries, of
+// the nTrace), counted in st.
+func (c *converter) annotations(top *pickle.Dict, st *stats, nTrace int) {
+	sum := &c.snap.summary
+	markers := map[int][]event{}
+	if v, ok := top.Get("external_annotations"); ok {
+		for _, it := range asItems(v) {
+			ad, ok := it.(*pickle.Dict)
+			if !ok {
+				continue
+			}
+			e := event{}
+			e.Kind = trace.KindMarker
+			e.Marker = trace.MarkerText
+			switch st, _ := getString(ad, "stage"); st {
+			case "START":
+				e.Marker = trace.MarkerBegin
+			case "END":
+				e.Marker = trace.MarkerEnd
+			}
+			dev, _ := getInt(ad, "device")
+			e.Device = trace.DeviceID(dev)
+			t, _ := getInt(ad, "time_us")
+			e.TimeNS = t * 1000
+			name, _ := getString(ad, "name")
+			e.text = c.snap.text(name)
+			e.frames = noFrames
+			markers[int(dev)] = append(markers[int(dev)], e)
+			sum.Markers++
+			st.add(&e)
+		}
+	}
+	devs := make([]int, 0, len(markers))
+	for dev := range markers {
+		devs = append(devs, dev)
+	}
+	slices.Sort(devs)
+	for _, dev := range devs {
+		ms := markers[dev]
+		sort.SliceStable(ms, func(i, j int) bool { return ms[i].TimeNS < ms[j].TimeNS })
+		if dev >= 0 && dev < nTrace {
+			c.snap.seqs[dev].markers = ms
+		} else {
+			c.snap.seqs = append(c.snap.seqs, devSeq{dev: trace.DeviceID(dev), markers: ms})
+		}
+	}
 }
