@@ -87,7 +87,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if c.salvaged == nil {
 		states = map[int]*devState{}
 		if c.hasSegs {
-			if states, err = finalStates(c.doc, c.segs); err != nil {
+			if states, err = finalStates(c.doc, c.segs, c.maxSize()); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package pytorch
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 
@@ -34,8 +35,10 @@ func newDevState() *devState {
 // trace, from the final segments: the snapshot's segments list, segs,
 // read where the decoder left it, not taken as Go values first (every
 // later step of the import waits for this one). A key given twice counts once,
-// its last value, as in a Python dict.
-func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) {
+// its last value, as in a Python dict. An address or size that is not a
+// non-negative integer, or a size above most, is an error naming the
+// segment or block.
+func finalStates(doc *pickle.Doc, segs pickle.Value, most uint64) (map[int]*devState, error) {
 	states := map[int]*devState{}
 	var err error
 	doc.Items(segs, func(i int, sv pickle.Value) bool {
@@ -48,13 +51,14 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 		hasBlocks := false
 		seg := &rseg{}
 		doc.Pairs(sv, func(k, v pickle.Value) bool {
+			var bad string
 			switch key, _ := doc.Str(k); key {
 			case "device":
 				dev, _ = doc.Int(v)
 			case "address":
-				seg.addr = docUint(doc, v)
+				seg.addr, bad = entryUint(doc, v, math.MaxUint64)
 			case "total_size":
-				seg.size = docUint(doc, v)
+				seg.size, bad = entryUint(doc, v, most)
 			case "stream":
 				seg.stream = trace.StreamID(docUint(doc, v))
 			case "segment_type":
@@ -65,8 +69,16 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 			case "blocks":
 				blocks, hasBlocks = v, true
 			}
+			if bad != "" {
+				key, _ := doc.Str(k)
+				err = fmt.Errorf("segments[%d]: %s %s", i, key, bad)
+				return false
+			}
 			return true
 		})
+		if err != nil {
+			return false
+		}
 		st := states[int(dev)]
 		if st == nil {
 			st = newDevState()
@@ -92,18 +104,27 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 			var addr uint64
 			var b rblk
 			doc.Pairs(bv, func(k, v pickle.Value) bool {
+				var bad string
 				switch key, _ := doc.Str(k); key {
 				case "state":
 					state, _ = doc.Str(v)
 				case "address":
-					addr = docUint(doc, v)
+					addr, bad = entryUint(doc, v, math.MaxUint64)
 				case "size":
-					b.size = docUint(doc, v)
+					b.size, bad = entryUint(doc, v, most)
 				case "requested_size":
-					b.req = docUint(doc, v)
+					b.req, bad = entryUint(doc, v, most)
+				}
+				if bad != "" {
+					key, _ := doc.Str(k)
+					err = fmt.Errorf("segments[%d].blocks[%d]: %s %s", i, j, key, bad)
+					return false
 				}
 				return true
 			})
+			if err != nil {
+				return false
+			}
 			if state == string(trace.BlockInactive) || state == "" {
 				return true
 			}
