@@ -155,10 +155,8 @@ func (p *parallel) compress() {
 // gives, and checks them (j.check): it returns the chunk's payload, or
 // bad when it holds an invalid event. In format version 2 the events are
 // given and encoded a batch at a time, so that a chunk's events are
-// never all in memory: a chunk of 8,192 events held 512 KiB of fresh
-// memory on each compressor, a fifth of what an import of baseline_s1
-// allocated with 16 of them (on the H200 host's 16 cores, the command
-// spent 5-9 us of system time a page fault, every core faulting).
+// never all in memory: a whole chunk would be fresh memory to fault in
+// on each compressor, every core faulting at once.
 func (p *parallel) encodeRange(ee *eventEncoder, j *chunkJob) (raw []byte, bad bool) {
 	if p.version < 2 {
 		if cap(j.evs) < j.n {

@@ -9,17 +9,18 @@ import (
 	"strings"
 
 	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pytorch/sizes"
 )
 
-// Sizes and constants of PyTorch's CUDA caching allocator.
+// Sizes and constants of PyTorch's CUDA caching allocator (package sizes).
 const (
-	MinBlockSize       = 512      // kMinBlockSize
-	SmallSize          = 1 << 20  // kSmallSize: largest rounded size served by the small pool
-	SmallBuffer        = 2 << 20  // kSmallBuffer: small segment size and small expandable page
-	MinLargeAlloc      = 10 << 20 // kMinLargeAlloc
-	LargeBuffer        = 20 << 20 // kLargeBuffer: default large_segment_size
-	RoundLarge         = 2 << 20  // kRoundLarge
-	NumDivisionBuckets = 16       // kRoundUpPowerOfTwoIntervals
+	MinBlockSize       = sizes.MinBlockSize
+	SmallSize          = sizes.SmallSize
+	SmallBuffer        = sizes.SmallBuffer
+	MinLargeAlloc      = sizes.MinLargeAlloc
+	LargeBuffer        = sizes.LargeBuffer
+	RoundLarge         = sizes.RoundLarge
+	NumDivisionBuckets = sizes.NumDivisionBuckets
 	mib                = 1 << 20
 )
 
@@ -359,44 +360,12 @@ func parseSettingsDivisions(v string, d *[NumDivisionBuckets]uint64) error {
 
 // Divisions returns the roundup_power2_divisions that apply to size n.
 func (c *Config) Divisions(n uint64) uint64 {
-	logSize := 63 - bits.LeadingZeros64(n)
-	idx := min(max(logSize-20, 0), NumDivisionBuckets-1)
-	return c.RoundupPower2Divisions[idx]
+	return c.RoundupPower2Divisions[sizes.Bucket(n)]
 }
 
 // RoundSize is PyTorch's round_size: the block size a request of n bytes gets.
-func (c *Config) RoundSize(n uint64) uint64 {
-	if n < MinBlockSize {
-		return MinBlockSize
-	}
-	d := c.Divisions(n)
-	if d > 1 && n > MinBlockSize*d {
-		if isPow2(n) {
-			return n
-		}
-		floor := uint64(1) << (63 - bits.LeadingZeros64(n))
-		step := floor >> (63 - bits.LeadingZeros64(d))
-		if step == 0 {
-			return floor << 1
-		}
-		f := n &^ (step - 1)
-		if f == n {
-			return n
-		}
-		return f + step
-	}
-	return (n + MinBlockSize - 1) / MinBlockSize * MinBlockSize
-}
+func (c *Config) RoundSize(n uint64) uint64 { return sizes.RoundSize(n, &c.RoundupPower2Divisions) }
 
 // AllocationSize is PyTorch's get_allocation_size: the segment size for a
 // rounded request s.
-func (c *Config) AllocationSize(s uint64) uint64 {
-	switch {
-	case s <= SmallSize:
-		return SmallBuffer
-	case s < MinLargeAlloc:
-		return c.LargeSegmentSize
-	default:
-		return (s + RoundLarge - 1) / RoundLarge * RoundLarge
-	}
-}
+func (c *Config) AllocationSize(s uint64) uint64 { return sizes.AllocationSize(s, c.LargeSegmentSize) }

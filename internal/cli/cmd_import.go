@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"github.com/fragsim/fragsim/analysis"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,14 +25,16 @@ func importCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "import",
 		Usage:     "convert a PyTorch memory snapshot (or an RMM log) into a fragsim trace",
-		ArgsUsage: "SNAPSHOT",
+		ArgsUsage: "SNAPSHOT (- for standard input)",
 		Description: "Reads a snapshot written by torch.cuda.memory._dump_snapshot (plain, gzip'd or\n" +
 			"zstd'd pickle, protocols 2 to 5) or a RAPIDS RMM logging_resource_adaptor CSV log and\n" +
 			"writes a trace. The pickle is decoded by a restricted reader: a file that tries to\n" +
 			"construct objects or run code is refused, and nothing in it ever runs.\n" +
 			"When the snapshot's ring buffer starts mid-run, the allocator state at its first\n" +
 			"event is rebuilt from the final segments; empty_cache() calls, which PyTorch does\n" +
-			"not trace, are inferred from release bursts no OOM explains.",
+			"not trace, are inferred from release bursts no OOM explains. A snapshot without\n" +
+			"trace entries (torch.cuda.memory_snapshot(), an OOM handler's) gives a trace of its\n" +
+			"state alone. With -, the snapshot is read from standard input (--format rmm for a log).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE` (required)"},
 			&cli.StringFlag{Name: "format", Usage: "input format: auto, pytorch or rmm", Value: "auto"},
@@ -58,11 +62,20 @@ func runImport(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("import: want one SNAPSHOT argument, got %d", c.NArg()))
 	}
 	in, out := c.Args().First(), c.String("output")
-	head := readHead(in)
+	if err := importSameFile(in, out); err != nil {
+		return exitCode(2, fmt.Errorf("import: %w", err))
+	}
+	var head inputHead
+	if in != "-" {
+		head = readHead(in)
+	}
 	format := c.String("format")
 	switch format {
 	case "auto":
-		format = importDetect(in, head)
+		format = "pytorch"
+		if in != "-" {
+			format = importDetect(in, head)
+		}
 	case "pytorch", "rmm":
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
@@ -90,10 +103,15 @@ func runImport(c *cli.Context) error {
 		if err != nil {
 			return exitCode(2, fmt.Errorf("import: %w", err))
 		}
+		fraction := c.Float64("memory-fraction")
+		if math.IsNaN(fraction) || fraction < 0 || fraction > 1 {
+			return exitCode(2, fmt.Errorf("import: --memory-fraction %v: want a fraction from 0 to 1", fraction))
+		}
 		opt := pytorch.Options{
 			NoInferEmptyCache: c.Bool("no-infer-empty-cache"),
 			MemoryCapBytes:    c.Uint64("memory-cap"),
-			MemoryFraction:    c.Float64("memory-fraction"),
+			MemoryFraction:    fraction,
+			MaxSizeBytes:      meta.GPUTotalBytes,
 			Meta:              meta,
 			Progress:          prog.report,
 		}
@@ -102,9 +120,8 @@ func runImport(c *cli.Context) error {
 			opt.MemoryCapBytes = uint64(opt.MemoryFraction * float64(meta.GPUTotalBytes))
 		}
 		// Restored once the command's output is written: with the
-		// import's heap live, turning the collector back on started a
-		// collection (about 1 ms of baseline_s1's command on the H200
-		// host, the summary's printing held in a mark assist).
+		// import's heap live, turning the collector back on starts a
+		// collection, which would hold the summary's printing.
 		defer importGC(head)()
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
@@ -118,6 +135,7 @@ func runImport(c *cli.Context) error {
 		summary = sum
 		if !c.Bool("json") {
 			importPrintPyTorch(c.App.Writer, sum, time.Since(start))
+			importAdvice(c.App.Writer, sum, meta.GPUTotalBytes, opt.MemoryCapBytes)
 		}
 	}
 	if c.Bool("json") {
@@ -126,6 +144,57 @@ func runImport(c *cli.Context) error {
 		return enc.Encode(summary)
 	}
 	return nil
+}
+
+// importSameFile refuses an output that is the input (the same file,
+// through any name or link): the import would replace the snapshot.
+func importSameFile(in, out string) error {
+	if in == "-" {
+		return nil
+	}
+	a, err := os.Stat(in)
+	if err != nil {
+		return nil // the import reports it
+	}
+	if b, err := os.Stat(out); err == nil && os.SameFile(a, b) {
+		return fmt.Errorf("the output %s is the input %s: refusing to replace it", out, in)
+	}
+	return nil
+}
+
+// importAdvice prints what the summary s calls for: how to record a
+// snapshot that allows what-ifs, for a state-only one; the flags that
+// tell a capped run's retries from empty_cache(), when release bursts
+// look like them and no cap was given. total is the GPU's memory (0:
+// not known), capBytes the cap the import knew.
+func importAdvice(w io.Writer, s *pytorch.Summary, total, capBytes uint64) {
+	if s.StateOnly {
+		fmt.Fprintf(w, "state-only:  the snapshot holds the allocator's state but no history: what-ifs need "+
+			"torch.cuda.memory._record_memory_history(enabled=\"all\", max_entries=1000000) before the run, "+
+			"then torch.cuda.memory._dump_snapshot(path)\n")
+	}
+	if s.CapLikeBursts == 0 || capBytes > 0 {
+		return
+	}
+	f := "F"
+	est := fmt.Sprintf("F is the fraction given to set_per_process_memory_fraction; at least the peak reserved, %s, over the GPU's memory",
+		analysis.FmtBytes(s.PeakReserved))
+	gpu := "--gpu-total NAME"
+	if total > 0 && s.PeakReserved > 0 && s.PeakReserved <= total {
+		f = importFraction(s.PeakReserved, total)
+		est = fmt.Sprintf("%s is the peak reserved, %s, over the GPU's %s, rounded up: the least the cap can have been",
+			f, analysis.FmtBytes(s.PeakReserved), analysis.FmtBytes(total))
+		gpu = "--gpu-total " + strconv.FormatUint(total, 10)
+	}
+	fmt.Fprintf(w, "advice:      %d release bursts right before a new segment look like a memory cap's retries or garbage collection; "+
+		"if the run was capped, import with --memory-fraction %s %s (%s)\n", s.CapLikeBursts, f, gpu, est)
+}
+
+// importFraction returns peak/total rounded up at 3 significant digits.
+func importFraction(peak, total uint64) string {
+	f := float64(peak) / float64(total)
+	scale := math.Pow(10, 2-math.Floor(math.Log10(f)))
+	return strconv.FormatFloat(math.Ceil(f*scale)/scale, 'g', 3, 64)
 }
 
 // inputHead is what the import command reads of its input before
@@ -161,11 +230,8 @@ func readHead(path string) inputHead {
 // what restores the settings.
 // Such an import allocates a few times its input, most of it live to the
 // end, and in a fresh process the collections while the heap was still
-// small stalled the decoder: on the H200 host a mark assist held it 1.2
-// ms at baseline_s1's start, and the whole command took, best of 9,
-// 22.3 ms with the collector against 19.9 without (empty_cache 18.0 ->
-// 15.2, train_s1 23.4 -> 20.9), for 3 MB more peak RSS (46.6 -> 49.9
-// MB). A memory limit of gcOffLimitBytes stays: near it the collector
+// small stall the decoder in mark assists, for little memory saved. A
+// memory limit of gcOffLimitBytes stays: near it the collector
 // runs. Larger and compressed inputs (whose pickle may be far larger
 // than the file) keep the collector, and with it the import's flat
 // memory.
@@ -186,7 +252,7 @@ func importGC(head inputHead) (restore func()) {
 }
 
 // gcOffMaxBytes is the largest plain pickle imported with the garbage
-// collector off (kv_decode_s1, 40.8 MB, peaks at 134 MB RSS either way),
+// collector off (its peak RSS is about the same either way),
 // and gcOffLimitBytes the memory limit kept meanwhile.
 const (
 	gcOffMaxBytes   = 64 << 20

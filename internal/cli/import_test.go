@@ -328,3 +328,107 @@ func TestImportGCUntilOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestImportStdinAndSameFile checks that `import -` reads the snapshot
+// from standard input (the same trace as from the file), and that an
+// output that is the input, by its name or a link to it, is refused with
+// exit 2 and the snapshot left as it was.
+func TestImportStdinAndSameFile(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "s.pickle.gz")
+	data, err := os.ReadFile("../../trace/pytorch/testdata/real/ring.pickle.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(snap, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := filepath.Join(dir, "file.fst")
+	if _, stderr, code := runCLI("import", "-q", snap, "-o", fromFile); code != 0 {
+		t.Fatalf("import: exit %d: %s", code, stderr)
+	}
+	f, err := os.Open(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(old *os.File) { os.Stdin = old }(os.Stdin)
+	os.Stdin = f
+	fromStdin := filepath.Join(dir, "stdin.fst")
+	_, stderr, code := runCLI("import", "-q", "-", "-o", fromStdin)
+	f.Close()
+	if code != 0 {
+		t.Fatalf("import -: exit %d: %s", code, stderr)
+	}
+	a, _ := os.ReadFile(fromFile)
+	b, _ := os.ReadFile(fromStdin)
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatalf("import - wrote %d bytes, from the file %d", len(b), len(a))
+	}
+	link := filepath.Join(dir, "link.pickle.gz")
+	if err := os.Symlink(snap, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{snap, link} {
+		_, stderr, code := runCLI("import", "-q", snap, "-o", out)
+		if code != 2 || !strings.Contains(stderr, "is the input") {
+			t.Errorf("import %s -o %s: exit %d, %q; want 2 and a refusal", snap, out, code, stderr)
+		}
+	}
+	if now, _ := os.ReadFile(snap); !bytes.Equal(now, data) {
+		t.Fatal("the snapshot was changed")
+	}
+}
+
+// TestImportAdvice checks the summary's advice: a snapshot whose release
+// bursts look like a capped run's retries or garbage collection, imported
+// without a cap, names the flags and estimates the fraction from the peak
+// reserved and the GPU's memory (gc_threshold ran at 0.0107 of an H200);
+// given the cap, it says nothing; a bad fraction is refused.
+func TestImportAdvice(t *testing.T) {
+	snap := "../../trace/pytorch/testdata/real/gc_threshold.pickle.gz"
+	out := filepath.Join(t.TempDir(), "t.fst")
+	stdout, stderr, code := runCLI("import", "-q", "--gpu-total", "h200", snap, "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "import with --memory-fraction 0.0107 --gpu-total 150109880320") {
+		t.Errorf("no advice naming the flags:\n%s", stdout)
+	}
+	stdout, _, _ = runCLI("import", "-q", snap, "-o", out)
+	if !strings.Contains(stdout, "import with --memory-fraction F --gpu-total NAME") {
+		t.Errorf("without the GPU's memory, no advice naming the flags:\n%s", stdout)
+	}
+	stdout, _, _ = runCLI("import", "-q", "--gpu-total", "h200", "--memory-fraction", "0.0107", snap, "-o", out)
+	if strings.Contains(stdout, "advice:") {
+		t.Errorf("advice given with the cap known:\n%s", stdout)
+	}
+	for _, f := range []string{"NaN", "Inf", "-0.5", "1.5"} {
+		if _, stderr, code := runCLI("import", "-q", "--memory-fraction", f, snap, "-o", out); code != 2 || !strings.Contains(stderr, "--memory-fraction") {
+			t.Errorf("--memory-fraction %s: exit %d, %q; want 2", f, code, stderr)
+		}
+	}
+}
+
+// TestImportStateOnly checks that a snapshot without trace entries (an
+// OOM handler's) imports its segments as the trace's initial state, and
+// that the summary says how to record one that allows what-ifs.
+func TestImportStateOnly(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.fst")
+	code, stdout, stderr := runImportCLI(t, "-q", importTestdata+"state_only.p4.pickle", "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, `torch.cuda.memory._record_memory_history(enabled="all"`) ||
+		!strings.Contains(stdout, "2 segments, 4 blocks, 22.0 MiB reserved") {
+		t.Errorf("summary:\n%s", stdout)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, evs, err := trace.ReadAll(f)
+	if err != nil || len(evs) != 0 || h.Initial == nil || len(h.Initial.Segments) != 2 {
+		t.Fatalf("trace: %v, %d events, initial %+v", err, len(evs), h.Initial)
+	}
+}

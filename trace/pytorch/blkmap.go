@@ -4,8 +4,8 @@ import "github.com/fragsim/fragsim/trace"
 
 // blkMap holds the live blocks while the trace is undone, by address: an
 // open-addressing table with linear probing, which undo reads and writes
-// once or twice per entry (a Go map with string states cost kv_decode_s1's
-// import a fifth of its time). Address 0 is stored aside, as the empty
+// once or twice per entry, so it must cost little more than a slice
+// index. Address 0 is stored aside, as the empty
 // slot's key.
 type blkMap struct {
 	keys  []uint64

@@ -260,14 +260,14 @@ func TestFinalStates(t *testing.T) {
 		[][2]any{{"device", 1}, {"address", 1 << 22}, {"total_size", 4 << 20}, {"is_expandable", 1}, {"segment_type", "small"}},
 		[][2]any{{"device", 1}, {"address", 1 << 23}, {"total_size", 4 << 20}, {"is_expandable", true}},
 	}
-	decode := func(v any) (*pickle.Doc, pickle.Value) {
+	states0 := func(v any) (map[int]*devState, error) {
 		doc, err := pickle.NewDecoder(pk(v)).DecodeDoc()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return doc, doc.Root()
+		return finalStates(doc, doc.Root(), DefaultMaxSizeBytes)
 	}
-	states, err := finalStates(decode(segs))
+	states, err := states0(segs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,8 +295,11 @@ func TestFinalStates(t *testing.T) {
 	}{
 		{[]any{segs[0], "x"}, "segments[1] is a str, not a dict"},
 		{[]any{[][2]any{{"blocks", []any{blk(0, "inactive"), 5}}}}, "segments[0].blocks[1] is a int, not a dict"},
+		{[]any{segs[0], [][2]any{{"address", "0x1000"}}}, "segments[1]: address is a str, not an integer"},
+		{[]any{[][2]any{{"total_size", -1}}}, "segments[0]: total_size is negative (-1)"},
+		{[]any{[][2]any{{"blocks", []any{[][2]any{{"size", []any{}}}}}}}, "segments[0].blocks[0]: size is a list, not an integer"},
 	} {
-		if _, err := finalStates(decode(c.v)); err == nil || err.Error() != c.want {
+		if _, err := states0(c.v); err == nil || err.Error() != c.want {
 			t.Errorf("finalStates: %v, want %q", err, c.want)
 		}
 	}

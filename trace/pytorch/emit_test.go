@@ -10,14 +10,41 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// eventOnly hides a trace.Writer's batch methods: Emit then gives it one
-// event at a time.
+// eventOnly is a trace.RangeSink that gives a trace.Writer every event
+// one at a time (RangeSink's reference: the same bytes).
 type eventOnly struct{ w *trace.Writer }
 
 func (s eventOnly) WriteEvent(e trace.Event) error      { return s.w.WriteEvent(e) }
 func (s eventOnly) String(x string) trace.StringID      { return s.w.String(x) }
 func (s eventOnly) Stack(f []trace.Frame) trace.StackID { return s.w.Stack(f) }
 func (s eventOnly) Flush() error                        { return s.w.Flush() }
+
+func (s eventOnly) WriteEvents(evs []trace.Event) error {
+	for _, e := range evs {
+		if err := s.w.WriteEvent(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s eventOnly) WriteRange(n int, fill func(dst []trace.Event, i int)) error {
+	one := make([]trace.Event, 1)
+	for i := range n {
+		fill(one, i)
+		if err := s.w.WriteEvent(one[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s eventOnly) WriteRangeEnd(n int, fill func(dst []trace.Event, i int)) error {
+	if err := s.WriteRange(n, fill); err != nil {
+		return err
+	}
+	return s.w.Flush()
+}
 
 // TestEmitBatchedSameBytes checks that Emit, which gives a trace.Writer
 // the plain events in batches and ranges, runs between the events it

@@ -2,6 +2,7 @@ package pytorch
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
@@ -84,26 +85,37 @@ func (c *converter) entries() error {
 						}
 					}
 				case keys.addr:
-					n, _ := doc.Int(v)
-					addr = uint64(n)
+					n, bad := entryUint(doc, v, math.MaxUint64)
+					if bad != "" {
+						return fmt.Errorf("device_traces[%d][%d]: addr %s", dev, k, bad)
+					}
+					addr = n
 				case keys.size:
-					n, _ := doc.Int(v)
-					e.SizeBytes = uint64(n)
+					n, bad := entryUint(doc, v, c.maxSize())
+					if bad != "" {
+						return fmt.Errorf("device_traces[%d][%d]: size %s", dev, k, bad)
+					}
+					e.SizeBytes = n
 				case keys.stream:
 					n, _ := doc.Int(v)
 					e.Stream = trace.StreamID(n)
 				case keys.timeUS:
-					if n, ok := doc.Int(v); ok {
-						e.TimeNS = n * 1000
-						e.set |= setTimeOK
+					n, bad := entryTime(doc, v)
+					if bad != "" {
+						return fmt.Errorf("device_traces[%d][%d]: time_us %s", dev, k, bad)
 					}
+					e.TimeNS = n
+					e.set |= setTimeOK
 				case keys.frames:
 					if doc.Len(v) > 0 && doc.Kind(v) == pickle.KindList {
 						e.frames = pickle.Value(c.snap.stacks.intern(doc, v))
 					}
 				case keys.deviceFree:
-					n, _ := doc.Int(v)
-					devFree = uint64(n)
+					n, bad := entryUint(doc, v, math.MaxUint64)
+					if bad != "" {
+						return fmt.Errorf("device_traces[%d][%d]: device_free %s", dev, k, bad)
+					}
+					devFree = n
 				case keys.userMetadata:
 					e.text = 0
 					if sid, ok := doc.StrID(v); ok {
@@ -135,4 +147,58 @@ func (c *converter) entries() error {
 	}
 	c.snap.seqs = seqs
 	return raw.finish()
+}
+
+// entryUint reads an entry's size, address or device_free: an integer (a
+// float only when it is one) from 0 to most. It returns what is wrong
+// with v, or "".
+func entryUint(doc *pickle.Doc, v pickle.Value, most uint64) (uint64, string) {
+	var x uint64
+	switch k := doc.Kind(v); k {
+	case pickle.KindInt:
+		n, _ := doc.Int(v)
+		if n < 0 {
+			return 0, fmt.Sprintf("is negative (%d)", n)
+		}
+		x = uint64(n)
+	case pickle.KindUint:
+		n, _ := doc.Int(v)
+		x = uint64(n)
+	case pickle.KindFloat:
+		f, _ := doc.Float(v)
+		if f != math.Trunc(f) || f < 0 || f >= 1<<64 {
+			return 0, fmt.Sprintf("is the float %v, not a byte count or address", f)
+		}
+		x = uint64(f)
+	default:
+		return 0, fmt.Sprintf("is a %s, not an integer", k)
+	}
+	if x > most {
+		return 0, fmt.Sprintf("%d is above %d bytes, more than the device holds", x, most)
+	}
+	return x, ""
+}
+
+// entryTime reads an entry's time_us into nanoseconds: an integer (a float
+// only when it is one) whose nanoseconds fit in 63 bits.
+func entryTime(doc *pickle.Doc, v pickle.Value) (int64, string) {
+	const most = math.MaxInt64 / 1000
+	switch k := doc.Kind(v); k {
+	case pickle.KindInt, pickle.KindUint:
+		n, _ := doc.Int(v)
+		if k == pickle.KindUint {
+			return 0, fmt.Sprintf("%d overflows 64-bit nanoseconds", uint64(n))
+		}
+		if n > most || n < -most {
+			return 0, fmt.Sprintf("%d overflows 64-bit nanoseconds", n)
+		}
+		return n * 1000, ""
+	case pickle.KindFloat:
+		f, _ := doc.Float(v)
+		if f != math.Trunc(f) || f > most || f < -most {
+			return 0, fmt.Sprintf("is the float %v, not a time in microseconds", f)
+		}
+		return int64(f) * 1000, ""
+	}
+	return 0, fmt.Sprintf("is a %s, not an integer", doc.Kind(v))
 }

@@ -187,10 +187,9 @@ func (l *evlog) close() {
 
 // idleEvents holds the memory of a closed log's events (*[]event), for
 // the next import in the process: the heap would clear it again, or fault
-// it in (baseline_s1's 124,000 events are 6.6 MiB). In a running process
-// on the H200 host, with the chunk handlers' and the trace writer's
-// buffers also kept (idleChunks, trace's idleJobs), imports of the real
-// snapshots of 2-9 MB took 6-14% less time, best of 7 rounds.
+// it in (a 124,000-entry snapshot's events are 6.6 MiB). A process that
+// imports several snapshots reuses it, as it reuses the chunk handlers'
+// and the trace writer's buffers (idleChunks, trace's idleJobs).
 var idleEvents sync.Pool
 
 // newEvents returns events of length n and capacity want or more: a

@@ -2,11 +2,13 @@ package pytorch
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
+	"github.com/fragsim/fragsim/trace/pytorch/sizes"
 )
 
 // rseg is a segment (or a mapped range of an expandable segment) while the
@@ -31,11 +33,12 @@ func newDevState() *devState {
 
 // finalStates returns each device's allocator state at the end of the
 // trace, from the final segments: the snapshot's segments list, segs,
-// read where the decoder left it. (Taken as Go values first, baseline_s1's
-// 115 segments and 1,112 blocks cost 0.5-0.8 ms on the H200 host, on the
-// goroutine every later step waits for.) A key given twice counts once,
-// its last value, as in a Python dict.
-func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) {
+// read where the decoder left it, not taken as Go values first (every
+// later step of the import waits for this one). A key given twice counts once,
+// its last value, as in a Python dict. An address or size that is not a
+// non-negative integer, or a size above most, is an error naming the
+// segment or block.
+func finalStates(doc *pickle.Doc, segs pickle.Value, most uint64) (map[int]*devState, error) {
 	states := map[int]*devState{}
 	var err error
 	doc.Items(segs, func(i int, sv pickle.Value) bool {
@@ -48,13 +51,14 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 		hasBlocks := false
 		seg := &rseg{}
 		doc.Pairs(sv, func(k, v pickle.Value) bool {
+			var bad string
 			switch key, _ := doc.Str(k); key {
 			case "device":
 				dev, _ = doc.Int(v)
 			case "address":
-				seg.addr = docUint(doc, v)
+				seg.addr, bad = entryUint(doc, v, math.MaxUint64)
 			case "total_size":
-				seg.size = docUint(doc, v)
+				seg.size, bad = entryUint(doc, v, most)
 			case "stream":
 				seg.stream = trace.StreamID(docUint(doc, v))
 			case "segment_type":
@@ -65,8 +69,16 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 			case "blocks":
 				blocks, hasBlocks = v, true
 			}
+			if bad != "" {
+				key, _ := doc.Str(k)
+				err = fmt.Errorf("segments[%d]: %s %s", i, key, bad)
+				return false
+			}
 			return true
 		})
+		if err != nil {
+			return false
+		}
 		st := states[int(dev)]
 		if st == nil {
 			st = newDevState()
@@ -92,18 +104,27 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 			var addr uint64
 			var b rblk
 			doc.Pairs(bv, func(k, v pickle.Value) bool {
+				var bad string
 				switch key, _ := doc.Str(k); key {
 				case "state":
 					state, _ = doc.Str(v)
 				case "address":
-					addr = docUint(doc, v)
+					addr, bad = entryUint(doc, v, math.MaxUint64)
 				case "size":
-					b.size = docUint(doc, v)
+					b.size, bad = entryUint(doc, v, most)
 				case "requested_size":
-					b.req = docUint(doc, v)
+					b.req, bad = entryUint(doc, v, most)
+				}
+				if bad != "" {
+					key, _ := doc.Str(k)
+					err = fmt.Errorf("segments[%d].blocks[%d]: %s %s", i, j, key, bad)
+					return false
 				}
 				return true
 			})
+			if err != nil {
+				return false
+			}
 			if state == string(trace.BlockInactive) || state == "" {
 				return true
 			}
@@ -147,7 +168,7 @@ func (c *converter) initialState(states map[int]*devState) *trace.InitialState {
 }
 
 func poolOf(size uint64) string {
-	if size == smallBuffer {
+	if size == sizes.SmallBuffer {
 		return "small"
 	}
 	return "large"
@@ -207,7 +228,7 @@ func (st *devState) undoOne(e *event) {
 // partOf returns the part, of k, of the block at address a. Its hash is
 // not blkMap's: with the same one, a part's blocks all had the same bits
 // among those blkMap takes its slot from, and crowded a k-th of its
-// slots (2 parts undid baseline_s1 six times slower than one). The hash's
+// slots, and undoing on 2 parts was slower than on one. The hash's
 // top 32 bits are scaled to k by a multiplication, not a division.
 func partOf(a uint64, k int) int {
 	return int(((a >> 9) * 0xc2b2ae3d27d4eb4f >> 32) * uint64(k) >> 32)
@@ -334,7 +355,7 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 				} else if gap := next - a - size; gap > 0 && r.pool == "large" && !r.expandable {
 					if b.req >= c.set.maxSplit {
 						oversize++
-					} else if gap <= smallSize {
+					} else if gap <= sizes.SmallSize {
 						size = next - a // a remainder of at most 1 MiB is never split off
 					}
 				}
@@ -378,6 +399,8 @@ type ecInfer struct {
 	n              int   // the device's events so far
 
 	ambiguous, retries, inferred int
+	capLike                      int    // bursts right before a new segment, with no cap known
+	peak                         uint64 // the most bytes reserved
 }
 
 func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ecInfer {
@@ -389,6 +412,7 @@ func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ec
 			}
 		}
 	}
+	x.peak = x.reserved
 	return x
 }
 
@@ -399,7 +423,7 @@ func (x *ecInfer) add(e *event) {
 		if !x.inBurst {
 			x.inBurst, x.before, x.onlyLargeWhole = true, x.reserved, true
 		}
-		if e.Kind == trace.KindSegmentUnmap || e.SizeBytes == smallBuffer {
+		if e.Kind == trace.KindSegmentUnmap || e.SizeBytes == sizes.SmallBuffer {
 			x.onlyLargeWhole = false
 		}
 		x.reserved -= min(x.reserved, e.SizeBytes)
@@ -410,6 +434,7 @@ func (x *ecInfer) add(e *event) {
 		}
 		if e.Kind == trace.KindSegmentAlloc || e.Kind == trace.KindSegmentMap {
 			x.reserved += e.SizeBytes
+			x.peak = max(x.peak, x.reserved)
 		}
 	}
 	x.n++
@@ -433,6 +458,8 @@ func (x *ecInfer) end(next *event) {
 				(x.capBytes == 0 || float64(x.before) > c.set.gcThreshold*float64(x.capBytes)):
 				isEC = false // may be garbage collection
 				x.ambiguous++
+			case x.capBytes == 0:
+				x.capLike++ // may be a malloc's retry under a cap not known
 			}
 		}
 	}
@@ -451,7 +478,10 @@ func (x *ecInfer) finish() {
 	if x.inBurst {
 		x.end(nil)
 	}
-	x.c.snap.summary.EmptyCaches += x.inferred
+	sum := &x.c.snap.summary
+	sum.EmptyCaches += x.inferred
+	sum.CapLikeBursts += x.ambiguous + x.capLike
+	sum.PeakReserved = max(sum.PeakReserved, x.peak)
 	if x.ambiguous > 0 {
 		x.c.note("device %d: %d release bursts before a new segment may be garbage collection or empty_cache(): no empty_cache inferred for them", x.dev, x.ambiguous)
 	}

@@ -11,10 +11,8 @@ import (
 // start, ahead of the decoder, and returns what stops it and waits for it
 // (before the mapping is unmapped). A larger mapping is faulted in a
 // window at a time by releaser.
-//
-// mmap's MAP_POPULATE did it on the decoding goroutine before the decode
-// began: 0.1-0.25 ms of the H200 host's imports of 4-9 MB snapshots
-// (runtime traces), 0.75 ms of empty_cache's on the development VM.
+// (mmap's MAP_POPULATE would do it on the decoding goroutine, before
+// the decode begins.)
 func populate(data []byte) (done func()) {
 	if len(data) > maxPopulateBytes {
 		return func() {}

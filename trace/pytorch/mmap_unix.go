@@ -32,3 +32,37 @@ func mapFile(f *os.File) (data []byte, unmap func(), ok bool) {
 	done := populate(data)
 	return data, func() { done(); syscall.Munmap(data) }, true
 }
+
+// outBuf is memory for a decompressed input: an anonymous mapping, out of
+// the Go heap, so that the collector neither counts it nor scans it, the
+// pages the decoder is done with can be released as it goes (releaser),
+// and free gives it back at once.
+type outBuf struct {
+	b      []byte
+	mapped bool
+}
+
+// newOutBuf returns n bytes of memory (only the pages touched are
+// resident).
+func newOutBuf(n int) *outBuf {
+	if b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON); err == nil {
+		return &outBuf{b: b, mapped: true}
+	}
+	return &outBuf{b: make([]byte, n)}
+}
+
+// grow makes o n bytes long, keeping its content.
+func (o *outBuf) grow(n int) {
+	g := newOutBuf(n)
+	copy(g.b, o.b)
+	o.free()
+	*o = *g
+}
+
+// free releases o's memory; nothing may use it after.
+func (o *outBuf) free() {
+	if o.mapped && o.b != nil {
+		syscall.Munmap(o.b)
+	}
+	o.b = nil
+}

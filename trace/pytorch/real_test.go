@@ -96,6 +96,9 @@ func TestRealSnapshots(t *testing.T) {
 		t.Fatal("no real snapshots")
 	}
 	for name, run := range runs {
+		if !longTests() && !everydayReal[name] {
+			continue // long: set FRAGSIM_LONG=1
+		}
 		t.Run(name, func(t *testing.T) {
 			gz, err := os.ReadFile(filepath.Join("testdata/real", name+".pickle.gz"))
 			if err != nil {
@@ -247,7 +250,11 @@ func TestRealSnapshotWithoutCap(t *testing.T) {
 // to be mapped into memory, plain and gzip'd, writes the same trace as
 // Load and Emit of its bytes.
 func TestImportFileMapped(t *testing.T) {
-	data := gunzip(t, "testdata/real/baseline_s1.pickle.gz")
+	name := "ring"
+	if longTests() {
+		name = "baseline_s1"
+	}
+	data := gunzip(t, "testdata/real/"+name+".pickle.gz")
 	if len(data) < minMapBytes {
 		t.Fatalf("snapshot of %d bytes is too small to be mapped", len(data))
 	}
@@ -300,7 +307,10 @@ func getUint(d *pickle.Dict, key string) uint64 {
 func TestImportReusesMemory(t *testing.T) {
 	poisonEvents = true
 	defer func() { poisonEvents = false }()
-	names := []string{"baseline_s1", "ring", "stacks_agents", "expandable_empty"}
+	names := []string{"ring", "fraction_retry", "stacks", "empty_cache"}
+	if longTests() {
+		names = []string{"baseline_s1", "ring", "stacks_agents", "expandable_empty"}
+	}
 	dir := t.TempDir()
 	first := map[string][]byte{}
 	for _, name := range names {

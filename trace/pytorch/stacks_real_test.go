@@ -25,6 +25,9 @@ func TestRealStackedSnapshot(t *testing.T) {
 		file    string
 		entries int
 	}{{"stacks.pickle.gz", 783}, {"stacks_agents.pickle.gz", 25234}} {
+		if tc.file != "stacks.pickle.gz" && !longTests() {
+			continue // long: set FRAGSIM_LONG=1
+		}
 		data := gunzip(t, "testdata/real/"+tc.file)
 		for _, opt := range []Options{{Workers: 1}, {Workers: 4, tune: &pickle.ParallelTuning{After: 100, ChunkBytes: 16 << 10}}} {
 			t.Run(fmt.Sprintf("%s/workers=%d", tc.file, opt.Workers), func(t *testing.T) {

@@ -1,6 +1,7 @@
 package pytorch
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"slices"
@@ -150,10 +151,8 @@ func (s *streamer) reserveFor(off, more int) {
 	if s.ready != nil {
 		// Made by Fork: taken when it holds more than today. Until it is
 		// made, the log grows by a quarter (or what the chunk adds): the
-		// decoder does not wait for it. (Made in memory the heap had
-		// freed, it is cleared first: on the H200 host, for baseline_s1
-		// with the command's heap readied, 1.5 ms during which the decoder
-		// waited and the workers, given no more chunks, too.)
+		// decoder does not wait for it (memory the heap had freed is
+		// cleared first, and the decoder and the workers would wait).
 		select {
 		case mem := <-s.ready:
 			s.ready = nil
@@ -183,6 +182,9 @@ type conv struct {
 	kindOf []uint8 // string index -> action kind + 1 (1: unknown), 0 when not yet known
 	kinds  uint32  // bit k: an action of kind k met
 	lists  bool    // a chunk's: some event's frames are the chunk's (chunkList, chunkRef)
+	// maxSize is the largest size an entry may have (see
+	// Options.MaxSizeBytes; 0: DefaultMaxSizeBytes).
+	maxSize uint64
 }
 
 // chunkList marks, in a chunk's event, frames that are the chunk's list
@@ -278,21 +280,29 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 				s.unknown[n], _ = doc.Str(v)
 			}
 		case keyAddr:
+			x, bad := entryUint(doc, v, math.MaxUint64)
+			if bad != "" {
+				return c.badValue(s)
+			}
 			if e.Kind != trace.KindOOM { // an OOM's Addr is its device_free
-				x, _ := doc.Int(v)
-				e.Addr = uint64(x)
+				e.Addr = x
 			}
 		case keySize:
-			x, _ := doc.Int(v)
-			e.SizeBytes = uint64(x)
+			x, bad := entryUint(doc, v, cmp.Or(c.maxSize, DefaultMaxSizeBytes))
+			if bad != "" {
+				return c.badValue(s)
+			}
+			e.SizeBytes = x
 		case keyStream:
 			x, _ := doc.Int(v)
 			e.Stream = trace.StreamID(x)
 		case keyTime:
-			if x, ok := doc.Int(v); ok {
-				e.TimeNS = x * 1000
-				e.set |= setTimeOK
+			x, bad := entryTime(doc, v)
+			if bad != "" {
+				return c.badValue(s)
 			}
+			e.TimeNS = x
+			e.set |= setTimeOK
 		case keyFrames:
 			// The stack's id in the table: a list shared by entries comes
 			// back as the decoder's ticket for it once taken. (A chunk's
@@ -322,9 +332,12 @@ func (c *conv) set(n uint32, e *event, kv []pickle.Value, s *streamer) error {
 			if e.set&setAction == 0 {
 				return errFallback
 			}
+			x, bad := entryUint(doc, v, math.MaxUint64)
+			if bad != "" {
+				return c.badValue(s)
+			}
 			if e.Kind == trace.KindOOM {
-				x, _ := doc.Int(v)
-				e.Addr = uint64(x)
+				e.Addr = x
 			}
 		case keyUserMetadata:
 			if sid, ok := doc.StrID(v); ok {
@@ -402,8 +415,7 @@ func (s *streamer) ReadyForWorkers() bool {
 // Fork readies the chunk handlers (pickle.ParallelHandler): each gets a
 // copy of the caches as they are now. The events' memory for the rest of
 // the input is made and faulted in on another goroutine meanwhile (see
-// reserve): on the decoding goroutine, that cost kv_decode_s1's import
-// (600,000 entries) a tenth of its time on the H200 host.
+// reserve), not on the decoding goroutine, which every other waits for.
 func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryHandler {
 	// perChunk is a chunk's events, with some room, at the rate so far
 	// (grown by appending, they were copied as they grew, in fresh memory).
@@ -440,7 +452,7 @@ func (s *streamer) Fork(off, chunkBytes int) func(doc *pickle.Doc) pickle.EntryH
 				h = &chunkEntries{}
 			}
 		}
-		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...)}
+		h.conv = conv{doc: doc, keyOf: append(h.keyOf[:0], keyOf...), kindOf: append(h.kindOf[:0], kindOf...), maxSize: s.maxSize}
 		if cap(h.evs) < perChunk {
 			h.evs = make([]event, 0, perChunk)
 		}
@@ -623,4 +635,14 @@ func (c *converter) streamEntries() error {
 		c.opt.Progress("convert", int64(next), int64(next))
 	}
 	return nil
+}
+
+// badValue is set's error for an entry with a value of the wrong type or
+// out of bounds: the decoder, or the whole decode, converts it again (see
+// entries), which names the entry.
+func (c *conv) badValue(s *streamer) error {
+	if s == nil {
+		return errChunk
+	}
+	return errFallback
 }

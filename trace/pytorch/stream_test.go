@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -191,7 +193,11 @@ func TestForkMemoryLate(t *testing.T) {
 // compared too, in small chunks.
 func TestParallelStacks(t *testing.T) {
 	var buf bytes.Buffer
-	if err := snapgen.Write(&buf, 40_000, 7, 8); err != nil {
+	n := int64(15_000)
+	if longTests() {
+		n = 40_000
+	}
+	if err := snapgen.Write(&buf, n, 7, 8); err != nil {
 		t.Fatal(err)
 	}
 	real := gunzip(t, "testdata/real/stacks.pickle.gz")
@@ -524,7 +530,11 @@ func mustReadF(f *testing.F, name string) []byte {
 // preparation exactly once, when it has gone through prepareShare of the
 // pickle, and not for a pickle that ends before.
 func TestPrepareCalledOnce(t *testing.T) {
-	data := gunzip(t, "testdata/real/baseline_s1.pickle.gz")
+	name := "ring"
+	if longTests() {
+		name = "baseline_s1"
+	}
+	data := gunzip(t, "testdata/real/"+name+".pickle.gz")
 	calls, at, est := 0, -1, 0
 	var st *streamer
 	opt := Options{}
@@ -563,20 +573,44 @@ func TestPrepareCalledOnce(t *testing.T) {
 // and real (testdata/real/*.pickle.gz, decompressed), by file name.
 func testSnapshots(t *testing.T) map[string][]byte {
 	t.Helper()
-	names, _ := filepath.Glob("testdata/*.pickle")
-	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
-	if len(names) < 5 || len(real) < 5 {
-		t.Fatalf("found %d and %d test snapshots", len(names), len(real))
+	snapshotsOnce.Do(func() {
+		names, _ := filepath.Glob("testdata/*.pickle")
+		real, _ := filepath.Glob("testdata/real/*.pickle.gz")
+		if len(names) < 5 || len(real) < 5 {
+			snapshotsErr = fmt.Errorf("found %d and %d test snapshots", len(names), len(real))
+			return
+		}
+		snapshots = map[string][]byte{}
+		for _, name := range names {
+			snapshots[name] = mustRead(t, filepath.Base(name))
+		}
+		for _, name := range real {
+			if longTests() || everydayReal[strings.TrimSuffix(filepath.Base(name), ".pickle.gz")] {
+				snapshots[name] = gunzip(t, name)
+			}
+		}
+	})
+	if snapshotsErr != nil {
+		t.Fatal(snapshotsErr)
 	}
-	out := map[string][]byte{}
-	for _, name := range names {
-		out[name] = mustRead(t, filepath.Base(name))
-	}
-	for _, name := range real {
-		out[name] = gunzip(t, name)
-	}
-	return out
+	return maps.Clone(snapshots)
 }
+
+// The test snapshots, read once for the package's tests (testSnapshots).
+var (
+	snapshotsOnce sync.Once
+	snapshots     map[string][]byte
+	snapshotsErr  error
+)
+
+// everydayReal are the real snapshots the everyday tests import: between
+// them, a ring buffer that starts mid-run (ring), a capped run's retries
+// (fraction_retry), empty_cache() bursts (empty_cache) and call stacks
+// (stacks). With FRAGSIM_LONG=1, the tests import every real snapshot.
+var everydayReal = map[string]bool{"ring": true, "fraction_retry": true, "empty_cache": true, "stacks": true}
+
+// longTests reports whether the long sweeps run (FRAGSIM_LONG=1).
+func longTests() bool { return os.Getenv("FRAGSIM_LONG") == "1" }
 
 // TestReadyForWorkers checks that the streamer lets the pickle decoder's
 // workers start all at once only after alloc and both frees have been

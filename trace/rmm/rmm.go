@@ -61,6 +61,10 @@ func Header() *trace.Header {
 
 const dayNS = 24 * 3600 * int64(1e9)
 
+// MaxSizeBytes is the largest size a row may have (2^48 bytes, 256 TiB):
+// a larger one is a bad line, not a request a replay could place.
+const MaxSizeBytes = 1 << 48
+
 // parseTime reads HH:MM:SS.ffffff (nanoseconds of the day) or epoch seconds.
 func parseTime(s string) (ns int64, ofDay bool, err error) {
 	if strings.Count(s, ":") == 2 {
@@ -173,6 +177,9 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad size %q", f[4])}
 		}
+		if size > MaxSizeBytes {
+			return sum, &LineError{name, sum.Lines, fmt.Sprintf("size %d is above %d bytes (2^48), more than any device holds", size, uint64(MaxSizeBytes))}
+		}
 		stream, err := parsePtr(f[5])
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad stream %q", f[5])}
@@ -224,16 +231,30 @@ func sortStreams(s []trace.StreamID) {
 // is bad, the events before it are kept in out (the header says where the
 // log was cut) and the error names the line; when none were valid, nothing
 // is written.
+//
+// The log is read twice, once to find whether and where it is cut (the
+// header says so, and it comes first), once to write the events, so that
+// neither the log nor its events are held in memory. A log that cannot be
+// read again (a pipe) has its events kept in memory instead.
+//
+// in "-" is standard input.
 func ImportFile(in, out string) (*Summary, error) {
-	f, err := os.Open(in)
-	if err != nil {
-		return nil, err
+	f := os.Stdin
+	if in != "-" {
+		var err error
+		if f, err = os.Open(in); err != nil {
+			return nil, err
+		}
+		defer f.Close()
 	}
-	defer f.Close()
-	// Parse once into memory so that the header can say whether the log
-	// was cut; RMM logs are small next to the events they describe.
-	var buf eventBuffer
-	sum, ierr := Import(f, in, &buf)
+	var buf *eventBuffer
+	var sink trace.Sink = discard{}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		buf = &eventBuffer{}
+		sink = buf
+	}
+	sum, ierr := Import(f, in, sink)
 	if ierr != nil && sum.Events == 0 {
 		return sum, ierr
 	}
@@ -246,7 +267,21 @@ func ImportFile(in, out string) (*Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	if err := buf.replay(w); err != nil {
+	if buf != nil {
+		err = buf.replay(w)
+	} else if _, err = f.Seek(0, io.SeekStart); err == nil {
+		// The second pass stops at the same bad line, with the same events
+		// written before it.
+		var again *Summary
+		again, err = Import(f, in, w)
+		if err != nil && ierr != nil && err.Error() == ierr.Error() {
+			err = nil
+		}
+		if err == nil && again.Events != sum.Events {
+			err = fmt.Errorf("%s changed while it was imported", in)
+		}
+	}
+	if err != nil {
 		w.Close()
 		os.Remove(tmp)
 		return sum, err
@@ -262,6 +297,13 @@ func ImportFile(in, out string) (*Summary, error) {
 	sum.Output = out
 	return sum, ierr
 }
+
+// discard is a Sink that keeps nothing.
+type discard struct{}
+
+func (discard) WriteEvent(trace.Event) error      { return nil }
+func (discard) String(string) trace.StringID      { return trace.NoString }
+func (discard) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
 
 // eventBuffer is a Sink that keeps events in memory.
 type eventBuffer struct {

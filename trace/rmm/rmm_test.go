@@ -2,10 +2,12 @@ package rmm
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -60,6 +62,8 @@ func TestBadLines(t *testing.T) {
 		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,5,0x0\n1,00:00:01.0,grow,0x1,5,0x0\n": 3,
 		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,zz,5,0x0\n":                               2,
 		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,-5,0x0\n":                             2,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,18446744073709551615,0x0\n":           2,
+		"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.0,allocate,0x1,281474976710657,0x0\n":                2,
 	}
 	for in, line := range cases {
 		var buf eventBuffer
@@ -103,5 +107,65 @@ func TestImportFileKeepsValidPrefix(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("wrote a trace from a file with no valid line")
+	}
+}
+
+// TestImportFileStreamsSameBytes checks that a log file, read twice (the
+// first pass finds where it is cut, the second writes the events), gives
+// the trace a pipe gives, whose events are kept in memory: cut or not.
+func TestImportFileStreamsSameBytes(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	log.WriteString("Thread,Time,Action,Pointer,Size,Stream\n")
+	for i := range 3000 {
+		fmt.Fprintf(&log, "1,00:00:%02d.%06d,allocate,0x%x,%d,0x0\n", i/1000, i%1000*100, 0x1000+i*512, 512)
+		fmt.Fprintf(&log, "1,00:00:%02d.%06d,free,0x%x,%d,0x0\n", i/1000, i%1000*100+50, 0x1000+i*512, 512)
+	}
+	for _, tail := range []string{"", "1,00:00:09.0,grow,0x1,5,0x0\n"} {
+		in := filepath.Join(dir, "log.csv")
+		if err := os.WriteFile(in, []byte(log.String()+tail), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "file.fst")
+		sum, err := ImportFile(in, file)
+		if (err != nil) != (tail != "") || sum.Events != 9000 {
+			t.Fatalf("tail %q: %d events, %v", tail, sum.Events, err)
+		}
+		fifo := filepath.Join(dir, "fifo")
+		os.Remove(fifo)
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Skipf("no fifo: %v", err)
+		}
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err == nil {
+				f.WriteString(log.String() + tail)
+				f.Close()
+			}
+		}()
+		piped := filepath.Join(dir, "pipe.fst")
+		if _, err := ImportFile(fifo, piped); (err != nil) != (tail != "") {
+			t.Fatalf("tail %q, from a pipe: %v", tail, err)
+		}
+		read := func(path string) (*trace.Header, []trace.Event) {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			h, evs, err := trace.ReadAll(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h, evs
+		}
+		ha, a := read(file)
+		hb, b := read(piped)
+		// The header's note on the cut names the input.
+		na := strings.Join(ha.Approximate, "|")
+		nb := strings.ReplaceAll(strings.Join(hb.Approximate, "|"), fifo, in)
+		if len(a) != 9000 || !reflect.DeepEqual(a, b) || na != nb {
+			t.Fatalf("tail %q: the file gave %d events (%s), the pipe %d (%s)", tail, len(a), na, len(b), nb)
+		}
 	}
 }

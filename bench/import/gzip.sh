@@ -1,0 +1,59 @@
+#!/bin/bash
+# gzip.sh: a gzip'd snapshot's import against Python's pickle.load(gzip.open(f))
+# and against the same snapshot's un-gzipped import.
+#
+# usage: bench/import/gzip.sh [FRAGSIM] [ENTRIES] [ROUNDS]
+# (defaults: a fresh build, 1000000 entries, 5 rounds). The runs are
+# interleaved (Python, gzip'd, plain) so that a loaded machine slows all
+# three alike; it prints each run's wall time and max RSS (/usr/bin/time
+# -v), their medians, and the two ratios the targets are about:
+# Python's time / the gzip'd import's (target >= 2.5), and the gzip'd
+# import's max RSS / the plain import's (target <= 1.5). It also prints
+# the CPU time (user + system) of each: on a machine loaded by other work,
+# the wall times measure the load as much as the programs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+bin=${1:-}
+if [ -z "$bin" ]; then
+	bin=$dir/fragsim
+	go build -o "$bin" ./cmd/fragsim
+fi
+n=${2:-1000000}
+rounds=${3:-5}
+go run ./bench/import/genpickle -o "$dir/s.pickle" -n "$n" >/dev/null
+gzip -k -6 "$dir/s.pickle"
+echo "snapshot: $n entries, pickle $(stat -c %s "$dir/s.pickle") bytes, gzip'd $(stat -c %s "$dir/s.pickle.gz") bytes"
+
+# run LABEL CMD...: appends "seconds kilobytes" to $dir/LABEL
+run() {
+	local label=$1
+	shift
+	/usr/bin/time -v "$@" >/dev/null 2>"$dir/time.txt"
+	local s kb cpu
+	cpu=$(awk -F': ' '/User time|System time/ {t+=$2} END {print t}' "$dir/time.txt")
+	s=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); t=0; for(i=1;i<=n;i++) t=t*60+a[i]; print t}' "$dir/time.txt")
+	kb=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$dir/time.txt")
+	echo "$s $kb $cpu" >>"$dir/$label"
+	echo "  $label: $s s, $kb KB, CPU $cpu s"
+}
+for r in $(seq "$rounds"); do
+	echo "round $r"
+	run python python3 -c "import pickle,gzip,sys; pickle.load(gzip.open(sys.argv[1]))" "$dir/s.pickle.gz"
+	run gzip "$bin" import -q "$dir/s.pickle.gz" -o "$dir/g.fst"
+	run plain "$bin" import -q "$dir/s.pickle" -o "$dir/p.fst"
+done
+cmp "$dir/g.fst" "$dir/p.fst"
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+for l in python gzip plain; do
+	printf '%s: median %s s, max RSS median %s KB, CPU median %s s\n' "$l" "$(cut -d' ' -f1 "$dir/$l" | median)" \
+		"$(cut -d' ' -f2 "$dir/$l" | median)" "$(cut -d' ' -f3 "$dir/$l" | median)"
+done
+py=$(cut -d' ' -f1 "$dir/python" | median)
+gz=$(cut -d' ' -f1 "$dir/gzip" | median)
+gr=$(cut -d' ' -f2 "$dir/gzip" | median)
+pr=$(cut -d' ' -f2 "$dir/plain" | median)
+awk -v py="$py" -v gz="$gz" -v gr="$gr" -v pr="$pr" 'BEGIN {
+	printf "speed-up over Python: %.2fx (target >= 2.5)\n", py/gz
+	printf "max RSS, gzip'"'"'d / plain: %.2fx (target <= 1.5)\n", gr/pr }'

@@ -1,0 +1,111 @@
+package pytorch
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+func gzipped(t *testing.T, parts ...[]byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, p := range parts { // one member each
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func zstded(t *testing.T, p []byte) []byte {
+	t.Helper()
+	zw, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zw.Close()
+	return zw.EncodeAll(p, nil)
+}
+
+// TestDecompressSameBytes checks that a gzip'd (one member or two: the
+// size in the trailer is then the last member's) or zstd'd snapshot
+// decompresses to the pickle's bytes, from memory (decompress) and from a
+// stream of known or unknown size (ReadInput).
+func TestDecompressSameBytes(t *testing.T) {
+	raw, err := os.ReadFile("testdata/basic.p5.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(raw) / 2
+	for name, comp := range map[string][]byte{
+		"gzip": gzipped(t, raw), "gzip2": gzipped(t, raw[:half], raw[half:]), "zstd": zstded(t, raw),
+	} {
+		var o Options
+		got, free, err := decompress(comp, o.budget())
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("%s: decompress: %d bytes, %v; want the pickle's %d", name, len(got), err, len(raw))
+		}
+		free()
+		for _, r := range []io.Reader{bytes.NewReader(comp), struct{ io.Reader }{bytes.NewReader(comp)}} {
+			got, err := ReadInput(r, Options{})
+			if err != nil || !bytes.Equal(got, raw) {
+				t.Fatalf("%s: ReadInput(%T): %d bytes, %v; want the pickle's %d", name, r, len(got), err, len(raw))
+			}
+		}
+	}
+}
+
+// TestDecompressionBombs checks that a compressed input that would
+// decompress past its budget, or to something that is not a pickle, is
+// refused with an error naming the file, from memory and from a stream
+// (a zstd frame that states its size is refused before it is decoded).
+func TestDecompressionBombs(t *testing.T) {
+	defer func(v int64) { minBudgetBytes = v }(minBudgetBytes)
+	minBudgetBytes = 1 << 20
+	zeros := make([]byte, 3<<20)
+	// A valid pickle start (PROTO 4, then NONE opcodes), 3 MiB of it.
+	nones := append([]byte{0x80, 4}, bytes.Repeat([]byte("N"), 3<<20)...)
+	cases := []struct {
+		name string
+		data []byte
+		opt  Options
+		want string
+	}{
+		{"zeros.gz", gzipped(t, zeros), Options{}, "not a pickle: it starts with byte 0x00"},
+		{"zeros.zst", zstded(t, zeros), Options{}, "not a pickle: it starts with byte 0x00|refused as a decompression bomb"},
+		{"nones.gz", gzipped(t, nones), Options{}, "refused as a decompression bomb"},
+		{"nones.zst", zstded(t, nones), Options{}, "refused as a decompression bomb"},
+		{"ratio.gz", gzipped(t, nones[:2<<20]), Options{MaxRatio: 2}, "refused as a decompression bomb"},
+		{"limit.gz", gzipped(t, nones[:2<<20]), Options{MaxInputBytes: 1 << 19}, "the input limit"},
+	}
+	for _, c := range cases {
+		for _, stream := range []bool{false, true} {
+			var err error
+			if stream {
+				_, err = Load(struct{ io.Reader }{bytes.NewReader(c.data)}, c.name, c.opt)
+			} else {
+				_, err = loadMapped(c.data, c.name, c.opt)
+			}
+			matched := false
+			for _, w := range strings.Split(c.want, "|") {
+				matched = matched || err != nil && strings.Contains(err.Error(), w)
+			}
+			if !matched || !strings.HasPrefix(err.Error(), c.name+": ") {
+				t.Errorf("%s (stream %v): %v; want an error naming the file, with %q", c.name, stream, err, c.want)
+			}
+		}
+	}
+	// Within the budget, the same input is read.
+	if _, _, err := decompress(gzipped(t, nones[:1<<19]), (&Options{}).budget()); err != nil {
+		t.Errorf("half a MiB of NONE opcodes: %v", err)
+	}
+}
