@@ -87,7 +87,7 @@ func ParseConf(s string) (Config, error) {
 	err := conf.Parse(s, map[string]conf.Setter{
 		"fragmentation_fraction": func(v string) error {
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f <= 0 || f >= 1 {
+			if err != nil || !(f > 0 && f < 1) {
 				return fmt.Errorf("%q is not a fraction in (0, 1)", v)
 			}
 			c.FragFraction = f

@@ -111,6 +111,11 @@ func TestParseConfErrors(t *testing.T) {
 		{"no_such_key:1", "no_such_key"},
 		{"large_segment_size_mb:8", "large_segment_size_mb"},
 		{"max_split_size_mb", "max_split_size_mb"},
+		{"garbage_collection_threshold:NaN", "garbage_collection_threshold"},
+		{"per_process_memory_fraction:NaN", "per_process_memory_fraction"},
+		{"max_split_size_mb:NaN", "max_split_size_mb"},
+		{"max_split_size_mb:Inf", "max_split_size_mb"},
+		{"max_split_size_mb:99999999999999999999", "above the largest"},
 	} {
 		_, err := ParseConf(c.conf)
 		if err == nil || !strings.Contains(err.Error(), c.key) {

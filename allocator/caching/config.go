@@ -114,10 +114,17 @@ func parseBool(key, v string) (bool, error) {
 	return false, fmt.Errorf("alloc conf key %s: want True or False, got %q", key, v)
 }
 
+// maxConfMiB bounds a size setting (2^40 MiB, an exbibyte): past it the
+// bytes would overflow, and no device holds as much.
+const maxConfMiB = 1 << 40
+
 func parseMiB(key, v string, min uint64) (uint64, error) {
 	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || n < 0 {
+	if err != nil || !(n >= 0) {
 		return 0, fmt.Errorf("alloc conf key %s: want a size in MiB, got %q", key, v)
+	}
+	if n > maxConfMiB {
+		return 0, fmt.Errorf("alloc conf key %s: %s MiB is above the largest size, %d MiB", key, v, uint64(maxConfMiB))
 	}
 	b := uint64(n) * mib
 	if b < min {
@@ -219,7 +226,7 @@ func ParseConf(s string) (Config, error) {
 			}
 		case "garbage_collection_threshold":
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f <= 0 || f >= 1 {
+			if err != nil || !(f > 0 && f < 1) {
 				return c, fmt.Errorf("alloc conf key %s: want a number in (0, 1), got %q", k, v)
 			}
 			c.GCThreshold = f
@@ -233,7 +240,7 @@ func ParseConf(s string) (Config, error) {
 			}
 		case "per_process_memory_fraction":
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || f > 1 {
+			if err != nil || !(f >= 0 && f <= 1) {
 				return c, fmt.Errorf("alloc conf key %s: want a number in [0, 1], got %q", k, v)
 			}
 			c.Fraction = f
@@ -308,7 +315,7 @@ func FromHeader(h *trace.Header) (Config, error) {
 	}
 	if v, ok := s["garbage_collection_threshold"]; ok && v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f >= 1 {
+		if err != nil || !(f >= 0 && f < 1) {
 			return c, fmt.Errorf("trace header: allocator setting garbage_collection_threshold: bad value %q", v)
 		}
 		c.GCThreshold = f

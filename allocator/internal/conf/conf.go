@@ -103,7 +103,7 @@ func keys(m map[string]Setter) string {
 func MiB(dst *uint64, align, min uint64) Setter {
 	return func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || f > 1<<24 {
+		if err != nil || !(f > 0 && f <= 1<<24) {
 			return fmt.Errorf("%q is not a positive number of MiB", v)
 		}
 		b := uint64(f * (1 << 20))

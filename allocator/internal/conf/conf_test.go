@@ -23,6 +23,8 @@ func TestParse(t *testing.T) {
 		{in: "page_mb", size: 7, wantErr: "want key:value"},
 		{in: "page_mb:-1", size: 7, wantErr: "not a positive number"},
 		{in: "page_mb:0.5", size: 7, wantErr: "below the minimum"},
+		{in: "page_mb:NaN", size: 7, wantErr: "not a positive number"},
+		{in: "page_mb:+Inf", size: 7, wantErr: "not a positive number"},
 		{in: "flag:maybe", size: 7, wantErr: "not true or false"},
 	}
 	for _, tt := range tests {
