@@ -3,7 +3,6 @@ package allocator
 import (
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"testing"
 
@@ -18,18 +17,11 @@ import (
 // around to a small block, and the replay's heap does not grow by more
 // than 256 MiB.
 func TestHugeRequests(t *testing.T) {
-	long := os.Getenv("FRAGSIM_LONG") == "1"
 	sizes := []uint64{1 << 40, 1 << 47, 1 << 62, math.MaxUint64}
 	for _, name := range []string{"pooled", "async", "bfc", "ideal", "paged"} {
 		for _, capacity := range []uint64{0, 80 << 30} {
 			for _, s := range sizes {
 				t.Run(fmt.Sprintf("%s/cap=%d/S=%d", name, capacity, s), func(t *testing.T) {
-					if name == "paged" && capacity == 0 && s <= 1<<46 && !long {
-						// Served by 2^19 pages, each a device call, while
-						// the replay device's segment list is a sorted
-						// slice: quadratic until it is a search tree.
-						t.Skip("long: set FRAGSIM_LONG=1")
-					}
 					f, err := NewFactory(name, "", nil)
 					if err != nil {
 						t.Fatal(err)

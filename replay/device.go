@@ -156,22 +156,36 @@ func (d *device) expect(kind trace.Kind, addr, size uint64, useAddr bool) (trace
 	return trace.Event{}, false
 }
 
+// The live segments and ranges are kept by address from the highest down:
+// the layout places new ones below the last (see LayoutTop), so a new span
+// is appended at the end and the most recent one freed there, rather than
+// every span moved on each call (a policy that maps a terabyte 2 MiB at a
+// time makes half a million of them).
+
+// below returns the index of the first span of ss (highest first) that
+// starts at or below addr, or len(ss).
+func below(ss []span, addr uint64) int {
+	return sort.Search(len(ss), func(i int) bool { return ss[i].addr <= addr })
+}
+
 func overlaps(ss []span, addr, size uint64) bool {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr+ss[i].size > addr })
-	return i < len(ss) && ss[i].addr < addr+size
+	// The highest span that starts below addr+size overlaps if any does.
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr < addr+size })
+	return i < len(ss) && ss[i].addr+ss[i].size > addr
 }
 
 func insertSpan(ss []span, s span) []span {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr > s.addr })
+	i := below(ss, s.addr)
 	ss = append(ss, span{})
 	copy(ss[i+1:], ss[i:])
 	ss[i] = s
 	return ss
 }
 
+// findSpan returns the index of the span holding addr, or -1.
 func findSpan(ss []span, addr uint64) int {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].addr+ss[i].size > addr })
-	if i < len(ss) && ss[i].addr <= addr {
+	i := below(ss, addr)
+	if i < len(ss) && ss[i].addr+ss[i].size > addr {
 		return i
 	}
 	return -1
@@ -316,8 +330,9 @@ func (d *device) Reserve(size uint64, stream trace.StreamID) uint64 {
 				if i := findSpan(d.ranges, ev.Addr); i >= 0 {
 					d.ranges[i].size = ev.Addr - d.ranges[i].addr
 				}
-				i := sort.Search(len(d.ranges), func(i int) bool { return d.ranges[i].addr > ev.Addr })
-				if i < len(d.ranges) {
+				// The lowest range above ev.Addr is the one just before
+				// the first at or below it.
+				if i := below(d.ranges, ev.Addr) - 1; i >= 0 {
 					size = min(size, d.ranges[i].addr-ev.Addr)
 				}
 				d.ranges = insertSpan(d.ranges, span{addr: ev.Addr, size: size, end: ev.Addr})
