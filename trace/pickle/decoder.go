@@ -544,230 +544,233 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			next = min(nextProgress, sampleAt, nextConsumed)
 		}
 		op := data[pos]
-		switch op {
-		case opBinGet:
-			if pos+1 < len(data) {
-				if idx := uint64(data[pos+1]) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
-					v := memo[idx]
-					if v == d.lastEntry {
-						d.lastPos = -1
+		// The opcodes a snapshot is made of, inline (opTable says which).
+		if opTable[op].paths&pathInline != 0 {
+			switch op {
+			case opBinGet:
+				if pos+1 < len(data) {
+					if idx := uint64(data[pos+1]) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
+						v := memo[idx]
+						if v == d.lastEntry {
+							d.lastPos = -1
+						}
+						stack = append(stack, v)
+						pos += 2
+						continue
 					}
-					stack = append(stack, v)
-					pos += 2
+				}
+			case opLongBinGet:
+				if pos+4 < len(data) {
+					if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
+						v := memo[idx]
+						if v == d.lastEntry {
+							d.lastPos = -1
+						}
+						stack = append(stack, v)
+						pos += 5
+						continue
+					}
+				}
+			case opMemoize:
+				if len(stack) > 0 && d.sparse == nil {
+					v := stack[len(stack)-1]
+					if v < inlineBit && int(v) >= d.keep {
+						d.keep = int(v) + 1
+					}
+					memo = append(memo, v)
+					pos++
 					continue
 				}
-			}
-		case opLongBinGet:
-			if pos+4 < len(data) {
-				if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
-					v := memo[idx]
-					if v == d.lastEntry {
-						d.lastPos = -1
-					}
-					stack = append(stack, v)
-					pos += 5
-					continue
-				}
-			}
-		case opMemoize:
-			if len(stack) > 0 && d.sparse == nil {
-				v := stack[len(stack)-1]
-				if v < inlineBit && int(v) >= d.keep {
-					d.keep = int(v) + 1
-				}
-				memo = append(memo, v)
+			case opMark:
+				d.marks = append(d.marks, len(stack))
 				pos++
 				continue
-			}
-		case opMark:
-			d.marks = append(d.marks, len(stack))
-			pos++
-			continue
-		case opEmptyDict, opEmptyList:
-			k := KindDict
-			if op == opEmptyList {
-				k = KindList
-			}
-			v := Value(len(kinds))
-			if d.entries != nil {
-				switch {
-				case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
-					if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
-						d.launched = true
-						d.launch(pos, memo)
-					}
-					if p := d.par; p != nil && p.hop >= 0 && pos >= p.hop {
-						// Chunks decoded by the workers (parallel.go).
-						for p.hop >= 0 && p.hop < pos {
-							p.skip()
+			case opEmptyDict, opEmptyList:
+				k := KindDict
+				if op == opEmptyList {
+					k = KindList
+				}
+				v := Value(len(kinds))
+				if d.entries != nil {
+					switch {
+					case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
+						if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
+							d.launched = true
+							d.launch(pos, memo)
 						}
-						if pos == p.hop {
-							doc.kinds, doc.xs = kinds, xs
-							var err error
-							at := pos
-							pos, stack, memo, err = d.take(pos, stack, memo)
+						if p := d.par; p != nil && p.hop >= 0 && pos >= p.hop {
+							// Chunks decoded by the workers (parallel.go).
+							for p.hop >= 0 && p.hop < pos {
+								p.skip()
+							}
+							if pos == p.hop {
+								doc.kinds, doc.xs = kinds, xs
+								var err error
+								at := pos
+								pos, stack, memo, err = d.take(pos, stack, memo)
+								if err != nil {
+									return nil, err
+								}
+								kinds, xs = doc.kinds, doc.xs
+								if pos != at {
+									continue
+								}
+							}
+						}
+						if d.nEntries >= maxEntries {
+							return nil, ErrNotStreamable
+						}
+						v = tagMask | Value(d.nEntries)
+						d.entries.NewEntry(d.nEntries, pos)
+						d.nEntries++
+						d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
+						d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))
+						stack = append(stack, v)
+						pos++
+						// The usual entry, MEMOIZE MARK (key value)* SETITEMS
+						// with scalar values, goes to the handler in one go.
+						if pos+1 < len(data) && data[pos] == opMemoize && data[pos+1] == opMark && d.sparse == nil && !d.noFast {
+							end, ok, err := d.fastEntry(pos+2, v, &memo, &kinds, &xs)
 							if err != nil {
 								return nil, err
 							}
-							kinds, xs = doc.kinds, doc.xs
-							if pos != at {
-								continue
+							if ok {
+								pos = end
 							}
 						}
-					}
-					if d.nEntries >= maxEntries {
-						return nil, ErrNotStreamable
-					}
-					v = tagMask | Value(d.nEntries)
-					d.entries.NewEntry(d.nEntries, pos)
-					d.nEntries++
-					d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
-					d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))
-					stack = append(stack, v)
-					pos++
-					// The usual entry, MEMOIZE MARK (key value)* SETITEMS
-					// with scalar values, goes to the handler in one go.
-					if pos+1 < len(data) && data[pos] == opMemoize && data[pos+1] == opMark && d.sparse == nil && !d.noFast {
-						end, ok, err := d.fastEntry(pos+2, v, &memo, &kinds, &xs)
-						if err != nil {
-							return nil, err
+						continue
+					case op == opEmptyDict:
+					case d.outer == noValue:
+						if d.atEntryKey(stack, kinds) {
+							d.outer = v
 						}
-						if ok {
-							pos = end
-						}
+					case inCtx(stack, d.marks, d.outer):
+						d.cur = v
 					}
+				}
+				stack = append(stack, v)
+				kinds = append(kinds, k)
+				xs = append(xs, 0)
+				d.keep = len(kinds)
+				pos++
+				continue
+			case opBinInt1:
+				if pos+1 < len(data) {
+					stack = append(stack, inlineBit|Value(data[pos+1]))
+					pos += 2
 					continue
-				case op == opEmptyDict:
-				case d.outer == noValue:
-					if d.atEntryKey(stack, kinds) {
-						d.outer = v
-					}
-				case inCtx(stack, d.marks, d.outer):
-					d.cur = v
 				}
-			}
-			stack = append(stack, v)
-			kinds = append(kinds, k)
-			xs = append(xs, 0)
-			d.keep = len(kinds)
-			pos++
-			continue
-		case opBinInt1:
-			if pos+1 < len(data) {
-				stack = append(stack, inlineBit|Value(data[pos+1]))
-				pos += 2
-				continue
-			}
-		case opBinInt2:
-			if pos+2 < len(data) {
-				stack = append(stack, inlineBit|Value(binary.LittleEndian.Uint16(data[pos+1:])))
-				pos += 3
-				continue
-			}
-		case opBinInt:
-			if pos+4 < len(data) {
-				if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
-					stack = append(stack, inlineBit|Value(x))
-				} else {
-					stack = append(stack, Value(len(kinds)))
-					kinds = append(kinds, KindInt)
-					xs = append(xs, uint64(int64(x)))
+			case opBinInt2:
+				if pos+2 < len(data) {
+					stack = append(stack, inlineBit|Value(binary.LittleEndian.Uint16(data[pos+1:])))
+					pos += 3
+					continue
 				}
-				pos += 5
-				continue
-			}
-		case opLong1:
-			if pos+10 <= len(data) {
-				if n := int(data[pos+1]); n >= 1 && n <= 8 {
-					// Up to 8 bytes: one load, sign-extended from byte n.
-					sh := uint(64 - 8*n)
-					x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh)
-					if x < maxInline {
+			case opBinInt:
+				if pos+4 < len(data) {
+					if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
 						stack = append(stack, inlineBit|Value(x))
 					} else {
 						stack = append(stack, Value(len(kinds)))
 						kinds = append(kinds, KindInt)
-						xs = append(xs, x)
+						xs = append(xs, uint64(int64(x)))
 					}
-					pos += 2 + n
+					pos += 5
 					continue
 				}
-			}
-			if pos+1 < len(data) {
-				n := int(data[pos+1])
-				if pos+2+n <= len(data) {
-					if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
-						stack = append(stack, Value(len(kinds)))
-						kinds = append(kinds, k)
-						xs = append(xs, x)
+			case opLong1:
+				if pos+10 <= len(data) {
+					if n := int(data[pos+1]); n >= 1 && n <= 8 {
+						// Up to 8 bytes: one load, sign-extended from byte n.
+						sh := uint(64 - 8*n)
+						x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh)
+						if x < maxInline {
+							stack = append(stack, inlineBit|Value(x))
+						} else {
+							stack = append(stack, Value(len(kinds)))
+							kinds = append(kinds, KindInt)
+							xs = append(xs, x)
+						}
 						pos += 2 + n
 						continue
 					}
 				}
-			}
-		case opShortBinUni:
-			if pos+1 < len(data) {
-				n := int(data[pos+1])
-				if pos+2+n <= len(data) {
-					i := d.shortStr(data[pos+2 : pos+2+n])
-					if v, ok := strValue(i); ok {
-						stack = append(stack, v)
-					} else {
-						stack = append(stack, Value(len(kinds)))
-						kinds = append(kinds, KindString)
-						xs = append(xs, uint64(i))
-					}
-					pos += 2 + n
-					continue
-				}
-			}
-		case opSetItems, opAppends:
-			if nm := len(d.marks); nm > 0 {
-				m := d.marks[nm-1]
-				if op == opSetItems && m > 0 && stack[m-1]&tagMask == tagMask {
-					// A streamed entry's pairs: to the handler, and the
-					// values it had made are dropped unless something
-					// else may refer to them.
-					doc.kinds, doc.xs = kinds, xs
-					e := stack[m-1]
-					if err := d.setEntry(e, stack[m:]); err != nil {
-						return nil, err
-					}
-					if e == d.lastEntry && m-1 == d.lastPos {
-						if len(d.takes) == 1 {
-							d.reclaim(kinds, memo, mbase)
-						}
-						if n := max(d.keep, d.lastLen); n < len(kinds) {
-							kinds, xs = kinds[:n], xs[:n]
+				if pos+1 < len(data) {
+					n := int(data[pos+1])
+					if pos+2+n <= len(data) {
+						if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
+							stack = append(stack, Value(len(kinds)))
+							kinds = append(kinds, k)
+							xs = append(xs, x)
+							pos += 2 + n
+							continue
 						}
 					}
-					d.marks = d.marks[:nm-1]
-					stack = stack[:m]
-					pos++
-					continue
 				}
-				want := KindDict
-				if op == opAppends {
-					want = KindList
+			case opShortBinUni:
+				if pos+1 < len(data) {
+					n := int(data[pos+1])
+					if pos+2+n <= len(data) {
+						i := d.shortStr(data[pos+2 : pos+2+n])
+						if v, ok := strValue(i); ok {
+							stack = append(stack, v)
+						} else {
+							stack = append(stack, Value(len(kinds)))
+							kinds = append(kinds, KindString)
+							xs = append(xs, uint64(i))
+						}
+						pos += 2 + n
+						continue
+					}
 				}
-				if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
-					items := stack[m:]
-					okKeys := true
-					if op == opSetItems {
-						for i := 0; i < len(items); i += 2 {
-							if k := kindIn(kinds, items[i]); k != KindString && k != KindInt && k != KindUint {
-								okKeys = false
-								break
+			case opSetItems, opAppends:
+				if nm := len(d.marks); nm > 0 {
+					m := d.marks[nm-1]
+					if op == opSetItems && m > 0 && stack[m-1]&tagMask == tagMask {
+						// A streamed entry's pairs: to the handler, and the
+						// values it had made are dropped unless something
+						// else may refer to them.
+						doc.kinds, doc.xs = kinds, xs
+						e := stack[m-1]
+						if err := d.setEntry(e, stack[m:]); err != nil {
+							return nil, err
+						}
+						if e == d.lastEntry && m-1 == d.lastPos {
+							if len(d.takes) == 1 {
+								d.reclaim(kinds, memo, mbase)
+							}
+							if n := max(d.keep, d.lastLen); n < len(kinds) {
+								kinds, xs = kinds[:n], xs[:n]
 							}
 						}
-					}
-					if okKeys {
 						d.marks = d.marks[:nm-1]
-						doc.kinds, doc.xs = kinds, xs
-						d.appendItems(stack[m-1], items) // a dict or list: never inline
 						stack = stack[:m]
 						pos++
 						continue
+					}
+					want := KindDict
+					if op == opAppends {
+						want = KindList
+					}
+					if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
+						items := stack[m:]
+						okKeys := true
+						if op == opSetItems {
+							for i := 0; i < len(items); i += 2 {
+								if k := kindIn(kinds, items[i]); k != KindString && k != KindInt && k != KindUint {
+									okKeys = false
+									break
+								}
+							}
+						}
+						if okKeys {
+							d.marks = d.marks[:nm-1]
+							doc.kinds, doc.xs = kinds, xs
+							d.appendItems(stack[m-1], items) // a dict or list: never inline
+							stack = stack[:m]
+							pos++
+							continue
+						}
 					}
 				}
 			}

@@ -16,6 +16,13 @@
 //	tuple           Tuple
 //	dict            *Dict (insertion-ordered; int keys become their decimal text)
 //
+// Protocol 0's text opcodes (INT, LONG, FLOAT, STRING, UNICODE, GET, PUT)
+// are read as Python reads them; its bytes, pickled through a call of
+// _codecs.encode, are refused as any call is.
+//
+// What an opcode may make the decoder do is decided in one place, the
+// opcode table (opTable): every path of the decoder decodes only the
+// opcodes the table gives it, and the general one refuses the rest.
 // Nothing is ever run: GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ,
 // NEWOBJ_EX, EXT1/2/4, PERSID and BINPERSID are refused with an error naming the
 // opcode and its byte offset (errors.Is(err, ErrUnsafe)). Every length and count

@@ -38,7 +38,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	}
 	kv := d.kv[:0]
 	for {
-		if pos >= len(data) {
+		if pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
 			goto bail
 		}
 		if data[pos] == opFrame { // a frame may start between any two pairs' items
@@ -114,7 +114,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			}
 			pos += 9
 		}
-		if pos >= len(data) {
+		if pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
 			goto bail
 		}
 		switch data[pos] {
@@ -322,6 +322,9 @@ func (d *Decoder) refList(pos int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64
 	// item returns the item fetched at pos and the offset after it.
 	item := func(pos int) (uint64, int, bool) {
 		var idx uint64
+		if pos >= len(data) || opTable[data[pos]].paths&pathRefList == 0 {
+			return 0, 0, false
+		}
 		switch {
 		case pos+1 < len(data) && data[pos] == opBinGet:
 			idx, pos = uint64(data[pos+1]), pos+2

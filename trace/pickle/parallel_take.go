@@ -182,8 +182,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 // for equal lists while the dicts they may hold are unchanged: every chunk
 // makes its own lists, most of them the stacks of the chunks before (a
 // snapshot has a few hundred), and the handler reads every frame dict of
-// each (genpickle 100K -frames 8: 30,754 lists in 124 chunks, 0.5 us
-// each, on the decoding goroutine).
+// each, on the decoding goroutine.
 func (d *Decoder) takeList(h ParallelLists, items []Value) uint32 {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(items))), len(items)*4)
 	if id, ok := d.taken[string(b)]; ok {
@@ -252,8 +251,8 @@ func (d *Decoder) redo(n uint32, off int, look []Value) error {
 // growMemo returns memo with room for what the chunks from ch on, ch
 // starting at pos, memoize up to the memo's next compaction or the end
 // of the input, at ch's rate (with a tenth more): grown by appending, a
-// chunk at a time, the memo was copied over and over, a third of the
-// decoder goroutine's work on baseline_s1.
+// chunk at a time, the memo would be copied over and over on the
+// decoder's goroutine.
 func (d *Decoder) growMemo(memo []Value, ch *parChunk, pos int) []Value {
 	n := len(ch.memo)
 	if span := ch.end - pos; span > 0 {
@@ -264,8 +263,8 @@ func (d *Decoder) growMemo(memo []Value, ch *parChunk, pos int) []Value {
 }
 
 // redoer is what redo reuses from one entry to the next (made anew for
-// each, they were most of redo's allocations; baseline_s1 has about
-// 2,400 entries decoded again).
+// each, they would be most of redo's allocations: a snapshot may have
+// thousands of entries decoded again).
 type redoer struct {
 	dec     Decoder
 	par     parallel

@@ -55,11 +55,8 @@ func (d *Decoder) launch(pos int, memo []Value) {
 	}
 	w := d.Workers
 	rest := len(data) - pos
-	// About 8 chunks a worker, of 64 KiB to 2 MiB. (From 256 KiB, on the
-	// H200 host's 16 cores: the snapshots of 4-9 MB have 17-34 chunks,
-	// which the workers shared unevenly; 64 KiB took their imports 3-8%
-	// less time, medians of 5 runs of 20: expandable_empty 8.1 -> 7.6
-	// ms, baseline_s1 9.9 -> 9.5, train_s1 13.5 -> 13.1.)
+	// About 8 chunks a worker, of 64 KiB to 2 MiB: with larger chunks, a
+	// snapshot of a few MB has too few for many workers to share evenly.
 	size := min(max(rest/(8*w), 64<<10), 2<<20)
 	if d.Tuning != nil {
 		size = max(d.Tuning.ChunkBytes, 1)
@@ -155,8 +152,8 @@ func (p *parallel) work(d *Decoder) {
 		if p.waiting.Load() == int64(c) {
 			// The decoder was readied onto this core, where it would wait
 			// until this worker blocked: with a worker on every core, it
-			// waited 2 ms of baseline_s1's import on the H200 host while
-			// the workers decoded, then merged their chunks alone.
+			// would wait while the workers decoded, then merge their
+			// chunks alone.
 			runtime.Gosched()
 		}
 	}
@@ -198,8 +195,7 @@ func (p *parallel) decode(d *Decoder, ch *parChunk, first bool) {
 // start (a Doc, its copy of the interned strings, a handler), which a
 // snapshot whose entries the workers leave to the decoder one in a few
 // would pay over and over (a snapshot with call stacks decoded for a
-// handler that takes no lists: without a bound, this package's tests took
-// 141 s under the race detector on the VM, against 52 s).
+// handler that takes no lists).
 const maxConts = 16
 
 // decodeAt decodes chunk ch from start, the start of an entry; when it
@@ -245,7 +241,7 @@ func (p *parallel) decodeAt(d *Decoder, ch *parChunk, start int, more bool) {
 	pos, n := start, uint32(0)
 	failed := false
 loop:
-	for pos < len(data) {
+	for pos < len(data) && opTable[data[pos]].paths&pathChunk != 0 {
 		switch data[pos] {
 		case opFrame:
 			if pos+9 > len(data) {
@@ -382,8 +378,8 @@ func (p *parallel) publish(pub map[uint64]string) {
 
 // give gives the workers a token for the chunk the decoder took, and two
 // more while ramping up (none when enough are waiting: the workers have
-// ended, or are behind). With one more, the H200 host's 16 workers took
-// longer to all get chunks: 3-9% of an import of 4-9 MB.
+// ended, or are behind). With more, many workers take longer to all get
+// chunks.
 func (p *parallel) give() {
 	n := 1
 	if p.ramp < cap(p.tokens)/2 {

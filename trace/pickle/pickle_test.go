@@ -79,7 +79,7 @@ func TestDecodeMatchesPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = normalize(want)
-	for proto := 1; proto <= 5; proto++ {
+	for proto := 0; proto <= 5; proto++ {
 		t.Run(fmt.Sprintf("protocol%d", proto), func(t *testing.T) {
 			data, err := os.ReadFile(fmt.Sprintf("testdata/values.p%d.pickle", proto))
 			if err != nil {

@@ -149,9 +149,9 @@ func TicketID(v Value) (uint32, bool) {
 // entry. The stack below the entry cannot hold the list: the entry has
 // stayed where it was created (lastPos; a copy pushed again from the memo
 // or by DUP resets it), so nothing below it was popped or pushed since,
-// and the list was made after it. (Looking for the list there took a
-// tenth of the import of a snapshot with call stacks: the stack holds
-// the entries since the last APPENDS, about a thousand.)
+// and the list was made after it. (Looking for the list there would cost
+// a search of the entries since the last APPENDS, about a thousand, for
+// every entry.)
 func (d *Decoder) reclaim(kinds []Kind, memo []Value, mbase uint64) {
 	t := d.takes[0]
 	v := t.v

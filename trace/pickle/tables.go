@@ -19,12 +19,11 @@ const sampleBytes = 4 << 20
 // memoizes new frame dicts for every entry keeps each entry's frames list
 // and frame dicts), and the table is sized for the rest of the input at
 // that rate (reserveMore), as a decode of the whole tree sizes its tables
-// at sampleBytes. (Grown by appending, 100,000 entries with 8-frame
-// stacks made 140 MB of items tables, faulted in page by page: most of a
-// 20 MB snapshot's import on the development VM.) The values are not
-// sized so: streaming, their table is cut back to what is kept after each
-// entry, and its length at a sample says little (a 2M-entry snapshot whose
-// frames the memo shares would have had 12 MB of them for nothing).
+// at sampleBytes. (Grown by appending, a table is copied at every doubling
+// and faulted in page by page.) The values are not sized so: streaming,
+// their table is cut back to what is kept after each entry, and its
+// length at a sample says little (a snapshot whose frames the memo shares
+// keeps few of them).
 const (
 	streamValues      = 4096
 	streamItems       = 16384
@@ -79,11 +78,9 @@ const (
 // for the whole input from what its first sampleBytes used, so that they
 // neither grow by copying nor are zeroed in vain. Streaming, entries'
 // scalars reuse their table entries: what else a snapshot holds (its
-// segments and blocks, its settings) took 710 to 3,000 values and 3,900
-// to 16,400 items in the 16 real snapshots, and the tables grow when
-// they need. (Sized for the input, a small snapshot's import spent
-// a third of its time zeroing and faulting in tables it did not use; for
-// its first 256 KiB, 0.6 MB of them, against 0.1 MB now.)
+// segments and blocks, its settings) takes a few thousand values and
+// items, and the tables grow when they need. (Sized for the input, they
+// would be zeroed and faulted in for nothing.)
 func (d *Decoder) sizeTables() {
 	doc := d.doc
 	if doc.kinds != nil {
