@@ -39,13 +39,16 @@ type Decoder struct {
 	memo   []Value // memo entries from memoBase on (see memo.go)
 	sparse map[uint64]Value
 
-	memoBase   uint64      // the memo index of memo[0]
-	memoOld    []memoBlock // the memo entries below memoBase
-	memoShift  uint8       // memoOld's blocks hold 2^memoShift entries
-	compactAt  int         // the memo length from which it is compacted
-	checkEvery int         // bytes between compactions and limit checks (consumedEvery)
-	maxValues  int         // the value, string and chunk tables' limit (maxValues)
-	maxItems   int         // the items table's limit (maxItems)
+	memoBase    uint64      // the memo index of memo[0]
+	memoOld     []memoBlock // the memo entries below memoBase
+	memoShift   uint8       // memoOld's blocks hold 2^memoShift entries
+	compactAt   int         // the memo length from which it is compacted
+	checkEvery  int         // bytes between compactions and limit checks (consumedEvery)
+	maxValues   int         // the value, string and chunk tables' limit (maxValues)
+	maxItems    int         // the items table's limit (maxItems)
+	budget      int64       // the bytes what the decoder builds may take (see budgetFloor)
+	strBytes    int64       // the bytes of the strings counted so far by cost
+	strsCounted int         // the strings counted so far
 
 	// keep is how much of the value table something may still refer to
 	// (the memo, a container's items): the values of a streamed entry
@@ -125,6 +128,7 @@ func NewDecoder(data []byte) *Decoder {
 		checkEvery: consumedEvery,
 		maxValues:  maxValues,
 		maxItems:   maxItems,
+		budget:     budgetFloor + budgetRatio*int64(len(data)),
 		lastEntry:  noValue,
 		lastPos:    -1,
 	}
@@ -464,34 +468,46 @@ func (d *Decoder) appendList(off int, op byte, list Value, items []Value) error 
 	return nil
 }
 
+// schedule is when DecodeDoc's periodic work is next due (see periodic).
+type schedule struct {
+	every        int     // bytes between Progress calls
+	nextProgress int     // Progress
+	sampleAt     int     // sizing the tables for the whole input
+	sampled      *[2]int // streaming: the offset and the items at the first sample
+	nextConsumed int     // Consumed, the memo's compaction and the tables' limits
+	nextBudget   int     // the memory budget's check
+	next         int     // the earliest of them
+}
+
+func (d *Decoder) newSchedule() schedule {
+	data := d.data
+	s := schedule{every: int(d.ProgressEvery), nextProgress: len(data) + 1, sampleAt: len(data) + 1,
+		nextConsumed: d.checkEvery, nextBudget: budgetEvery}
+	if s.every <= 0 {
+		s.every = 8 << 20
+	}
+	if d.Progress != nil {
+		s.nextProgress = min(s.every, len(data))
+	}
+	switch {
+	case len(data) > sampleBytes && d.entries == nil:
+		s.sampleAt = sampleBytes
+	case len(data) > 4*streamSampleBytes && d.entries != nil:
+		s.sampleAt = streamSampleBytes
+	}
+	s.next = min(s.nextProgress, s.sampleAt, s.nextConsumed, s.nextBudget)
+	return s
+}
+
 // DecodeDoc decodes the pickle into a Doc.
 func (d *Decoder) DecodeDoc() (*Doc, error) {
 	data := d.data
 	total := int64(len(data))
-	every := d.ProgressEvery
-	if every <= 0 {
-		every = 8 << 20
-	}
-	nextProgress := len(data) + 1
-	if d.Progress != nil {
-		nextProgress = int(min(every, total))
-	}
-	sampleAt := len(data) + 1 // where to size the tables for the whole input
-	switch {
-	case len(data) > sampleBytes && d.entries == nil:
-		sampleAt = sampleBytes
-	case len(data) > 4*streamSampleBytes && d.entries != nil:
-		sampleAt = streamSampleBytes
-	}
-	var sampled *[2]int // streaming: the offset and the items at the first sample
-	// Every consumedEvery bytes: Consumed, the memo's compaction and the
-	// tables' limits.
-	nextConsumed := d.checkEvery
-	next := min(nextProgress, sampleAt, nextConsumed)
 	doc := d.doc
 	if int64(len(data)) >= MaxInputBytes {
 		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
 	}
+	sch := d.newSchedule()
 	// The opcodes a snapshot is made of are decoded inline on local copies
 	// of the decoder's state; anything else (and every error) goes through
 	// step, the general path.
@@ -504,44 +520,12 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
 			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
 		}
-		if pos >= next {
-			if pos >= sampleAt {
-				switch {
-				case d.entries == nil:
-					kinds, xs = reserve(kinds, pos, len(data)), reserve(xs, pos, len(data))
-					doc.items = reserve(doc.items, pos, len(data))
-					doc.chunks = reserve(doc.chunks, pos, len(data))
-					sampleAt = len(data) + 1
-				case sampled == nil:
-					sampled = &[2]int{pos, len(doc.items)}
-					sampleAt = 2 * streamSampleBytes
-				default:
-					doc.items = reserveMore(doc.items, sampled[1], float64(pos-sampled[0]), len(data)-pos, streamItems)
-					sampleAt = len(data) + 1
-				}
+		if pos >= sch.next {
+			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
+			if err := d.periodic(&sch); err != nil {
+				return nil, err
 			}
-			if pos >= nextProgress {
-				d.Progress(int64(pos), total)
-				nextProgress = pos + int(every)
-			}
-			if pos >= nextConsumed {
-				if d.Consumed != nil {
-					d.Consumed(pos)
-				}
-				nextConsumed = pos + d.checkEvery
-				// An opcode adds at most one value, string, chunk or item
-				// (counting the stack's, which APPENDS and SETITEMS move
-				// into items), so these checks hold the tables' 32-bit
-				// indexes until the next time.
-				if lim, iv := d.maxValues-d.checkEvery, d.checkEvery; len(kinds) > lim || len(doc.strs) > lim ||
-					len(doc.chunks) > lim || len(doc.items)+len(stack) > d.maxItems-iv {
-					d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
-					return nil, &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("more values, strings or items than the decoder's tables hold (%d values, %d items)", d.maxValues, d.maxItems), Err: ErrMalformed}
-				}
-				memo = d.compactMemo(memo)
-				mbase = d.memoBase
-			}
-			next = min(nextProgress, sampleAt, nextConsumed)
+			kinds, xs, memo, mbase = doc.kinds, doc.xs, d.memo, d.memoBase
 		}
 		op := data[pos]
 		// The opcodes a snapshot is made of, inline (opTable says which).
@@ -786,4 +770,62 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		}
 		pos, stack, kinds, xs, memo = d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	}
+}
+
+// periodic does DecodeDoc's work that is due at d.pos (sch says what is):
+// sizing the tables from a sample of the input, Progress, Consumed, the
+// memo's compaction, and the checks of the tables' limits and of the
+// memory budget.
+func (d *Decoder) periodic(sch *schedule) error {
+	data, doc, pos := d.data, d.doc, d.pos
+	if pos >= sch.sampleAt {
+		switch {
+		case d.entries == nil:
+			// Sized for the whole input at the sample's rate, unless that
+			// is past the budget: the tables then grow as they need, and
+			// the budget's check stops them.
+			nv, ni, nc := grown(len(doc.kinds), pos, len(data)), grown(len(doc.items), pos, len(data)), grown(len(doc.chunks), pos, len(data))
+			if d.cost()+costValue*int64(nv)+costItem*int64(ni)+costChunk*int64(nc) <= d.budget {
+				doc.kinds, doc.xs = withRoom(doc.kinds, nv), withRoom(doc.xs, nv)
+				doc.items = withRoom(doc.items, ni)
+				doc.chunks = withRoom(doc.chunks, nc)
+			}
+			sch.sampleAt = len(data) + 1
+		case sch.sampled == nil:
+			sch.sampled = &[2]int{pos, len(doc.items)}
+			sch.sampleAt = 2 * streamSampleBytes
+		default:
+			if n := moreRoom(doc.items, sch.sampled[1], float64(pos-sch.sampled[0]), len(data)-pos, streamItems); d.cost()+costItem*int64(n) <= d.budget {
+				doc.items = withRoom(doc.items, n)
+			}
+			sch.sampleAt = len(data) + 1
+		}
+	}
+	if pos >= sch.nextProgress {
+		d.Progress(int64(pos), int64(len(data)))
+		sch.nextProgress = pos + sch.every
+	}
+	if pos >= sch.nextBudget {
+		sch.nextBudget = pos + budgetEvery
+		if c := d.cost(); c > d.budget {
+			return &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("what the pickle builds would take %d bytes, past the budget of %d for %d bytes of input", c, d.budget, len(data)), Err: ErrMalformed}
+		}
+	}
+	if pos >= sch.nextConsumed {
+		if d.Consumed != nil {
+			d.Consumed(pos)
+		}
+		sch.nextConsumed = pos + d.checkEvery
+		// An opcode adds at most one value, string, chunk or item
+		// (counting the stack's, which APPENDS and SETITEMS move
+		// into items), so these checks hold the tables' 32-bit
+		// indexes until the next time.
+		if lim, iv := d.maxValues-d.checkEvery, d.checkEvery; len(doc.kinds) > lim || len(doc.strs) > lim ||
+			len(doc.chunks) > lim || len(doc.items)+len(d.stack) > d.maxItems-iv {
+			return &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("more values, strings or items than the decoder's tables hold (%d values, %d items)", d.maxValues, d.maxItems), Err: ErrMalformed}
+		}
+		d.memo = d.compactMemo(d.memo)
+	}
+	sch.next = min(sch.nextProgress, sch.sampleAt, sch.nextConsumed, sch.nextBudget)
+	return nil
 }

@@ -34,10 +34,10 @@ const (
 // initialBytes is how much input NewDecoder sizes the tables for.
 const initialBytes = 256 << 10
 
-// reserve grows s's capacity to what the whole input needs if the first
-// pos bytes needed len(s).
-func reserve[T any](s []T, pos, total int) []T {
-	return withRoom(s, int(float64(len(s))/float64(pos)*float64(total)*1.2)+1024)
+// grown returns the length a table of n values for the first pos bytes
+// of input needs for total bytes, with a fifth more.
+func grown(n, pos, total int) int {
+	return int(float64(n)/float64(pos)*float64(total)*1.2) + 1024
 }
 
 // withRoom returns s, or a copy of it with room for want values when it
@@ -55,10 +55,51 @@ func withRoom[T any](s []T, want int) []T {
 // bytes) if it grows as it did from length was over the last span bytes;
 // s is left as it is when it has not outgrown first, its first size.
 func reserveMore[T any](s []T, was int, span float64, rest, first int) []T {
+	return withRoom(s, moreRoom(s, was, span, rest, first))
+}
+
+// moreRoom is the capacity reserveMore gives s.
+func moreRoom[T any](s []T, was int, span float64, rest, first int) int {
 	if len(s) <= first || len(s) <= was {
-		return s
+		return cap(s)
 	}
-	return withRoom(s, len(s)+int(float64(len(s)-was)/span*float64(rest)*1.2)+1024)
+	return len(s) + int(float64(len(s)-was)/span*float64(rest)*1.2) + 1024
+}
+
+// The memory budget: what DecodeDoc builds (its tables, the stack, the
+// memo, the strings) may take budgetFloor bytes and budgetRatio bytes per
+// byte of input. Real snapshots take 1.2 to 2.2 bytes per byte of input,
+// tables' spare room included; a pickle of one-byte opcodes that each
+// make a value (95 MiB of EMPTY_LIST, say) would take 13 and more. The
+// budget is checked every budgetEvery bytes of input, and before the
+// tables are sized for the whole input.
+const (
+	budgetFloor = 32 << 20
+	budgetRatio = 6
+	budgetEvery = 1 << 20
+)
+
+// What an entry of each table costs, in bytes.
+const (
+	costValue = 9  // a kind and its bits
+	costItem  = 4  // a Value (items, the stack, the memo)
+	costChunk = 16 // a chunk of items
+	costStr   = 16 // a string's header, besides its bytes
+	costEntry = 48 // an entry of the sparse memo, a map's
+)
+
+// cost returns the bytes what the decoder has built takes, by its
+// tables' capacities.
+func (d *Decoder) cost() int64 {
+	doc := d.doc
+	for _, s := range doc.strs[d.strsCounted:] {
+		d.strBytes += int64(len(s))
+	}
+	d.strsCounted = len(doc.strs)
+	return int64(cap(doc.kinds)) + 8*int64(cap(doc.xs)) +
+		costItem*int64(cap(doc.items)+cap(d.stack)+cap(d.memo)+2*cap(d.marks)) +
+		costChunk*int64(cap(doc.chunks)) + costStr*int64(len(doc.strs)) + d.strBytes +
+		costEntry*int64(len(d.sparse))
 }
 
 // MaxInputBytes is the largest pickle DecodeDoc accepts. (The tables it
