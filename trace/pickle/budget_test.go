@@ -75,6 +75,7 @@ func TestBudget(t *testing.T) {
 		t.Errorf("snapshot of %d bytes costs %d", len(data), c)
 	}
 }
+
 // TestBudgetSmall checks the budget's check with a small budget: the
 // error comes at the first check past it, and a pickle within it decodes.
 func TestBudgetSmall(t *testing.T) {
