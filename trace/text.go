@@ -169,7 +169,6 @@ type TextReader struct {
 	// (tests of the format).
 	Raw bool
 
-
 	sc     *bufio.Scanner
 	line   int
 	hdr    *Header
