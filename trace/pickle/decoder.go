@@ -578,49 +578,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				if d.entries != nil {
 					switch {
 					case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
-						if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
-							d.launched = true
-							d.launch(pos, memo)
-						}
-						if p := d.par; p != nil && p.hop >= 0 && pos >= p.hop {
-							// Chunks decoded by the workers (parallel.go).
-							for p.hop >= 0 && p.hop < pos {
-								p.skip()
-							}
-							if pos == p.hop {
-								doc.kinds, doc.xs = kinds, xs
-								var err error
-								at := pos
-								pos, stack, memo, err = d.take(pos, stack, memo)
-								if err != nil {
-									return nil, err
-								}
-								kinds, xs = doc.kinds, doc.xs
-								if pos != at {
-									continue
-								}
-							}
-						}
-						if d.nEntries >= maxEntries {
-							return nil, ErrNotStreamable
-						}
-						v = tagMask | Value(d.nEntries)
-						d.entries.NewEntry(d.nEntries, pos)
-						d.nEntries++
-						d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
-						d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))
-						stack = append(stack, v)
-						pos++
-						// The usual entry, MEMOIZE MARK (key value)* SETITEMS
-						// with scalar values, goes to the handler in one go.
-						if pos+1 < len(data) && data[pos] == opMemoize && data[pos+1] == opMark && d.sparse == nil && !d.noFast {
-							end, ok, err := d.fastEntry(pos+2, v, &memo, &kinds, &xs)
-							if err != nil {
-								return nil, err
-							}
-							if ok {
-								pos = end
-							}
+						var err error
+						if pos, stack, memo, kinds, xs, err = d.startEntry(pos, stack, memo, kinds, xs, mbase); err != nil {
+							return nil, err
 						}
 						continue
 					case op == opEmptyDict:
@@ -714,18 +674,9 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 						// A streamed entry's pairs: to the handler, and the
 						// values it had made are dropped unless something
 						// else may refer to them.
-						doc.kinds, doc.xs = kinds, xs
-						e := stack[m-1]
-						if err := d.setEntry(e, stack[m:]); err != nil {
+						var err error
+						if kinds, xs, err = d.setEntryPairs(stack, m, memo, kinds, xs, mbase); err != nil {
 							return nil, err
-						}
-						if e == d.lastEntry && m-1 == d.lastPos {
-							if len(d.takes) == 1 {
-								d.reclaim(kinds, memo, mbase)
-							}
-							if n := max(d.keep, d.lastLen); n < len(kinds) {
-								kinds, xs = kinds[:n], xs[:n]
-							}
 						}
 						d.marks = d.marks[:nm-1]
 						stack = stack[:m]
@@ -738,16 +689,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					}
 					if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
 						items := stack[m:]
-						okKeys := true
-						if op == opSetItems {
-							for i := 0; i < len(items); i += 2 {
-								if k := kindIn(kinds, items[i]); k != KindString && k != KindInt && k != KindUint {
-									okKeys = false
-									break
-								}
-							}
-						}
-						if okKeys {
+						if op == opAppends || keysOK(kinds, items) {
 							d.marks = d.marks[:nm-1]
 							doc.kinds, doc.xs = kinds, xs
 							d.appendItems(stack[m-1], items) // a dict or list: never inline
@@ -828,4 +770,87 @@ func (d *Decoder) periodic(sch *schedule) error {
 	}
 	sch.next = min(sch.nextProgress, sch.sampleAt, sch.nextConsumed, sch.nextBudget)
 	return nil
+}
+
+// startEntry decodes the EMPTY_DICT at pos that creates a streamed entry
+// (DecodeDoc's local state comes and goes as arguments): the workers'
+// chunk that starts there, when they have one, else the entry, created
+// and, when fastEntry can, handed to the handler with its pairs.
+func (d *Decoder) startEntry(pos int, stack, memo []Value, kinds []Kind, xs []uint64, mbase uint64) (int, []Value, []Value, []Kind, []uint64, error) {
+	data, doc := d.data, d.doc
+	if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
+		d.launched = true
+		d.launch(pos, memo)
+	}
+	if p := d.par; p != nil && p.hop >= 0 && pos >= p.hop {
+		// Chunks decoded by the workers (parallel.go).
+		for p.hop >= 0 && p.hop < pos {
+			p.skip()
+		}
+		if pos == p.hop {
+			doc.kinds, doc.xs = kinds, xs
+			var err error
+			at := pos
+			pos, stack, memo, err = d.take(pos, stack, memo)
+			if err != nil {
+				return pos, stack, memo, kinds, xs, err
+			}
+			kinds, xs = doc.kinds, doc.xs
+			if pos != at {
+				return pos, stack, memo, kinds, xs, nil
+			}
+		}
+	}
+	if d.nEntries >= maxEntries {
+		return pos, stack, memo, kinds, xs, ErrNotStreamable
+	}
+	v := tagMask | Value(d.nEntries)
+	d.entries.NewEntry(d.nEntries, pos)
+	d.nEntries++
+	d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
+	d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))
+	stack = append(stack, v)
+	pos++
+	// The usual entry, MEMOIZE MARK (key value)* SETITEMS
+	// with scalar values, goes to the handler in one go.
+	if pos+1 < len(data) && data[pos] == opMemoize && data[pos+1] == opMark && d.sparse == nil && !d.noFast {
+		end, ok, err := d.fastEntry(pos+2, v, &memo, &kinds, &xs)
+		if err != nil {
+			return pos, stack, memo, kinds, xs, err
+		}
+		if ok {
+			pos = end
+		}
+	}
+	return pos, stack, memo, kinds, xs, nil
+}
+
+// setEntryPairs hands the pairs above the mark m, set on the streamed
+// entry below it, to the handler; the values the entry made are dropped
+// unless something else may refer to them. It returns the value table.
+func (d *Decoder) setEntryPairs(stack []Value, m int, memo []Value, kinds []Kind, xs []uint64, mbase uint64) ([]Kind, []uint64, error) {
+	d.doc.kinds, d.doc.xs = kinds, xs
+	e := stack[m-1]
+	if err := d.setEntry(e, stack[m:]); err != nil {
+		return kinds, xs, err
+	}
+	if e == d.lastEntry && m-1 == d.lastPos {
+		if len(d.takes) == 1 {
+			d.reclaim(kinds, memo, mbase)
+		}
+		if n := max(d.keep, d.lastLen); n < len(kinds) {
+			kinds, xs = kinds[:n], xs[:n]
+		}
+	}
+	return kinds, xs, nil
+}
+
+// keysOK reports whether the keys of the pairs kv are all str or int.
+func keysOK(kinds []Kind, kv []Value) bool {
+	for i := 0; i < len(kv); i += 2 {
+		if k := kindIn(kinds, kv[i]); k != KindString && k != KindInt && k != KindUint {
+			return false
+		}
+	}
+	return true
 }

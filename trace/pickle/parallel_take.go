@@ -68,7 +68,6 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		}
 		p.listBuf, p.fetched = lists, fetched
 		p.stats.Lists += int64(len(lists) + len(fetched))
-		doc := d.doc
 		n0 := len(p.strs)
 		strs := make([]uint32, len(ch.doc.strs)-n0)
 		for i, s := range ch.doc.strs[n0:] {
@@ -79,44 +78,7 @@ func (d *Decoder) take(pos int, stack, memo []Value) (int, []Value, []Value, err
 		}
 		first := d.nEntries
 		base := len(memo)
-		var pub map[uint64]string // strings new to the workers, at their first memo entry
-		seen := make([]bool, len(strs))
-		memo = memo[:base+len(ch.memo)]
-		dst := memo[base:]
-		for i, v := range ch.memo {
-			switch {
-			case v&tagMask == tagMask:
-				v += Value(first)
-			case len(strs) == 0: // no string of the chunk's own
-			case v&tagMask == inlineBit|strBit && int(v&^(inlineBit|strBit)) >= n0:
-				id := int(v&^(inlineBit|strBit)) - n0
-				if !seen[id] {
-					seen[id] = true
-					if str := ch.doc.strs[n0+id]; !p.published[str] && len(p.published) < 4096 {
-						if pub == nil {
-							pub = map[uint64]string{}
-						}
-						p.published[str] = true
-						pub[d.memoBase+uint64(base+i)] = str
-					}
-				}
-				sv, ok := strValue(strs[id])
-				if !ok {
-					sv = Value(len(doc.kinds))
-					doc.kinds = append(doc.kinds, KindString)
-					doc.xs = append(doc.xs, uint64(strs[id]))
-					d.keep = int(sv) + 1
-				}
-				v = sv
-			}
-			dst[i] = v
-		}
-		for _, j := range ch.doc.listSlots { // the lists of fetched values
-			if int(j) < len(ch.memo) {
-				dst[j] = Ticket(lists[ch.doc.xs[ch.memo[j]]])
-			}
-		}
-		p.publish(pub)
+		memo = d.fillMemo(ch, memo, strs, lists, n0)
 		// The values of the fetches the handler took, the memo filled.
 		refs := p.refVals[:0]
 		for _, r := range ch.doc.pending[:ch.refs] {
@@ -408,4 +370,53 @@ func (d *Decoder) intern(s string) uint32 {
 		doc.intern[s] = i
 	}
 	return i
+}
+
+// fillMemo appends chunk ch's memo to memo, mapped to the decoder's
+// values: its entries numbered from d.nEntries, its own strings (from n0)
+// to their interned indexes strs, its lists of fetched values to the
+// Tickets of lists; the strings new to the workers are published.
+func (d *Decoder) fillMemo(ch *parChunk, memo []Value, strs, lists []uint32, n0 int) []Value {
+	p, doc := d.par, d.doc
+	first := d.nEntries
+	base := len(memo)
+	var pub map[uint64]string // strings new to the workers, at their first memo entry
+	seen := make([]bool, len(strs))
+	memo = memo[:base+len(ch.memo)]
+	dst := memo[base:]
+	for i, v := range ch.memo {
+		switch {
+		case v&tagMask == tagMask:
+			v += Value(first)
+		case len(strs) == 0: // no string of the chunk's own
+		case v&tagMask == inlineBit|strBit && int(v&^(inlineBit|strBit)) >= n0:
+			id := int(v&^(inlineBit|strBit)) - n0
+			if !seen[id] {
+				seen[id] = true
+				if str := ch.doc.strs[n0+id]; !p.published[str] && len(p.published) < 4096 {
+					if pub == nil {
+						pub = map[uint64]string{}
+					}
+					p.published[str] = true
+					pub[d.memoBase+uint64(base+i)] = str
+				}
+			}
+			sv, ok := strValue(strs[id])
+			if !ok {
+				sv = Value(len(doc.kinds))
+				doc.kinds = append(doc.kinds, KindString)
+				doc.xs = append(doc.xs, uint64(strs[id]))
+				d.keep = int(sv) + 1
+			}
+			v = sv
+		}
+		dst[i] = v
+	}
+	for _, j := range ch.doc.listSlots { // the lists of fetched values
+		if int(j) < len(ch.memo) {
+			dst[j] = Ticket(lists[ch.doc.xs[ch.memo[j]]])
+		}
+	}
+	p.publish(pub)
+	return memo
 }
