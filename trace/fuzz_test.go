@@ -154,7 +154,12 @@ func fuzzCheck(t testing.TB, data []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadText(&text, w); err != nil {
+		tr, err := NewTextReader(&text)
+		if err != nil {
+			t.Fatalf("ReadText of WriteText's output: %v", err)
+		}
+		tr.Raw = true // the format's extremes
+		if _, err := tr.CopyTo(w); err != nil {
 			t.Fatalf("ReadText of WriteText's output: %v", err)
 		}
 		w.Close()
