@@ -39,9 +39,12 @@ func (a *Analysis) WriteText(w io.Writer) error {
 		name = "trace"
 	}
 	fmt.Fprintf(ew, "%s: %s events, policy %s\n", name, fmtCount(a.Trace.Events), a.Policy)
-	if a.State != nil {
+	if a.State != nil { // no events: the state is all there is to show
 		a.State.WriteText(ew)
-		fmt.Fprintln(ew)
+		if l := a.RecommendedLine(); l != "" {
+			fmt.Fprintln(ew, wrap(l, TableWidth))
+		}
+		return ew.err
 	}
 	fr := r.Fragmentation
 	fmt.Fprintf(ew, "Peak reserved %s at event %s; stranded %s at peak, %s at most; %s OOMs\n"+
@@ -127,7 +130,8 @@ func writeShares(w io.Writer, title string, shares []Share) {
 
 func (a *Analysis) writeAdvice(w io.Writer) {
 	b := a.Baseline
-	fmt.Fprintf(w, "\nAdvice: each change replayed, ranked by at_peak_pct then peak reserved.\n")
+	fmt.Fprintf(w, "\nAdvice: each change replayed, ranked by at_peak_pct then peak reserved (the fragmentation view;\n"+
+		"the recommendation for the goal follows).\n")
 	if b != nil {
 		fmt.Fprintf(w, "Baseline caching: at_peak_pct %.1f%%, peak reserved %s, %s device calls, %s OOMs\n",
 			b.Fragmentation.AtPeakPct, FmtBytes(b.PeakReservedBytes), fmtCount(b.DeviceAllocs+b.DeviceFrees), fmtCount(b.OOMs))

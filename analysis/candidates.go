@@ -231,7 +231,7 @@ func (p *planner) second() error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	return runJobs(p.open, jobs, p.parallel, 0, p.progress)
+	return runJobs(p.open, jobs, p.parallel, p.maxPoints, p.progress)
 }
 
 // minCapacities finds each candidate's min capacity (replay.MinCapacity:

@@ -269,7 +269,19 @@ func joinConf(base, setting string) string {
 // applyHint says how to get a policy or setting in PyTorch.
 func applyHint(policy, setting string) string {
 	if setting != "" {
-		return "PYTORCH_CUDA_ALLOC_CONF=" + setting
+		conf, every := setting, ""
+		if i := strings.Index(setting, "empty_cache every "); i >= 0 {
+			conf, every = strings.TrimRight(setting[:i], ","), setting[i+len("empty_cache every "):]
+			every = strings.TrimSuffix(every, " requests")
+		}
+		var parts []string
+		if conf != "" {
+			parts = append(parts, "PYTORCH_CUDA_ALLOC_CONF="+conf)
+		}
+		if every != "" {
+			parts = append(parts, "call torch.cuda.empty_cache() every "+every+" allocations (e.g. between requests)")
+		}
+		return strings.Join(parts, " and ")
 	}
 	switch policy {
 	case "caching":

@@ -160,7 +160,7 @@ func writeSettingsTable(w io.Writer, runs []*Run) {
 	for _, r := range runs {
 		labelW = max(labelW, len(r.Label))
 	}
-	labelW = min(labelW, TableWidth-60)
+	labelW = min(labelW, TableWidth-63) // the columns after the label take 63
 	fmt.Fprintf(w, "%-*s  %11s  %13s  %11s  %12s  %6s\n", labelW, "setting", "at_peak_pct", "peak reserved", "stranded", "device calls", "OOMs")
 	for _, r := range runs {
 		label := r.Label
