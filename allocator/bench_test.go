@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 )
 
 // BenchmarkPolicy measures each policy on a transformer-like random request
@@ -27,7 +27,7 @@ func BenchmarkPolicy(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					blocks := make(map[int]replay.Block, 1024)
+					blocks := make(map[int]driver.Block, 1024)
 					b.StartTimer()
 					for _, o := range ops {
 						switch o.kind {

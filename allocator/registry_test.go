@@ -2,13 +2,14 @@ package allocator
 
 import (
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -27,6 +28,62 @@ func TestNames(t *testing.T) {
 	}
 	if Describe("nope") != "" {
 		t.Errorf("Describe of an unknown name = %q, want empty", Describe("nope"))
+	}
+}
+
+// TestFacts checks the registry's facts against the policies they describe:
+// names and aliases resolve as NewFactory resolves them, the exact policies
+// are PyTorch's own, and the page sizes are the policies' default ones.
+func TestFacts(t *testing.T) {
+	all := All()
+	if len(all) != len(Names()) {
+		t.Fatalf("All() has %d entries, Names() %d", len(all), len(Names()))
+	}
+	for i, f := range all {
+		if f.Name != Names()[i] {
+			t.Errorf("All()[%d].Name = %q, want %q", i, f.Name, Names()[i])
+		}
+		if f.Describe != Describe(f.Name) || f.Describe == "" {
+			t.Errorf("%s: Describe %q, registry says %q", f.Name, f.Describe, Describe(f.Name))
+		}
+		if f.Exact && f.ErrorPct != 0 {
+			t.Errorf("%s: exact with an error of %v%%", f.Name, f.ErrorPct)
+		}
+		for _, a := range append([]string{f.Name, strings.ToUpper(f.Name), " " + f.Name + " "}, f.Aliases...) {
+			g, ok := Lookup(a)
+			if !ok || g.Name != f.Name {
+				t.Errorf("Lookup(%q) = %q, %v; want %q", a, g.Name, ok, f.Name)
+			}
+			if _, err := NewFactory(a, "", nil); err != nil {
+				t.Errorf("NewFactory(%q): %v", a, err)
+			}
+		}
+	}
+	exact := map[string]bool{}
+	for _, f := range all {
+		exact[f.Name] = f.Exact
+	}
+	if want := map[string]bool{"caching": true, "expandable": true, "pooled": false, "bfc": false, "ideal": false, "paged": false}; !maps.Equal(exact, want) {
+		t.Errorf("exact policies = %v, want %v", exact, want)
+	}
+	for _, tt := range []struct {
+		name string
+		page uint64
+	}{{"caching", 2 << 20}, {"expandable", 2 << 20}, {"async", 32 << 20}, {"paged", 2 << 20}, {"bfc", 0}, {"ideal", 0}} {
+		if f, _ := Lookup(tt.name); f.PageBytes != tt.page {
+			t.Errorf("Lookup(%q).PageBytes = %d, want %d", tt.name, f.PageBytes, tt.page)
+		}
+	}
+	if f, _ := Lookup("pooled"); f.ErrorPct <= 0 || !slices.Equal(f.Aliases, []string{"async"}) {
+		t.Errorf("pooled: ErrorPct %v, aliases %v; want a measured error and alias async", f.ErrorPct, f.Aliases)
+	}
+	if _, ok := Lookup("tlsf"); ok {
+		t.Error("Lookup of an unknown name succeeded")
+	}
+	// The facts handed out are copies.
+	all[2].Aliases[0] = "x"
+	if f, _ := Lookup("async"); f.Name != "pooled" {
+		t.Error("changing All()'s result changed the registry")
 	}
 }
 
@@ -55,7 +112,7 @@ func TestNewFactoryErrors(t *testing.T) {
 }
 
 // build makes the named policy on a fresh fake device.
-func build(t *testing.T, name, conf string, h *trace.Header) (replay.Policy, *fakedev.Device) {
+func build(t *testing.T, name, conf string, h *trace.Header) (driver.Policy, *fakedev.Device) {
 	t.Helper()
 	f, err := NewFactory(name, conf, h)
 	if err != nil {
@@ -215,15 +272,15 @@ func randomStream(seed uint64, n int) ([]rop, uint64) {
 	return ops, peak
 }
 
-func replayOps(t *testing.T, name string, seed uint64, p replay.Policy, d *fakedev.Device, ops []rop) {
+func replayOps(t *testing.T, name string, seed uint64, p driver.Policy, d *fakedev.Device, ops []rop) {
 	t.Helper()
-	blocks := map[int]replay.Block{}
+	blocks := map[int]driver.Block{}
 	for i, o := range ops {
 		switch o.kind {
 		case 'm':
 			b, err := p.Malloc(o.size, o.stream)
 			if err != nil {
-				if errors.Is(err, replay.ErrOOM) {
+				if errors.Is(err, driver.ErrOOM) {
 					t.Fatalf("%s seed %d op %d: out of memory on an unlimited device: %v", name, seed, i, err)
 				}
 				t.Fatalf("%s seed %d op %d: %v", name, seed, i, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -177,16 +178,15 @@ func shortBytes(n uint64) string {
 
 // explainer observes the explained replay.
 type explainer struct {
-	r        *trace.Reader
-	policies []*tracked
-	marker   string
-	markers  map[string]bool
-	stacks   map[trace.StackID]string
-	seen     map[*tracked]int64 // mallocs seen per policy
-	reqs     [64]SizeClass
-	moments  *momentBuckets
-	t0       int64
-	started  bool
+	r       *trace.Reader
+	origins map[driver.Policy]*origins // by policy; nil for one that cannot list its blocks
+	marker  string
+	markers map[string]bool
+	stacks  map[trace.StackID]string
+	reqs    [64]SizeClass
+	moments *momentBuckets
+	t0      int64
+	started bool
 
 	peak, maxStranded    uint64
 	peakSeen             bool
@@ -197,7 +197,7 @@ type explainer struct {
 
 func newExplainer(r *trace.Reader) *explainer {
 	return &explainer{r: r, markers: map[string]bool{}, stacks: map[trace.StackID]string{},
-		seen: map[*tracked]int64{}, moments: newMomentBuckets(512)}
+		origins: map[driver.Policy]*origins{}, moments: newMomentBuckets(512)}
 }
 
 // stackKey names a stack by its top frames.
@@ -230,7 +230,15 @@ func (x *explainer) observe(s *replay.Sample) {
 		x.t0, x.started = s.TimeNS, true
 	}
 	ev := &s.Event
-	t := unwrap(s.Policy)
+	t, ok := x.origins[s.Policy]
+	if !ok {
+		var h *trace.Header
+		if x.r != nil {
+			h = x.r.Header()
+		}
+		t = newOrigins(s, h)
+		x.origins[s.Policy] = t
+	}
 	switch ev.Kind {
 	case trace.KindMarker:
 		if ev.Marker == trace.MarkerAgent || ev.Marker == trace.MarkerModel {
@@ -241,17 +249,14 @@ func (x *explainer) observe(s *replay.Sample) {
 		k := Log2Class(ev.SizeBytes)
 		x.reqs[k].Count++
 		x.reqs[k].Bytes += ev.SizeBytes
-		if t != nil && t.mallocs != x.seen[t] && t.lastOK {
+		if t != nil && s.HasBlock {
 			o := origin{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
 			if ev.Stack != trace.NoStack {
 				x.hasStacks = true
 				o.stack = x.stackKey(ev.Stack)
 			}
-			t.origins[t.lastAddr] = o
+			t.served(s.Block.Addr, o)
 		}
-	}
-	if t != nil {
-		x.seen[t] = t.mallocs
 	}
 	st := s.Policy.Stats()
 	m := Moment{Index: s.Index, TimeS: float64(s.TimeNS-x.t0) / 1e9, ReservedBytes: s.ReservedBytes,
@@ -307,10 +312,10 @@ func (a shareAcc) sorted(total uint64) []Share {
 }
 
 // breakdown walks the policy's segments and attributes their stranded bytes.
-func (x *explainer) breakdown(t *tracked, what string, m Moment) *Breakdown {
+func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 	bd := &Breakdown{What: what, Moment: m}
 	bySize, byStream, byMarker, byStack := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
-	t.Segments(func(seg trace.Segment) bool {
+	t.in.Segments(func(seg trace.Segment) bool {
 		var free, live uint64
 		for _, b := range seg.Blocks {
 			if b.State == trace.BlockInactive {
@@ -329,7 +334,7 @@ func (x *explainer) breakdown(t *tracked, what string, m Moment) *Breakdown {
 				continue
 			}
 			share := float64(free) * float64(b.SizeBytes) / float64(live)
-			o, ok := t.origins[b.Addr]
+			o, ok := t.m[b.Addr]
 			if !ok {
 				o = origin{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
 			}
@@ -449,9 +454,7 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		return nil, err
 	}
 	var x *explainer
-	var tracks []*tracked
-	main := &job{run: &Run{Label: policy, Policy: policy, Conf: opts.Conf}, cfg: opts.Config, noSeries: true,
-		factory: trackFactory(f, func(t *tracked) { tracks = append(tracks, t) })}
+	main := &job{run: &Run{Label: policy, Policy: policy, Conf: opts.Conf}, cfg: opts.Config, noSeries: true, factory: f}
 	main.prepare = func(r *trace.Reader, cfg *replay.Config) {
 		x = newExplainer(r)
 		cfg.Observer = x.observe

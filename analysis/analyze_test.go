@@ -26,7 +26,7 @@ func TestBreakdownSharesStrandedByLiveBlocks(t *testing.T) {
 		{Stream: 9, SizeBytes: 3 * mib, Blocks: []trace.Block{
 			blk(3<<30, 2*mib, trace.BlockAllocated), blk(3<<30+2*mib, mib, trace.BlockInactive)}},
 	}}
-	tr := &tracked{Policy: p, origins: map[uint64]origin{
+	tr := &origins{in: p, m: map[uint64]origin{
 		0:       {size: 2*mib - 100, stream: 7, marker: "agent a", stack: "attn"},
 		8 * mib: {size: 4 * mib, stream: 7, marker: "agent b"},
 	}}

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -61,7 +62,7 @@ func (c *collector) observe(s *replay.Sample) {
 	if s.ReservedBytes > c.peak || !c.peakSeen {
 		c.peak = s.ReservedBytes
 		c.peakSeen = true
-		if in, ok := s.Policy.(replay.Inspector); ok {
+		if in, ok := s.Policy.(driver.Inspector); ok {
 			c.inspects++
 			c.acc.reset()
 			in.Segments(func(seg trace.Segment) bool {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -14,13 +15,13 @@ type fakePolicy struct {
 }
 
 func (p *fakePolicy) Name() string { return "fake" }
-func (p *fakePolicy) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
-	return replay.Block{}, nil
+func (p *fakePolicy) Malloc(n uint64, s trace.StreamID) (driver.Block, error) {
+	return driver.Block{}, nil
 }
-func (p *fakePolicy) FreeRequested(replay.Block) {}
-func (p *fakePolicy) FreeCompleted(replay.Block) {}
+func (p *fakePolicy) FreeRequested(driver.Block) {}
+func (p *fakePolicy) FreeCompleted(driver.Block) {}
 func (p *fakePolicy) EmptyCache()                {}
-func (p *fakePolicy) Stats() replay.Stats        { return replay.Stats{} }
+func (p *fakePolicy) Stats() driver.Stats        { return driver.Stats{} }
 func (p *fakePolicy) Segments(fn func(trace.Segment) bool) {
 	p.walks++
 	for _, s := range p.segs {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -299,7 +300,7 @@ func applyHint(policy, setting string) string {
 // job is one replay to run.
 type job struct {
 	run     *Run
-	factory replay.Factory
+	factory driver.Factory
 	cfg     replay.Config
 	// open, when set, replaces the comparison's opener (transformed traces).
 	open Opener

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -107,7 +107,7 @@ func (a AllocatorCost) String() string {
 
 // costDevice counts the time of every call a policy makes of its device.
 type costDevice struct {
-	replay.Device
+	driver.Device
 	cost  *DeviceCost
 	pages PageCounter
 	acc   *AllocatorCost
@@ -148,18 +148,18 @@ func (d costDevice) Unmap(addr, n uint64) {
 // costFractionDevice also passes SetFraction on, for devices that take it.
 type costFractionDevice struct {
 	costDevice
-	fs replay.FractionSetter
+	fs driver.FractionSetter
 }
 
 func (d costFractionDevice) SetFraction(f float64) { d.fs.SetFraction(f) }
 
 // costFactory wraps f so that the device calls of every policy it builds
 // are priced with cost into acc, pages counted by pages.
-func costFactory(f replay.Factory, cost *DeviceCost, pages PageCounter, acc *AllocatorCost) replay.Factory {
+func costFactory(f driver.Factory, cost *DeviceCost, pages PageCounter, acc *AllocatorCost) driver.Factory {
 	acc.GPU = cost.GPU
-	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+	return func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		cd := costDevice{Device: dev, cost: cost, pages: pages, acc: acc}
-		if fs, ok := dev.(replay.FractionSetter); ok {
+		if fs, ok := dev.(driver.FractionSetter); ok {
 			return f(costFractionDevice{cd, fs}, h)
 		}
 		return f(cd, h)

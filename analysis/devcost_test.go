@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -69,8 +69,8 @@ func (d *costTestDevice) Recorded() []trace.Event                   { return nil
 func (d *costTestDevice) SetFraction(f float64)                     { d.fraction = f }
 
 func TestCostFactoryPricesEveryCall(t *testing.T) {
-	var got replay.Device
-	f := func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
+	var got driver.Device
+	f := func(dev driver.Device, _ *trace.Header) (driver.Policy, error) {
 		got = dev
 		return nil, nil
 	}
@@ -79,7 +79,7 @@ func TestCostFactoryPricesEveryCall(t *testing.T) {
 	if _, err := costFactory(f, &H200Cost, TorchPages, &acc)(dev, nil); err != nil {
 		t.Fatal(err)
 	}
-	fs, ok := got.(replay.FractionSetter)
+	fs, ok := got.(driver.FractionSetter)
 	if !ok {
 		t.Fatal("the wrapped device lost SetFraction")
 	}

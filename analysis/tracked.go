@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -13,98 +14,91 @@ type origin struct {
 	stack  string // top frames, "" without a stack
 }
 
-// tracked wraps a policy to learn the address of every block it hands out,
-// so that blocks listed by Inspector can be traced back to their requests.
-type tracked struct {
-	replay.Policy
-	origins  map[uint64]origin
-	lastAddr uint64
-	lastOK   bool
-	mallocs  int64
+// initialMarker marks the blocks of the trace's initial state.
+const initialMarker = "(initial state)"
+
+// origins maps the replayed address of each live block of one policy to
+// its origin, learnt from the replay's samples, so that blocks listed by
+// the policy's Segments can be traced back to their requests.
+type origins struct {
+	in driver.Inspector
+	m  map[uint64]origin
+	// At this many entries, those of blocks the policy no longer holds
+	// are dropped: memory stays bounded by the live blocks.
+	prune int
 }
 
-func (t *tracked) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
-	b, err := t.Policy.Malloc(n, s)
-	t.mallocs++
-	t.lastOK = err == nil
-	if err == nil {
-		t.lastAddr = b.Addr
-		// Until the alloc event is observed the block counts as seeded.
-		t.origins[b.Addr] = origin{size: n, stream: s, marker: "(initial state)"}
+const minPrune = 1024
+
+// newOrigins starts tracking the policy of sample s, at the policy's
+// first sample, with the origins of its device's initial blocks. It
+// returns nil for a policy that cannot list its blocks: their origins
+// would never be asked for.
+func newOrigins(s *replay.Sample, h *trace.Header) *origins {
+	in, ok := s.Policy.(driver.Inspector)
+	if !ok {
+		return nil
 	}
-	return b, err
-}
-
-func (t *tracked) FreeCompleted(b replay.Block) {
-	t.Policy.FreeCompleted(b)
-	delete(t.origins, b.Addr)
-}
-
-func (t *tracked) Segments(fn func(trace.Segment) bool) {
-	if in, ok := t.Policy.(replay.Inspector); ok {
-		in.Segments(fn)
+	o := &origins{in: in, m: make(map[uint64]origin, 1024), prune: minPrune}
+	if h == nil || h.Initial == nil {
+		return o
 	}
-}
-
-type trackedSeeder struct{ *tracked }
-
-func (t trackedSeeder) Seed(segs []trace.Segment) error {
-	for _, s := range segs {
-		for _, b := range s.Blocks {
-			if b.State != trace.BlockInactive {
-				t.origins[b.Addr] = origin{size: b.RequestedBytes, stream: s.Stream, marker: "(initial state)"}
+	_, seeds := s.Policy.(driver.Seeder)
+	for _, seg := range h.Initial.Segments {
+		if seg.Device != s.Event.Device {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State == trace.BlockInactive {
+				continue
+			}
+			req := b.RequestedBytes
+			if seeds {
+				// A seeded block keeps its address and requested bytes.
+				o.m[b.Addr] = origin{size: req, stream: seg.Stream, marker: initialMarker}
+				continue
+			}
+			// The engine served the block as a request of its requested
+			// bytes (its size when none were recorded).
+			if req == 0 {
+				req = b.SizeBytes
+			}
+			if rb, r, ok := s.Replayed(b.Addr); ok {
+				o.m[rb.Addr] = origin{size: r, stream: seg.Stream, marker: initialMarker}
+			} else if s.HasBlock && s.Event.Addr == b.Addr && s.Event.Kind == trace.KindFreeCompleted {
+				// The first event completed its free: the policy still
+				// holds it until its next request.
+				o.m[s.Block.Addr] = origin{size: req, stream: seg.Stream, marker: initialMarker}
 			}
 		}
 	}
-	return t.Policy.(replay.Seeder).Seed(segs)
+	return o
 }
 
-type trackedReproducer struct{ *tracked }
-
-func (t trackedReproducer) Reproduces(h *trace.Header) bool {
-	return t.Policy.(replay.Reproducer).Reproduces(h)
-}
-
-type trackedBoth struct{ *tracked }
-
-func (t trackedBoth) Seed(segs []trace.Segment) error { return trackedSeeder(t).Seed(segs) }
-func (t trackedBoth) Reproduces(h *trace.Header) bool { return trackedReproducer(t).Reproduces(h) }
-
-// trackFactory wraps f so that every policy it builds is tracked; the
-// tracked policies are passed to onNew.
-func trackFactory(f replay.Factory, onNew func(*tracked)) replay.Factory {
-	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
-		p, err := f(dev, h)
-		if err != nil {
-			return nil, err
-		}
-		t := &tracked{Policy: p, origins: make(map[uint64]origin, 1024)}
-		onNew(t)
-		_, seeds := p.(replay.Seeder)
-		_, repro := p.(replay.Reproducer)
-		switch {
-		case seeds && repro:
-			return trackedBoth{t}, nil
-		case seeds:
-			return trackedSeeder{t}, nil
-		case repro:
-			return trackedReproducer{t}, nil
-		}
-		return t, nil
+// served records the origin of a block an alloc was served.
+func (o *origins) served(addr uint64, or origin) {
+	o.m[addr] = or
+	if len(o.m) >= o.prune {
+		o.dropGone()
 	}
 }
 
-// unwrap returns the tracked policy behind a policy built by trackFactory.
-func unwrap(p replay.Policy) *tracked {
-	switch t := p.(type) {
-	case *tracked:
-		return t
-	case trackedSeeder:
-		return t.tracked
-	case trackedReproducer:
-		return t.tracked
-	case trackedBoth:
-		return t.tracked
+// dropGone drops the origins of addresses where the policy holds no live
+// block: their frees have completed.
+func (o *origins) dropGone() {
+	held := make(map[uint64]struct{}, len(o.m))
+	o.in.Segments(func(seg trace.Segment) bool {
+		for _, b := range seg.Blocks {
+			if b.State != trace.BlockInactive {
+				held[b.Addr] = struct{}{}
+			}
+		}
+		return true
+	})
+	for a := range o.m {
+		if _, ok := held[a]; !ok {
+			delete(o.m, a)
+		}
 	}
-	return nil
+	o.prune = max(2*len(o.m), minPrune)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -27,7 +28,7 @@ type Process struct {
 	// runs many).
 	Open func() (*trace.Reader, io.Closer, error)
 	// Factory builds the process's policy.
-	Factory Factory
+	Factory driver.Factory
 	// Conf is the policy configuration, reported only.
 	Conf string
 	// OffsetNS delays the process's start: its first timestamped event
@@ -179,7 +180,7 @@ type proc struct {
 	e    *engine
 	r    *trace.Reader
 	c    io.Closer
-	pols []Policy
+	pols []driver.Policy
 	devs []*device
 
 	buf      []trace.Event
@@ -252,7 +253,7 @@ func (q *proc) refresh() {
 		r += d.reserved
 	}
 	q.reserved = r
-	var st Stats
+	var st driver.Stats
 	for _, pol := range q.pols {
 		s := pol.Stats()
 		st.LargestFreeBytes = max(st.LargestFreeBytes, s.LargestFreeBytes)
@@ -335,7 +336,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			}
 		}
 		inner := p.Factory
-		f := func(dev Device, h *trace.Header) (Policy, error) {
+		f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 			pol, err := inner(dev, h)
 			if err != nil {
 				return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -71,7 +72,7 @@ func opener(b []byte) func() (*trace.Reader, io.Closer, error) {
 	}
 }
 
-func factory(t testing.TB, policy string) replay.Factory {
+func factory(t testing.TB, policy string) driver.Factory {
 	t.Helper()
 	f, err := allocator.NewFactory(policy, "", nil)
 	if err != nil {

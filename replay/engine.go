@@ -10,25 +10,10 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
-
-// Reproducer is implemented by policies that claim to reproduce the
-// allocator a trace was recorded with. The engine checks fidelity (every
-// device call and every allocation's address against the recorded ones)
-// only when the trace carries device events and the policy's Reproduces
-// returns true for the trace's header.
-type Reproducer interface {
-	Reproduces(h *trace.Header) bool
-}
-
-// strander is implemented by policies that report Stats().StrandedBytes
-// alone, more cheaply than Stats: the engine asks for it after every request.
-type strander interface {
-	StrandedBytes() uint64
-}
 
 // live is a block the program holds (or whose free has not completed),
 // keyed by its recorded address.
@@ -40,18 +25,20 @@ type live struct {
 	freed bool   // free requested
 }
 
-func (l *live) block() Block { return Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h} }
+func (l *live) block() driver.Block {
+	return driver.Block{Addr: l.addr, SizeBytes: l.size, Handle: l.h}
+}
 
 // devState is the replay of one trace device.
 type devState struct {
 	id       trace.DeviceID
-	policy   Policy
-	strand   strander  // the policy, when it implements strander
-	comp     Completer // the policy, when it implements Completer
+	policy   driver.Policy
+	strand   driver.Strander  // the policy, when it implements driver.Strander
+	comp     driver.Completer // the policy, when it implements Completer
 	dev      *device
 	live     liveMap             // live blocks by recorded address
 	unserved map[uint64]struct{} // recorded addresses of allocations the replay could not serve
-	fc       []Block             // completed frees not yet passed to the policy
+	fc       []driver.Block      // completed frees not yet passed to the policy
 
 	active, allocated, requested uint64
 }
@@ -61,7 +48,7 @@ const maxOOMEvents = 1000
 
 type engine struct {
 	cfg     Config
-	factory Factory
+	factory driver.Factory
 	hdr     *trace.Header
 	devs    []*devState
 	last    *devState
@@ -109,6 +96,9 @@ type engine struct {
 	stranded   uint64
 	sample     Sample
 	err        error
+	// The replayed block of the event apply served last, for the Sample.
+	blk    driver.Block
+	hasBlk bool
 }
 
 // Run replays the trace r to its end through policies built by f, one
@@ -137,7 +127,7 @@ type engine struct {
 //
 // A trace cut short (an error that Is trace.ErrTruncated) still gives a
 // complete Result for every event read, with the error saying what was lost.
-func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
+func Run(r *trace.Reader, f driver.Factory, cfg Config) (*Result, error) {
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
 		e.hdr = &trace.Header{}
@@ -170,111 +160,14 @@ func Run(r *trace.Reader, f Factory, cfg Config) (*Result, error) {
 func (e *engine) release() {
 	for _, d := range e.devs {
 		d.live.release()
-		if r, ok := d.policy.(Releaser); ok {
+		if r, ok := d.policy.(driver.Releaser); ok {
 			r.Release()
 		}
 	}
 }
 
-// batchLen is the number of events decoded at a time.
-const batchLen = 2048
-
-// serialLen is the number of events runSerial decodes at a time (16 KiB
-// of events).
-const serialLen = 256
-
-// batches holds idle batches (*batch), so that a run does not allocate
-// (and page in) fresh event buffers.
-var batches = sync.Pool{New: func() any { return &batch{evs: make([]trace.Event, batchLen)} }}
-
-// runSerial decodes and replays on the calling goroutine.
-func (e *engine) runSerial(r *trace.Reader) error {
-	b := batches.Get().(*batch)
-	defer batches.Put(b)
-	// A short run at a time, so that the decoded events are still in the
-	// first-level cache when they are replayed.
-	buf := b.evs[:serialLen]
-	for {
-		n, err := r.ReadEvents(buf)
-		if err := e.replay(buf[:n]); err != nil {
-			return err
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("replay: after event %d: %w", e.index, err)
-		}
-	}
-}
-
-// batch is a run of decoded events and the error that ended the decoding.
-type batch struct {
-	evs []trace.Event
-	n   int
-	err error
-}
-
-// pipelineBatches is the number of batches in flight between the decoder
-// and the engine.
-const pipelineBatches = 4
-
-// runPipelined decodes on a second goroutine, a few batches ahead of the
-// replay, recycling a small ring of batches: decoding overlaps replay on
-// another core. The decoder is stopped and waited for before it returns,
-// so r is no longer used once Run returns. Run does not use it when an
-// Observer is set, since an Observer may read r's string and stack tables,
-// which decoding extends.
-func (e *engine) runPipelined(r *trace.Reader) error {
-	full := make(chan *batch, pipelineBatches)
-	free := make(chan *batch, pipelineBatches)
-	for i := 0; i < pipelineBatches; i++ {
-		free <- batches.Get().(*batch)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(full)
-		for {
-			var b *batch
-			select {
-			case b = <-free:
-			case <-done:
-				return
-			}
-			b.n, b.err = r.ReadEvents(b.evs)
-			full <- b // never blocks: at most pipelineBatches exist
-			if b.err != nil {
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(done)
-		for b := range full {
-			batches.Put(b)
-		}
-		for len(free) > 0 {
-			batches.Put(<-free)
-		}
-	}()
-	for b := range full {
-		if err := e.replay(b.evs[:b.n]); err != nil {
-			return err
-		}
-		if err := b.err; err != nil {
-			free <- b
-			if err == io.EOF {
-				return nil
-			}
-			return fmt.Errorf("replay: after event %d: %w", e.index, err)
-		}
-		free <- b
-	}
-	return nil
-}
-
 // RunFile replays the trace file at path.
-func RunFile(path string, f Factory, cfg Config) (*Result, error) {
+func RunFile(path string, f driver.Factory, cfg Config) (*Result, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -305,63 +198,6 @@ func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
 		}
 		return r, fh, nil
 	}
-}
-
-// MinCapacity returns the smallest device capacity, to 2 MiB, on which the
-// trace completes with no OOM under the policies f builds. cfg's other
-// settings apply, except CapacityBytes and memory fractions (the config's,
-// the trace's and any a policy's configuration sets), which are ignored:
-// the device itself is sized.
-func MinCapacity(open func() (*trace.Reader, io.Closer, error), f Factory, cfg Config) (uint64, error) {
-	run := func(capacity uint64) (*Result, error) {
-		r, c, err := open()
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		cc := cfg
-		cc.CapacityBytes = capacity
-		cc.Observer = nil
-		cc.noFraction = true
-		return Run(r, f, cc)
-	}
-	free, err := run(math.MaxUint64 / 2)
-	if err != nil {
-		return 0, err
-	}
-	if free.OOMs > 0 {
-		return 0, fmt.Errorf("replay: the trace has OOMs even on an unlimited device")
-	}
-	const step = 2 << 20
-	hi := (free.PeakReservedBytes + cfg.OutsideBytes + step - 1) / step * step
-	if hi == 0 {
-		return 0, nil
-	}
-	return bisect(0, hi, step, func(c uint64) (bool, error) {
-		res, err := run(c)
-		return err == nil && res.OOMs == 0, err
-	})
-}
-
-// bisect returns the smallest multiple of step in (lo, hi] for which fits
-// holds, taking lo as failing and hi as fitting, to within step.
-func bisect(lo, hi, step uint64, fits func(uint64) (bool, error)) (uint64, error) {
-	for hi-lo > step {
-		mid := (lo + (hi-lo)/2) / step * step
-		if mid <= lo {
-			mid = lo + step
-		}
-		ok, err := fits(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi, nil
 }
 
 func (e *engine) start() error {
@@ -402,7 +238,7 @@ func (e *engine) start() error {
 // seed gives a device its initial state: through Seeder when the policy
 // has it, else by serving the live blocks as requests.
 func (e *engine) seed(ds *devState, segs []trace.Segment) error {
-	if sd, ok := ds.policy.(Seeder); ok {
+	if sd, ok := ds.policy.(driver.Seeder); ok {
 		if err := sd.Seed(segs); err != nil {
 			return fmt.Errorf("replay: initial state of device %d: %w", ds.id, err)
 		}
@@ -504,11 +340,11 @@ func (e *engine) device(id trace.DeviceID) (*devState, error) {
 		return nil, fmt.Errorf("replay: device %d: %w", id, err)
 	}
 	ds.policy = p
-	ds.strand, _ = p.(strander)
-	ds.comp, _ = p.(Completer)
+	ds.strand, _ = p.(driver.Strander)
+	ds.comp, _ = p.(driver.Completer)
 	if e.res.Policy == "" {
 		e.res.Policy = p.Name()
-		if rp, ok := p.(Reproducer); ok {
+		if rp, ok := p.(driver.Reproducer); ok {
 			e.exact = rp.Reproduces(e.hdr)
 		}
 	}
@@ -560,7 +396,7 @@ func (e *engine) step(ev *trace.Event) error {
 
 // unserved records an alloc the policy could not serve (err).
 func (e *engine) unserved(ds *devState, ev *trace.Event, idx int64, err error) error {
-	if !errors.Is(err, ErrOOM) {
+	if !errors.Is(err, driver.ErrOOM) {
 		return fmt.Errorf("event %d: %w", idx, err)
 	}
 	e.oom(ds, *ev, idx)
@@ -569,7 +405,7 @@ func (e *engine) unserved(ds *devState, ev *trace.Event, idx int64, err error) e
 }
 
 // misplaced records an alloc served at another address than the recorded one.
-func (e *engine) misplaced(ds *devState, ev *trace.Event, idx int64, blk Block) {
+func (e *engine) misplaced(ds *devState, ev *trace.Event, idx int64, blk driver.Block) {
 	if e.res.Fidelity.FirstMismatch == "" && e.exact {
 		e.res.Fidelity.FirstMismatch = fmt.Sprintf("event %d: alloc of %d bytes on stream %#x: recorded at %#x, replayed at %#x (block of %d bytes)%s",
 			idx, ev.SizeBytes, uint64(ev.Stream), ev.Addr, blk.Addr, blk.SizeBytes, e.context(ds, ev.SizeBytes))
@@ -596,204 +432,6 @@ func (e *engine) replay(evs []trace.Event) error {
 		evs = evs[1:]
 	}
 	return nil
-}
-
-// fastOK reports whether fast may replay the next events: one device,
-// frees known to complete when the trace says, nothing injected and no
-// Observer.
-func (e *engine) fastOK() bool {
-	return len(e.devs) == 1 && e.immediate == -1 && !e.injects && e.cfg.Observer == nil
-}
-
-// fast replays the leading events of evs that are allocs and frees of the
-// one device, as step does, in one loop: the device's own counters are
-// the totals' (synced at the end), and only what such events change is
-// measured (not the request count, which only injected actions use). It
-// returns the number of events replayed; step replays the next one
-// (another kind, another device, a free of an unknown address).
-func (e *engine) fast(evs []trace.Event) (n int, err error) {
-	ds := e.devs[0]
-	pol := ds.policy
-	dev := ds.dev
-	id := ds.id
-	r := &e.res
-	e.fastEvs, e.fastI = evs, -1
-	defer func() {
-		ds.active, ds.allocated, ds.requested = e.active, e.allocated, e.requested
-		if e.fastI >= 0 {
-			e.ev = evs[e.fastI]
-		}
-		e.fastEvs = nil
-	}()
-	comp := ds.comp
-	for i := 0; i < len(evs); i++ {
-		ev := &evs[i]
-		if ev.Device != id {
-			return i, nil
-		}
-		idx := e.index
-		switch ev.Kind {
-		case trace.KindAlloc:
-			e.index++
-			e.fastI = i
-			var blk Block
-			var st uint64
-			var err error
-			if comp != nil {
-				blk, st, err = comp.MallocAfter(ds.fc, ev.SizeBytes, ev.Stream)
-				ds.fc = ds.fc[:0]
-			} else {
-				if len(ds.fc) > 0 {
-					e.dispatch(ds)
-				}
-				blk, err = pol.Malloc(ev.SizeBytes, ev.Stream)
-				if ds.strand != nil {
-					st = ds.strand.StrandedBytes()
-				} else {
-					st = pol.Stats().StrandedBytes
-				}
-			}
-			if len(dev.rec) > 0 {
-				e.endRequest(ds)
-			}
-			r.Allocs++
-			if err != nil {
-				ds.active, ds.allocated, ds.requested = e.active, e.allocated, e.requested
-				if err := e.unserved(ds, ev, idx, err); err != nil {
-					return i, err
-				}
-			} else {
-				l, ok := ds.live.Add(ev.Addr)
-				if !ok {
-					return i, fmt.Errorf("event %d: alloc at %#x, which is already live", idx, ev.Addr)
-				}
-				// Field by field: a literal is built on the stack and copied.
-				l.addr, l.size, l.req, l.h, l.freed = blk.Addr, blk.SizeBytes, ev.SizeBytes, blk.Handle, false
-				if len(ds.unserved) > 0 {
-					delete(ds.unserved, ev.Addr)
-				}
-				e.active += blk.SizeBytes
-				e.allocated += blk.SizeBytes
-				e.requested += ev.SizeBytes
-				r.Fidelity.Allocs++
-				if blk.Addr == ev.Addr {
-					r.Fidelity.AllocsAtRecordedAddress++
-				} else {
-					e.misplaced(ds, ev, idx, blk)
-				}
-			}
-			e.stranded = st
-			if st > r.Fragmentation.MaxStrandedBytes {
-				r.Fragmentation.MaxStrandedBytes = st
-			}
-			// Active, allocated and requested bytes grow only here.
-			if e.active > r.PeakActiveBytes {
-				r.PeakActiveBytes = e.active
-			}
-			if e.allocated > r.PeakAllocatedBytes {
-				r.PeakAllocatedBytes = e.allocated
-			}
-			if e.requested > r.PeakRequestedBytes {
-				r.PeakRequestedBytes = e.requested
-			}
-		case trace.KindFreeRequested:
-			l, slot, ok := ds.live.ref(ev.Addr)
-			if !ok || l.freed {
-				return i, nil // step reports it
-			}
-			e.index++
-			e.allocated -= l.size
-			if j := i + 1; j < len(evs) && evs[j].Kind == trace.KindFreeCompleted && evs[j].Addr == ev.Addr && evs[j].Device == id {
-				// The free completes at the next event, as it nearly
-				// always does: both are replayed here, with one lookup.
-				// The policy sees no call until the next request, which
-				// the block's free completes before.
-				if comp == nil {
-					pol.FreeRequested(l.block())
-					e.reserved = dev.reserved
-					if e.reserved > e.peakReserved {
-						e.newPeak(idx)
-					}
-				}
-				r.Events++
-				e.measureTime(ev.TimeNS)
-				if r.Events&(1<<20-1) == 0 && e.cfg.Progress != nil {
-					e.cfg.Progress(r.Events)
-				}
-				i = j
-				ev = &evs[j]
-				idx = e.index
-				e.index++
-				e.active -= l.size
-				e.requested -= l.req
-				ds.fc = append(ds.fc, l.block())
-				ds.live.removeAt(slot)
-				break
-			}
-			l.freed = true
-			pol.FreeRequested(l.block())
-		case trace.KindFreeCompleted:
-			// The block is read in its slot, and removed last.
-			l, slot, ok := ds.live.takeRef(ev.Addr)
-			if !ok {
-				return i, nil // step replays it
-			}
-			e.index++
-			if !l.freed {
-				e.allocated -= l.size
-				pol.FreeRequested(l.block())
-			}
-			e.active -= l.size
-			e.requested -= l.req
-			ds.fc = append(ds.fc, l.block())
-			ds.live.removeAt(slot)
-		default:
-			return i, nil
-		}
-		e.reserved = dev.reserved
-		r.Events++
-		if e.reserved > e.peakReserved {
-			e.newPeak(idx)
-		}
-		e.measureTime(ev.TimeNS)
-		if r.Events&(1<<20-1) == 0 && e.cfg.Progress != nil {
-			e.cfg.Progress(r.Events)
-		}
-	}
-	return len(evs), nil
-}
-
-// measureTime adds the state before an event at time t to the
-// time-weighted sums, and the state after it to the per-event ones.
-func (e *engine) measureTime(t int64) {
-	// The state before this event held from the previous event's time
-	// to this one's. A zero or negative time step adds nothing, so it is
-	// added without a branch; a stretch is closed only on a positive one.
-	dt := t - e.prevTime
-	if dt < 0 || e.prevTime == 0 {
-		dt = 0
-	}
-	if e.prevRes != e.tRes && dt > 0 {
-		e.flushTime()
-		e.tRes = e.prevRes
-	}
-	e.tW += dt
-	e.tA += float64(int64(e.prevActive)) * float64(dt)
-	if t != 0 {
-		e.prevTime = t
-	}
-	e.prevActive, e.prevRes = e.active, e.reserved
-	// The per-event sums are the fallback of a trace whose time never
-	// advances: once it has, they will not be used.
-	if e.tW > 0 || e.twTime > 0 {
-		return
-	}
-	if e.reserved != e.cRes {
-		e.flushCount()
-		e.cRes = e.reserved
-	}
-	e.cN++
-	e.cA += float64(int64(e.active))
 }
 
 func (e *engine) finish() error {
@@ -842,18 +480,9 @@ func (e *engine) finish() error {
 	return nil
 }
 
-func pct(active, reserved uint64) float64 {
-	if reserved == 0 {
-		return 0
-	}
-	// Byte counts are below 2^63: the signed conversions give the same
-	// values as the unsigned ones, in one instruction each.
-	return 100 * (1 - float64(int64(active))/float64(int64(reserved)))
-}
-
 // dispatch passes the completed frees held back to the policy. They are
 // held until the next request so that the recorded device events of that
-// request are known to the policy when it applies them (spec §12.3-12.4).
+// request are known to the policy when it applies them.
 func (e *engine) dispatch(ds *devState) {
 	if len(ds.fc) == 0 {
 		return
@@ -876,6 +505,7 @@ func (e *engine) endRequest(ds *devState) {
 }
 
 func (e *engine) apply(ev *trace.Event, idx int64) error {
+	e.hasBlk = false
 	ds := e.last
 	if ds == nil || ds.id != ev.Device {
 		var err error
@@ -905,6 +535,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			delete(ds.unserved, ev.Addr)
 		}
 		e.addActive(ds, l)
+		e.blk, e.hasBlk = blk, true
 		e.res.Fidelity.Allocs++
 		if blk.Addr == ev.Addr {
 			e.res.Fidelity.AllocsAtRecordedAddress++
@@ -927,7 +558,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		l.freed = true
 		ds.allocated -= l.size
 		e.allocated -= l.size
-		ds.policy.FreeRequested(l.block())
+		e.blk, e.hasBlk = l.block(), true
+		ds.policy.FreeRequested(e.blk)
 	case trace.KindFreeCompleted:
 		e.requests++
 		l, ok := ds.live.Take(ev.Addr)
@@ -947,7 +579,8 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.active -= l.size
 		ds.requested -= l.req
 		e.requested -= l.req
-		ds.fc = append(ds.fc, l.block())
+		e.blk, e.hasBlk = l.block(), true
+		ds.fc = append(ds.fc, e.blk)
 	case trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
 		e.sawDev = true
 		e.res.Fidelity.DeviceEvents++
@@ -969,7 +602,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		if err == nil {
 			ds.policy.FreeRequested(blk)
 			ds.policy.FreeCompleted(blk)
-		} else if !errors.Is(err, ErrOOM) {
+		} else if !errors.Is(err, driver.ErrOOM) {
 			return fmt.Errorf("event %d: %w", idx, err)
 		} else {
 			e.oom(ds, *ev, idx)
@@ -1013,21 +646,6 @@ func (e *engine) inject(ds *devState) {
 	}
 }
 
-func (e *engine) updateStats(ds *devState) {
-	var st uint64
-	for _, d := range e.devs {
-		if d.strand != nil {
-			st += d.strand.StrandedBytes()
-		} else {
-			st += d.policy.Stats().StrandedBytes
-		}
-	}
-	e.stranded = st
-	if st > e.res.Fragmentation.MaxStrandedBytes {
-		e.res.Fragmentation.MaxStrandedBytes = st
-	}
-}
-
 func (e *engine) oom(ds *devState, ev trace.Event, idx int64) {
 	e.res.OOMs++
 	if len(e.res.OOMEvents) >= maxOOMEvents {
@@ -1041,95 +659,4 @@ func (e *engine) oom(ds *devState, ev trace.Event, idx int64) {
 		StrandedBytes: st.StrandedBytes,
 		Fragmentation: freeCached >= ev.SizeBytes && st.LargestFreeBytes < ev.SizeBytes,
 	})
-}
-
-// measure updates the metrics after event idx.
-func (e *engine) measure(ev *trace.Event, idx int64) {
-	r := &e.res
-	if e.reserved > e.peakReserved {
-		e.newPeak(idx)
-	}
-	if e.active > r.PeakActiveBytes {
-		r.PeakActiveBytes = e.active
-	}
-	if e.allocated > r.PeakAllocatedBytes {
-		r.PeakAllocatedBytes = e.allocated
-	}
-	if e.requested > r.PeakRequestedBytes {
-		r.PeakRequestedBytes = e.requested
-	}
-	e.measureTime(ev.TimeNS)
-	if e.cfg.Observer != nil {
-		s := &e.sample
-		s.Index = idx
-		s.TimeNS = ev.TimeNS
-		s.Event = *ev
-		s.ReservedBytes = e.reserved
-		s.ActiveBytes = e.active
-		s.AllocatedBytes = e.allocated
-		s.RequestedBytes = e.requested
-		if ds, err := e.device(ev.Device); err == nil {
-			s.Policy = ds.policy
-		}
-		e.cfg.Observer(s)
-	}
-	if e.cfg.Progress != nil && e.res.Events&(1<<20-1) == 0 {
-		e.cfg.Progress(e.res.Events)
-	}
-}
-
-// newPeak records a new peak of reserved bytes, reached at event idx.
-func (e *engine) newPeak(idx int64) {
-	e.peakReserved = e.reserved
-	e.res.PeakReservedBytes = e.reserved
-	e.res.Fragmentation.PeakIndex = idx
-	e.atPeak()
-}
-
-// stretchPct returns Σ pct(active_i, reserved) over a stretch of constant
-// reserved bytes, from the stretch's Σ weight_i and Σ active_i×weight_i.
-func stretchPct(reserved uint64, weight, activeSum float64) float64 {
-	if reserved == 0 {
-		return 0
-	}
-	// Byte counts are below 2^63 (see pct).
-	return 100 * (weight - activeSum/float64(int64(reserved)))
-}
-
-// flushTime closes the open time stretch.
-func (e *engine) flushTime() {
-	e.twSumTime += stretchPct(e.tRes, float64(e.tW), e.tA)
-	e.twTime += e.tW
-	e.tW, e.tA = 0, 0
-}
-
-// flushCount closes the open count stretch.
-func (e *engine) flushCount() {
-	e.twSumCount += stretchPct(e.cRes, float64(e.cN), e.cA)
-	e.twCount += e.cN
-	e.cN, e.cA = 0, 0
-}
-
-func (e *engine) atPeak() {
-	var largest, stranded uint64
-	for _, d := range e.devs {
-		st := d.policy.Stats()
-		if st.LargestFreeBytes > largest {
-			largest = st.LargestFreeBytes
-		}
-		stranded += st.StrandedBytes
-	}
-	e.atPeakActive = e.active
-	fr := &e.res.Fragmentation
-	freeCached := e.reserved - e.active
-	if freeCached > 0 {
-		fr.ExternalPct = 100 * (1 - float64(largest)/float64(freeCached))
-		if fr.ExternalPct < 0 {
-			fr.ExternalPct = 0
-		}
-	} else {
-		fr.ExternalPct = 0
-	}
-	fr.InternalBytes = e.allocated - min(e.allocated, e.requested)
-	fr.StrandedBytes = stranded
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -19,22 +20,22 @@ const mib = 1 << 20
 // smallest cached one that fits; on a refusal it releases its cache and
 // retries once.
 type segPolicy struct {
-	dev      Device
-	cached   []Block // free segments
-	live     map[uint64]Block
+	dev      driver.Device
+	cached   []driver.Block // free segments
+	live     map[uint64]driver.Block
 	retries  int64
 	exact    bool
 	handles  uint32 // the last Handle handed out
 	badFrees int    // frees passed a Block other than the one Malloc returned
 }
 
-func newSegPolicy(dev Device, _ *trace.Header) (Policy, error) {
-	return &segPolicy{dev: dev, live: map[uint64]Block{}}, nil
+func newSegPolicy(dev driver.Device, _ *trace.Header) (driver.Policy, error) {
+	return &segPolicy{dev: dev, live: map[uint64]driver.Block{}}, nil
 }
 
 func (p *segPolicy) Name() string { return "seg" }
 
-func (p *segPolicy) Malloc(size uint64, s trace.StreamID) (Block, error) {
+func (p *segPolicy) Malloc(size uint64, s trace.StreamID) (driver.Block, error) {
 	n := (size + mib - 1) / mib * mib
 	best := -1
 	for i, b := range p.cached {
@@ -53,25 +54,25 @@ func (p *segPolicy) Malloc(size uint64, s trace.StreamID) (Block, error) {
 		p.EmptyCache()
 		p.retries++
 		if addr, ok = p.dev.Malloc(n, s); !ok {
-			return Block{}, &OOMError{SizeBytes: size, AllocBytes: n, Stream: s, Reason: "test"}
+			return driver.Block{}, &driver.OOMError{SizeBytes: size, AllocBytes: n, Stream: s, Reason: "test"}
 		}
 	}
 	p.handles++
-	b := Block{Addr: addr, SizeBytes: n, Handle: p.handles}
+	b := driver.Block{Addr: addr, SizeBytes: n, Handle: p.handles}
 	p.live[addr] = b
 	return b, nil
 }
 
-func (p *segPolicy) FreeRequested(b Block) { p.checkHandle(b) }
+func (p *segPolicy) FreeRequested(b driver.Block) { p.checkHandle(b) }
 
-func (p *segPolicy) FreeCompleted(b Block) {
+func (p *segPolicy) FreeCompleted(b driver.Block) {
 	p.checkHandle(b)
 	p.cached = append(p.cached, p.live[b.Addr])
 	delete(p.live, b.Addr)
 }
 
 // checkHandle counts frees passed a Block other than the one Malloc returned.
-func (p *segPolicy) checkHandle(b Block) {
+func (p *segPolicy) checkHandle(b driver.Block) {
 	if l, ok := p.live[b.Addr]; !ok || l != b {
 		p.badFrees++
 	}
@@ -85,19 +86,19 @@ func (p *segPolicy) EmptyCache() {
 	p.cached = p.cached[:0]
 }
 
-func (p *segPolicy) Stats() Stats {
+func (p *segPolicy) Stats() driver.Stats {
 	var largest uint64
 	for _, b := range p.cached {
 		largest = max(largest, b.SizeBytes)
 	}
-	return Stats{LargestFreeBytes: largest, AllocRetries: p.retries}
+	return driver.Stats{LargestFreeBytes: largest, AllocRetries: p.retries}
 }
 
 func (p *segPolicy) Reproduces(h *trace.Header) bool {
 	return p.exact && h.Producer == trace.ProducerPyTorch
 }
 
-func exactSegPolicy(dev Device, h *trace.Header) (Policy, error) {
+func exactSegPolicy(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 	p, _ := newSegPolicy(dev, h)
 	p.(*segPolicy).exact = true
 	return p, nil
@@ -212,7 +213,7 @@ func TestTimeWeightedFallsBackToEventCount(t *testing.T) {
 // held back, and after an OOM.
 func TestFreesPassTheBlock(t *testing.T) {
 	var ps []*segPolicy
-	f := func(dev Device, h *trace.Header) (Policy, error) {
+	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		p, err := newSegPolicy(dev, h)
 		ps = append(ps, p.(*segPolicy))
 		return p, err
@@ -414,23 +415,23 @@ type compPolicy struct {
 	usedAfterRelease                 bool
 }
 
-func (p *compPolicy) FreeRequested(b Block) {
+func (p *compPolicy) FreeRequested(b driver.Block) {
 	p.used()
 	p.requested++
 	p.segPolicy.FreeRequested(b)
 }
 
-func (p *compPolicy) FreeCompleted(b Block) {
+func (p *compPolicy) FreeCompleted(b driver.Block) {
 	p.used()
 	p.segPolicy.FreeCompleted(b)
 }
 
-func (p *compPolicy) Malloc(size uint64, s trace.StreamID) (Block, error) {
+func (p *compPolicy) Malloc(size uint64, s trace.StreamID) (driver.Block, error) {
 	p.used()
 	return p.segPolicy.Malloc(size, s)
 }
 
-func (p *compPolicy) MallocAfter(freed []Block, size uint64, s trace.StreamID) (Block, uint64, error) {
+func (p *compPolicy) MallocAfter(freed []driver.Block, size uint64, s trace.StreamID) (driver.Block, uint64, error) {
 	p.used()
 	p.mallocAfter++
 	for _, b := range freed {
@@ -468,8 +469,8 @@ func TestCompleterGetsPairsWithTheNextAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p *compPolicy
-	got, err := Run(traceOf(t, h, evs), func(dev Device, _ *trace.Header) (Policy, error) {
-		p = &compPolicy{segPolicy: segPolicy{dev: dev, live: map[uint64]Block{}}}
+	got, err := Run(traceOf(t, h, evs), func(dev driver.Device, _ *trace.Header) (driver.Policy, error) {
+		p = &compPolicy{segPolicy: segPolicy{dev: dev, live: map[uint64]driver.Block{}}}
 		return p, nil
 	}, Config{})
 	if err != nil {

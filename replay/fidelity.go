@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -44,7 +45,7 @@ func (e *engine) context(ds *devState, size uint64) string {
 	if ds == nil {
 		return ""
 	}
-	in, ok := ds.policy.(Inspector)
+	in, ok := ds.policy.(driver.Inspector)
 	if !ok {
 		return ""
 	}

@@ -1,6 +1,9 @@
 package replay
 
-import "github.com/fragsim/fragsim/trace"
+import (
+	"github.com/fragsim/fragsim/replay/driver"
+	"github.com/fragsim/fragsim/trace"
+)
 
 // The silent-OOM forecast: how large a request a process could still have
 // served, event after event, against what its workload asks for.
@@ -215,7 +218,7 @@ func isRequest(k trace.Kind) bool { return k == trace.KindAlloc || k == trace.Ki
 // GPU total, else unlimited (no shortfall), less cfg.OutsideBytes.
 // maxPoints bounds the series (0: DefaultForecastPoints). cfg.Observer,
 // when set, is still called.
-func RunForecast(r *trace.Reader, f Factory, cfg Config, maxPoints int) (*Result, *Forecast, error) {
+func RunForecast(r *trace.Reader, f driver.Factory, cfg Config, maxPoints int) (*Result, *Forecast, error) {
 	capacity := cfg.CapacityBytes
 	if capacity == 0 && r.Header() != nil {
 		capacity = r.Header().GPUTotalBytes

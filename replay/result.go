@@ -1,6 +1,9 @@
 package replay
 
-import "github.com/fragsim/fragsim/trace"
+import (
+	"github.com/fragsim/fragsim/replay/driver"
+	"github.com/fragsim/fragsim/trace"
+)
 
 // Config configures one replay.
 type Config struct {
@@ -38,7 +41,30 @@ type Sample struct {
 	ActiveBytes    uint64
 	AllocatedBytes uint64
 	RequestedBytes uint64
-	Policy         Policy // the device's policy, for Stats and Inspector
+	Policy         driver.Policy // the device's policy, for Stats and Inspector
+	// Block is the replayed block of the event, as the policy handed it
+	// out, when HasBlock: the block an alloc was served, or the block a
+	// free_requested or free_completed returns. An alloc the policy could
+	// not serve, a free of such an alloc and other events have none.
+	Block    driver.Block
+	HasBlock bool
+
+	ds *devState // the event's device, for Replayed
+}
+
+// Replayed returns the replayed block of the live block recorded at addr on
+// the sample's device, with its requested bytes: the block an alloc at addr
+// was served, or that the initial state's block at addr became. ok is false
+// once the block's free has completed. Valid during the Observer call only.
+func (s *Sample) Replayed(addr uint64) (b driver.Block, requestedBytes uint64, ok bool) {
+	if s.ds == nil {
+		return driver.Block{}, 0, false
+	}
+	l, ok := s.ds.live.Get(addr)
+	if !ok {
+		return driver.Block{}, 0, false
+	}
+	return l.block(), l.req, true
 }
 
 // Result is what a replay measured. JSON keys are stable: add, never rename.
@@ -62,7 +88,8 @@ type Result struct {
 	MinCapacityBytes   uint64        `json:"min_capacity_bytes,omitempty"`
 }
 
-// Fragmentation holds the views of shared/docs/fragmentation-metrics.md.
+// Fragmentation holds a replay's views of fragmentation (docs/metrics.md
+// defines each).
 type Fragmentation struct {
 	AtPeakPct        float64 `json:"at_peak_pct"`
 	PeakRatioPct     float64 `json:"peak_ratio_pct"`

@@ -1,13 +1,11 @@
 package async
 
 import (
-	"math"
 	"strings"
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator/internal/fakedev"
-	"github.com/fragsim/fragsim/replay"
-	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/replay/driver"
 )
 
 const (
@@ -26,7 +24,7 @@ type probe struct {
 	name  string
 	d     *fakedev.Device
 	p     *Policy
-	addrs map[string]replay.Block
+	addrs map[string]driver.Block
 }
 
 func newProbe(t *testing.T, name string) *probe { return newProbeConf(t, name, "") }
@@ -41,7 +39,7 @@ func newProbeConf(t *testing.T, name, conf string) *probe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &probe{t: t, name: name, d: d, p: p, addrs: map[string]replay.Block{}}
+	return &probe{t: t, name: name, d: d, p: p, addrs: map[string]driver.Block{}}
 }
 
 // malloc requests size bytes as name and checks the offset (in bytes; -1:
@@ -393,7 +391,7 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "would exceed allowed memory") || d.Refused != 0 {
 		t.Fatalf("over the fraction: err %v, device asked %d times; want PyTorch's check, device not asked", err, d.Refused)
 	}
-	p.FreeRequested(replay.Block{Addr: va}) // live drops to 16 MiB at the request
+	p.FreeRequested(driver.Block{Addr: va}) // live drops to 16 MiB at the request
 	if p.used != 16*MiB {
 		t.Fatalf("live bytes %d after a free request, want %d", p.used, 16*MiB)
 	}
@@ -402,36 +400,6 @@ func TestFractionChecksLiveBytes(t *testing.T) {
 	if _, err := p.Malloc(8*MiB, 0); err == nil || d.Refused != 1 {
 		t.Fatalf("err %v, device refused %d times; want a refusal by the device", err, d.Refused)
 	}
-	p.FreeCompleted(replay.Block{Addr: va})
+	p.FreeCompleted(driver.Block{Addr: va})
 	fakedev.Run(t, p, d, []op{{Do: "malloc", Size: 8 * MiB, Addr: va}})
-}
-
-// realBaselinePeak is the pool's ReservedMemHigh (memory_stats
-// reserved_bytes.all.peak) of a real run of traces/workloads/multi_agent.py
-// --seed 1 under PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync on an
-// NVIDIA H200 (PyTorch 2.11.0+cu130, driver 580): key baseline_async of the
-// run's timings.json (traces/workloads/record_snapshots.sh).
-// traces/baseline_s1.fst is the import of the same seeded workload's
-// native-allocator snapshot: the same request stream.
-const realBaselinePeak = 2449473536
-
-// TestRealBaselinePeak replays the real trace through the model and checks
-// its peak reserved against the real pool's.
-func TestRealBaselinePeak(t *testing.T) {
-	res, err := replay.RunFile("../../traces/baseline_s1.fst", func(dev replay.Device, _ *trace.Header) (replay.Policy, error) {
-		return New(dev, DefaultConfig())
-	}, replay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OOMs != 0 {
-		t.Fatalf("%d OOMs", res.OOMs)
-	}
-	p := res.PeakReservedBytes
-	if e := 100 * (float64(p)/realBaselinePeak - 1); math.Abs(e) > 10 {
-		t.Errorf("model peak %d bytes, %+.1f%% off the real %d", p, e, uint64(realBaselinePeak))
-	}
-	if p%(32*MiB) != 0 {
-		t.Errorf("model peak %d bytes is not a multiple of 32 MiB, as every real peak is", p)
-	}
 }

@@ -49,7 +49,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator/internal/arena"
 	"github.com/fragsim/fragsim/allocator/internal/conf"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -114,9 +114,9 @@ func BinFor(size uint64) int {
 	return b
 }
 
-// Policy is the BFC allocator. It implements replay.Policy and replay.Inspector.
+// Policy is the BFC allocator. It implements driver.Policy and driver.Inspector.
 type Policy struct {
-	dev     replay.Device
+	dev     driver.Device
 	cfg     Config
 	a       *arena.Arena
 	curr    uint64 // curr_region_allocation_bytes_
@@ -125,7 +125,7 @@ type Policy struct {
 }
 
 // New returns a BFC policy that asks dev for its regions.
-func New(dev replay.Device, cfg Config) (*Policy, error) {
+func New(dev driver.Device, cfg Config) (*Policy, error) {
 	limit := memoryLimit(dev, cfg)
 	if cfg.InitialRegion == 0 {
 		cfg.InitialRegion = DefaultInitialRegion
@@ -146,25 +146,25 @@ func New(dev replay.Device, cfg Config) (*Policy, error) {
 func (p *Policy) Name() string { return "bfc" }
 
 // Malloc serves a request as AllocateRawInternal does.
-func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
 	rounded := RoundedBytes(sizeBytes)
 	if r := p.find(rounded, sizeBytes, stream); r != nil {
-		return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+		return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 	}
 	if p.extend(rounded, stream) {
 		if r := p.find(rounded, sizeBytes, stream); r != nil {
-			return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+			return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 		}
 	}
 	if p.cfg.GarbageCollection && p.deallocateFreeRegions(rounded) {
 		p.retries++
 		if p.extend(rounded, stream) {
 			if r := p.find(rounded, sizeBytes, stream); r != nil {
-				return replay.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
+				return driver.Block{Addr: r.Addr, SizeBytes: r.Size}, nil
 			}
 		}
 	}
-	return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: rounded, Stream: stream,
+	return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: rounded, Stream: stream,
 		Reason: fmt.Sprintf("no free chunk of %d bytes and no region could be added (%d bytes held, limit %d)",
 			rounded, p.a.ReservedBytes(), p.memoryLimit())}
 }
@@ -186,7 +186,7 @@ func (p *Policy) memoryLimit() uint64 {
 	return memoryLimit(p.dev, p.cfg)
 }
 
-func memoryLimit(dev replay.Device, cfg Config) uint64 {
+func memoryLimit(dev driver.Device, cfg Config) uint64 {
 	if cfg.MemoryLimit > 0 {
 		return cfg.MemoryLimit
 	}
@@ -259,7 +259,7 @@ func (p *Policy) releaseFree() {
 
 // FreeRequested marks the chunk as freed by the program; it is reused once
 // the free completes.
-func (p *Policy) FreeRequested(blk replay.Block) {
+func (p *Policy) FreeRequested(blk driver.Block) {
 	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		r.Pending = true
@@ -267,7 +267,7 @@ func (p *Policy) FreeRequested(blk replay.Block) {
 }
 
 // FreeCompleted returns the chunk and merges it with free neighbours.
-func (p *Policy) FreeCompleted(blk replay.Block) {
+func (p *Policy) FreeCompleted(blk driver.Block) {
 	addr := blk.Addr
 	if r, ok := p.a.Lookup(addr); ok {
 		p.a.Release(r)
@@ -278,8 +278,8 @@ func (p *Policy) FreeCompleted(blk replay.Block) {
 func (p *Policy) EmptyCache() { p.releaseFree() }
 
 // Stats reports the largest free chunk and the free bytes of regions in use.
-func (p *Policy) Stats() replay.Stats {
-	return replay.Stats{LargestFreeBytes: p.a.LargestFree(), StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
+func (p *Policy) Stats() driver.Stats {
+	return driver.Stats{LargestFreeBytes: p.a.LargestFree(), StrandedBytes: p.a.StrandedBytes(), AllocRetries: p.retries}
 }
 
 // Segments lists the regions and their chunks, by address.

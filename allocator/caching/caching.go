@@ -6,7 +6,8 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/allocator/internal/addrmap"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -67,10 +68,10 @@ type expSeg struct {
 }
 
 // Allocator is PyTorch's DeviceCachingAllocator for one device. It
-// implements replay.Policy, replay.Seeder and replay.Inspector.
+// implements driver.Policy, driver.Seeder and driver.Inspector.
 type Allocator struct {
 	cfg    Config
-	dev    replay.Device
+	dev    driver.Device
 	name   string
 	blocks []block
 	spare  []int32
@@ -78,7 +79,7 @@ type Allocator struct {
 	// seeded holds the live blocks of the initial state (Seed) by
 	// address, until their frees complete: the engine passes their frees
 	// no Handle. Blocks Malloc hands out are found by their Handle.
-	seeded replay.AddrMap
+	seeded addrmap.Map
 	segs   []expSeg
 
 	reserved      uint64
@@ -94,7 +95,7 @@ type Allocator struct {
 }
 
 // New returns a caching allocator for dev configured by cfg.
-func New(dev replay.Device, cfg Config) (*Allocator, error) {
+func New(dev driver.Device, cfg Config) (*Allocator, error) {
 	if cfg.LargeSegmentSize == 0 {
 		cfg.LargeSegmentSize = LargeBuffer
 	}
@@ -116,7 +117,7 @@ func New(dev replay.Device, cfg Config) (*Allocator, error) {
 		a.blocks = (*p)[:0]
 	}
 	if cfg.Fraction > 0 {
-		if fs, ok := dev.(replay.FractionSetter); ok {
+		if fs, ok := dev.(driver.FractionSetter); ok {
 			fs.SetFraction(cfg.Fraction)
 		}
 	}
@@ -129,7 +130,7 @@ func New(dev replay.Device, cfg Config) (*Allocator, error) {
 var arenas sync.Pool
 
 // Release gives the allocator's block arena to allocators made later
-// (replay.Releaser); the allocator must not be used afterwards.
+// (driver.Releaser); the allocator must not be used afterwards.
 func (a *Allocator) Release() {
 	if cap(a.blocks) > 0 {
 		b := a.blocks[:0]
@@ -240,7 +241,7 @@ func (a *Allocator) gcEnabled() bool {
 }
 
 // Malloc serves a request as PyTorch's malloc does (§4 of the spec).
-func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, error) {
+func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (driver.Block, error) {
 	if len(a.completions) > 0 {
 		return a.malloc(size, stream, a.chooseReading(size, stream))
 	}
@@ -257,7 +258,7 @@ func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (replay.Block, er
 	return a.mallocNew(size, stream, s, pool)
 }
 
-func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Block, error) {
+func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (driver.Block, error) {
 	// process_events: the frees that completed before the search.
 	if k > 0 {
 		a.applyCompletions(k)
@@ -275,7 +276,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (replay.Bl
 
 // mallocNew is malloc once no cached block fits the rounded size s:
 // a new segment, after garbage collection, release and retry as needed.
-func (a *Allocator) mallocNew(orig uint64, stream trace.StreamID, s uint64, pool uint8) (replay.Block, error) {
+func (a *Allocator) mallocNew(orig uint64, stream trace.StreamID, s uint64, pool uint8) (driver.Block, error) {
 	allocSize := a.cfg.AllocationSize(s)
 	if a.gcEnabled() {
 		a.garbageCollect()
@@ -290,7 +291,7 @@ func (a *Allocator) mallocNew(orig uint64, stream trace.StreamID, s uint64, pool
 	}
 	if !ok {
 		a.ooms++
-		return replay.Block{}, &replay.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
+		return driver.Block{}, &driver.OOMError{SizeBytes: orig, AllocBytes: allocSize, Stream: stream,
 			Reason: a.oomReason(allocSize)}
 	}
 	return a.allocFound(id, s, orig, nil), nil
@@ -393,7 +394,7 @@ func (a *Allocator) shouldSplit(id int32, s uint64) bool {
 // allocFound is alloc_found_block: front carving and inactive_split
 // accounting. fs is nil for a new block; otherwise the block is in fs,
 // and the remainder of a split goes back to it.
-func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Block {
+func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) driver.Block {
 	split := a.shouldSplit(id, s)
 	alreadySplit := a.isSplit(id)
 	expandable := a.blocks[id].seg != none
@@ -442,13 +443,13 @@ func (a *Allocator) allocFound(id int32, s, orig uint64, fs *freeSet) replay.Blo
 	b := &a.blocks[id]
 	b.flags |= fAllocated
 	b.requested = orig
-	return replay.Block{Addr: b.addr, SizeBytes: b.size, Handle: uint32(id) + 1}
+	return driver.Block{Addr: b.addr, SizeBytes: b.size, Handle: uint32(id) + 1}
 }
 
 // byHandle returns the live (allocated or pending) block blk names by
 // its Handle; findSlow finds the others. byHandle is small enough to be
 // inlined where blocks are freed.
-func (a *Allocator) byHandle(blk replay.Block) (int32, bool) {
+func (a *Allocator) byHandle(blk driver.Block) (int32, bool) {
 	// Handle 0 wraps around to the largest index.
 	if i := uint(blk.Handle) - 1; i < uint(len(a.blocks)) {
 		b := &a.blocks[i]
@@ -461,7 +462,7 @@ func (a *Allocator) byHandle(blk replay.Block) (int32, bool) {
 
 // findSlow returns the live block blk names when its Handle does not: a
 // seeded block, else by a walk over all blocks.
-func (a *Allocator) findSlow(blk replay.Block) (int32, bool) {
+func (a *Allocator) findSlow(blk driver.Block) (int32, bool) {
 	if id, ok := a.seeded.Get(blk.Addr); ok {
 		return id, true
 	}
@@ -476,7 +477,7 @@ func (a *Allocator) findSlow(blk replay.Block) (int32, bool) {
 
 // FreeRequested marks block blk freed by the program; it stays active
 // until FreeCompleted.
-func (a *Allocator) FreeRequested(blk replay.Block) {
+func (a *Allocator) FreeRequested(blk driver.Block) {
 	id, ok := a.byHandle(blk)
 	if !ok {
 		if id, ok = a.findSlow(blk); !ok {
@@ -491,7 +492,7 @@ func (a *Allocator) FreeRequested(blk replay.Block) {
 // recorded events show that the next request releases memory, the free is
 // held back until that request, which decides whether it completed before
 // the request's search or in its release (spec §12.3-12.4).
-func (a *Allocator) FreeCompleted(blk replay.Block) {
+func (a *Allocator) FreeCompleted(blk driver.Block) {
 	id, ok := a.byHandle(blk)
 	if !ok {
 		if id, ok = a.findSlow(blk); !ok {
@@ -512,9 +513,9 @@ func (a *Allocator) FreeCompleted(blk replay.Block) {
 }
 
 // MallocAfter is FreeCompleted of each block of freed, then Malloc; it
-// returns StrandedBytes too (replay.Completer). A completed free implies
+// returns StrandedBytes too (driver.Completer). A completed free implies
 // its request, as in FreeCompleted.
-func (a *Allocator) MallocAfter(freed []replay.Block, size uint64, stream trace.StreamID) (replay.Block, uint64, error) {
+func (a *Allocator) MallocAfter(freed []driver.Block, size uint64, stream trace.StreamID) (driver.Block, uint64, error) {
 	if len(freed) > 0 {
 		a.completeAll(freed)
 	}
@@ -542,7 +543,7 @@ func (a *Allocator) MallocAfter(freed []replay.Block, size uint64, stream trace.
 // FreeCompleted's, written out again: shared in a method, it cost the
 // replay 5.5 instructions an event, cachegrind, BenchmarkReplayReal, with
 // and without the profile.)
-func (a *Allocator) completeAll(freed []replay.Block) {
+func (a *Allocator) completeAll(freed []driver.Block) {
 	hold := len(a.completions) > 0 || recordedRelease(a.dev.Recorded())
 	for _, blk := range freed {
 		id, ok := a.byHandle(blk)
@@ -835,7 +836,7 @@ func (a *Allocator) releaseCached() {
 func (a *Allocator) EmptyCache() { a.releaseCached() }
 
 // Stats returns the allocator's counters; it walks only the per-stream set heads.
-func (a *Allocator) Stats() replay.Stats {
+func (a *Allocator) Stats() driver.Stats {
 	var largest uint64
 	for p := range a.pools {
 		for _, sp := range a.pools[p].streams {
@@ -844,7 +845,7 @@ func (a *Allocator) Stats() replay.Stats {
 			}
 		}
 	}
-	return replay.Stats{LargestFreeBytes: largest, StrandedBytes: a.stranded, AllocRetries: a.retries}
+	return driver.Stats{LargestFreeBytes: largest, StrandedBytes: a.stranded, AllocRetries: a.retries}
 }
 
 // StrandedBytes is Stats().StrandedBytes, without the walk for the largest free block.

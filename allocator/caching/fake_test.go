@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
-// fakeDevice is a replay.Device for tests: segments are placed one after
+// fakeDevice is a driver.Device for tests: segments are placed one after
 // another from fakeBase (each aligned to 2 MiB, never reused), and every
 // call is logged.
 type fakeDevice struct {
@@ -160,12 +160,12 @@ func runTable(t *testing.T, cases []tableCase) {
 			dev.fraction = tc.frac
 			a := mustNew(t, dev, tc.conf)
 			// blocks holds what Malloc returned, by address, for the frees.
-			blocks := map[uint64]replay.Block{}
-			block := func(addr uint64) replay.Block {
+			blocks := map[uint64]driver.Block{}
+			block := func(addr uint64) driver.Block {
 				if b, ok := blocks[addr]; ok {
 					return b
 				}
-				return replay.Block{Addr: addr}
+				return driver.Block{Addr: addr}
 			}
 			for i, s := range tc.steps {
 				dev.calls = dev.calls[:0]
@@ -228,4 +228,4 @@ func runTable(t *testing.T, cases []tableCase) {
 	}
 }
 
-var _ replay.Device = (*fakeDevice)(nil)
+var _ driver.Device = (*fakeDevice)(nil)

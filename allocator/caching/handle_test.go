@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -31,10 +31,10 @@ func TestFreesFindTheirBlock(t *testing.T) {
 		}
 	}
 	// Seeded blocks come back without a handle.
-	a.FreeRequested(replay.Block{Addr: base})
-	a.FreeCompleted(replay.Block{Addr: base})
+	a.FreeRequested(driver.Block{Addr: base})
+	a.FreeCompleted(driver.Block{Addr: base})
 	check("freeing the first seeded block", "L0 0x7f0000000000: F2097152 P2097152 F16777216")
-	a.FreeCompleted(replay.Block{Addr: base + 2*mib})
+	a.FreeCompleted(driver.Block{Addr: base + 2*mib})
 	check("completing the pending one", "L0 0x7f0000000000: F20971520")
 	if a.seeded.Len() != 0 {
 		t.Fatalf("%d seeded blocks still mapped after their frees", a.seeded.Len())
@@ -52,8 +52,8 @@ func TestFreesFindTheirBlock(t *testing.T) {
 	check("two mallocs", "L0 0x7f0000000000: A4194304 A4194304 F12582912")
 	a.FreeRequested(b1)
 	a.FreeCompleted(b1)
-	a.FreeRequested(replay.Block{Addr: b2.Addr})
-	a.FreeCompleted(replay.Block{Addr: b2.Addr})
+	a.FreeRequested(driver.Block{Addr: b2.Addr})
+	a.FreeCompleted(driver.Block{Addr: b2.Addr})
 	check("freeing both", "L0 0x7f0000000000: F20971520")
 	// A stale handle (the block it named is gone) falls back to the address.
 	b3, err := a.Malloc(6*mib, 0)
@@ -76,7 +76,7 @@ func TestFreesFindTheirBlock(t *testing.T) {
 func TestReleasedArenaServesAgain(t *testing.T) {
 	run := func(a *Allocator) (string, []uint64) {
 		var addrs []uint64
-		var live []replay.Block
+		var live []driver.Block
 		for i := range 200 {
 			b, err := a.Malloc(uint64(512*(i%7+1)+i*4096), 0)
 			if err != nil {

@@ -1,7 +1,7 @@
 package caching
 
 import (
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -51,7 +51,7 @@ func (a *Allocator) restore(s *state) {
 // trialDevice answers a trial malloc from the recorded device events: a
 // call succeeds only as the next recorded event.
 type trialDevice struct {
-	real   replay.Device
+	real   driver.Device
 	rec    []trace.Event
 	pos    int
 	failed bool

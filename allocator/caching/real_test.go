@@ -11,6 +11,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -64,7 +65,7 @@ func TestRealTraces(t *testing.T) {
 		run := runs[name]
 		t.Run(name, func(t *testing.T) {
 			path := run.path(dir, name)
-			f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+			f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 				cfg, err := caching.FromHeader(h)
 				if err != nil {
 					return nil, err
@@ -139,7 +140,7 @@ func BenchmarkReplayReal(b *testing.B) {
 		}
 		trs = append(trs, tr{data, r})
 	}
-	f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		cfg, err := caching.FromHeader(h)
 		if err != nil {
 			return nil, err
@@ -174,7 +175,7 @@ func BenchmarkReplayReal(b *testing.B) {
 // path, on every real trace.
 func TestRealTracesObserved(t *testing.T) {
 	dir, runs := readRuns(t)
-	f := func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		cfg, err := caching.FromHeader(h)
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/synth"
 )
@@ -97,7 +98,7 @@ func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := map[uint64]replay.Block{}
+	addr := map[uint64]driver.Block{}
 	var out []trace.Event
 	flush := func(e trace.Event) {
 		out = append(out, dev.out...)
@@ -168,8 +169,8 @@ func encode(t testing.TB, h *trace.Header, evs []trace.Event) []byte {
 	return buf.Bytes()
 }
 
-func factory(cfg caching.Config) replay.Factory {
-	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+func factory(cfg caching.Config) driver.Factory {
+	return func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		return caching.New(dev, cfg)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"slices"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -51,15 +51,15 @@ type block struct {
 	pending bool // freed by the program, held until the free completes
 }
 
-// Policy is the ideal allocator. It implements replay.Policy and replay.Inspector.
+// Policy is the ideal allocator. It implements driver.Policy and driver.Inspector.
 type Policy struct {
-	dev    replay.Device
+	dev    driver.Device
 	cfg    Config
 	blocks map[uint64]block // device allocations by address
 }
 
 // New returns an ideal policy that asks dev for its memory.
-func New(dev replay.Device, cfg Config) (*Policy, error) {
+func New(dev driver.Device, cfg Config) (*Policy, error) {
 	return &Policy{dev: dev, cfg: cfg, blocks: make(map[uint64]block)}, nil
 }
 
@@ -67,23 +67,23 @@ func New(dev replay.Device, cfg Config) (*Policy, error) {
 func (p *Policy) Name() string { return "ideal" }
 
 // Malloc asks the device for exactly sizeBytes (one byte for zero).
-func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
 	n := max(sizeBytes, 1)
 	addr, ok := p.dev.Malloc(n, stream)
 	if !ok {
-		return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
+		return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: n, Stream: stream,
 			Reason: "the device has not enough free memory (the ideal policy caches nothing to release)"}
 	}
 	if _, dup := p.blocks[addr]; dup {
 		panic("ideal: device returned an address already in use")
 	}
 	p.blocks[addr] = block{size: n, stream: stream}
-	return replay.Block{Addr: addr, SizeBytes: n}, nil
+	return driver.Block{Addr: addr, SizeBytes: n}, nil
 }
 
 // FreeRequested marks the block as freed; it releases it at once with
 // free_at_request.
-func (p *Policy) FreeRequested(blk replay.Block) {
+func (p *Policy) FreeRequested(blk driver.Block) {
 	addr := blk.Addr
 	if p.cfg.FreeAtRequest {
 		p.release(addr)
@@ -96,7 +96,7 @@ func (p *Policy) FreeRequested(blk replay.Block) {
 }
 
 // FreeCompleted releases the block if FreeRequested did not.
-func (p *Policy) FreeCompleted(blk replay.Block) { p.release(blk.Addr) }
+func (p *Policy) FreeCompleted(blk driver.Block) { p.release(blk.Addr) }
 
 func (p *Policy) release(addr uint64) {
 	b, ok := p.blocks[addr]
@@ -111,7 +111,7 @@ func (p *Policy) release(addr uint64) {
 func (p *Policy) EmptyCache() {}
 
 // Stats reports no free or stranded bytes and no retries.
-func (p *Policy) Stats() replay.Stats { return replay.Stats{} }
+func (p *Policy) Stats() driver.Stats { return driver.Stats{} }
 
 // Segments lists every live block as a segment of its own, by address.
 func (p *Policy) Segments(fn func(seg trace.Segment) bool) {

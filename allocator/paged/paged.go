@@ -22,7 +22,7 @@ import (
 	"slices"
 
 	"github.com/fragsim/fragsim/allocator/internal/conf"
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -52,16 +52,16 @@ type alloc struct {
 	pending   bool
 }
 
-// Policy is the paged allocator. It implements replay.Policy and replay.Inspector.
+// Policy is the paged allocator. It implements driver.Policy and driver.Inspector.
 type Policy struct {
-	dev    replay.Device
+	dev    driver.Device
 	page   uint64
 	free   []uint64          // cached free pages, reused last-in first-out
 	allocs map[uint64]*alloc // by the address handed out (its first page)
 }
 
 // New returns a paged policy that asks dev for its pages.
-func New(dev replay.Device, cfg Config) (*Policy, error) {
+func New(dev driver.Device, cfg Config) (*Policy, error) {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = DefaultPageSize
 	}
@@ -76,7 +76,7 @@ func (p *Policy) Name() string { return "paged" }
 
 // Malloc takes ceil(sizeBytes/page) pages, cached ones first (most recently
 // freed first), new ones from the device for the rest.
-func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, error) {
+func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (driver.Block, error) {
 	n := int(max((sizeBytes+p.page-1)/p.page, 1))
 	a := &alloc{pages: make([]uint64, 0, n), requested: sizeBytes, stream: stream}
 	for len(a.pages) < n && len(p.free) > 0 {
@@ -92,7 +92,7 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 			for i := len(a.pages) - 1; i >= 0; i-- {
 				p.free = append(p.free, a.pages[i])
 			}
-			return replay.Block{}, &replay.OOMError{SizeBytes: sizeBytes, AllocBytes: uint64(n) * p.page, Stream: stream,
+			return driver.Block{}, &driver.OOMError{SizeBytes: sizeBytes, AllocBytes: uint64(n) * p.page, Stream: stream,
 				Reason: fmt.Sprintf("%d pages of %d bytes needed, the device refused a new page", n, p.page)}
 		}
 		a.pages = append(a.pages, addr)
@@ -101,12 +101,12 @@ func (p *Policy) Malloc(sizeBytes uint64, stream trace.StreamID) (replay.Block, 
 		panic("paged: page handed out twice")
 	}
 	p.allocs[a.pages[0]] = a
-	return replay.Block{Addr: a.pages[0], SizeBytes: uint64(n) * p.page}, nil
+	return driver.Block{Addr: a.pages[0], SizeBytes: uint64(n) * p.page}, nil
 }
 
 // FreeRequested marks the allocation as freed by the program; its pages are
 // reused once the free completes.
-func (p *Policy) FreeRequested(blk replay.Block) {
+func (p *Policy) FreeRequested(blk driver.Block) {
 	addr := blk.Addr
 	if a, ok := p.allocs[addr]; ok {
 		a.pending = true
@@ -114,7 +114,7 @@ func (p *Policy) FreeRequested(blk replay.Block) {
 }
 
 // FreeCompleted returns the allocation's pages to the cache.
-func (p *Policy) FreeCompleted(blk replay.Block) {
+func (p *Policy) FreeCompleted(blk driver.Block) {
 	addr := blk.Addr
 	a, ok := p.allocs[addr]
 	if !ok {
@@ -137,8 +137,8 @@ func (p *Policy) EmptyCache() {
 
 // Stats reports the cached pages as the largest request served without the
 // device (pages need not be contiguous); nothing is stranded.
-func (p *Policy) Stats() replay.Stats {
-	return replay.Stats{LargestFreeBytes: uint64(len(p.free)) * p.page}
+func (p *Policy) Stats() driver.Stats {
+	return driver.Stats{LargestFreeBytes: uint64(len(p.free)) * p.page}
 }
 
 // CachedPages returns the number of free pages held.

@@ -4,11 +4,11 @@ package fakedev
 import (
 	"fmt"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
-// Device implements replay.Device. Malloc hands out addresses from a bump
+// Device implements driver.Device. Malloc hands out addresses from a bump
 // pointer (Base, then each next address aligned to Align), never reusing
 // one, so tests can state every address in advance. Mapped pages and
 // cudaMalloc'd segments share the capacity.
@@ -67,7 +67,7 @@ func (d *Device) take(n uint64) {
 	d.Peak = max(d.Peak, d.Used)
 }
 
-// Malloc implements replay.Device.
+// Malloc implements driver.Device.
 func (d *Device) Malloc(sizeBytes uint64, _ trace.StreamID) (uint64, bool) {
 	d.init()
 	if sizeBytes == 0 || !d.fits(sizeBytes) {
@@ -84,7 +84,7 @@ func (d *Device) Malloc(sizeBytes uint64, _ trace.StreamID) (uint64, bool) {
 	return addr, true
 }
 
-// Free implements replay.Device.
+// Free implements driver.Device.
 func (d *Device) Free(addr, sizeBytes uint64) {
 	d.init()
 	got, ok := d.segs[addr]
@@ -101,7 +101,7 @@ func (d *Device) Free(addr, sizeBytes uint64) {
 	d.log(fmt.Sprintf("free %#x %d", addr, sizeBytes))
 }
 
-// Reserve implements replay.Device.
+// Reserve implements driver.Device.
 func (d *Device) Reserve(sizeBytes uint64, _ trace.StreamID) uint64 {
 	d.init()
 	base := d.vaNext
@@ -109,7 +109,7 @@ func (d *Device) Reserve(sizeBytes uint64, _ trace.StreamID) uint64 {
 	return base
 }
 
-// Map implements replay.Device.
+// Map implements driver.Device.
 func (d *Device) Map(addr, sizeBytes uint64) bool {
 	d.init()
 	if !d.fits(sizeBytes) {
@@ -123,7 +123,7 @@ func (d *Device) Map(addr, sizeBytes uint64) bool {
 	return true
 }
 
-// Unmap implements replay.Device.
+// Unmap implements driver.Device.
 func (d *Device) Unmap(addr, sizeBytes uint64) {
 	d.init()
 	if sizeBytes > d.Used {
@@ -135,16 +135,16 @@ func (d *Device) Unmap(addr, sizeBytes uint64) {
 	d.log(fmt.Sprintf("unmap %#x %d", addr, sizeBytes))
 }
 
-// Cap implements replay.Device.
+// Cap implements driver.Device.
 func (d *Device) Cap() (uint64, bool) { return d.CapBytes, d.Capped }
 
-// TotalBytes implements replay.Device.
+// TotalBytes implements driver.Device.
 func (d *Device) TotalBytes() uint64 { return d.Total }
 
-// Recorded implements replay.Device: a fake device has no recorded events.
+// Recorded implements driver.Device: a fake device has no recorded events.
 func (d *Device) Recorded() []trace.Event { return nil }
 
 // Live returns the number of segments held.
 func (d *Device) Live() int { return len(d.segs) }
 
-var _ replay.Device = (*Device)(nil)
+var _ driver.Device = (*Device)(nil)

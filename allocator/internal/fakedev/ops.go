@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -18,7 +18,7 @@ type Op struct {
 	Stream trace.StreamID // malloc: the stream
 	Addr   uint64         // malloc: the address it must return; frees: the block
 	Block  uint64         // malloc: the block size it must return (0: unchecked)
-	OOM    bool           // malloc: it must fail with an error wrapping replay.ErrOOM
+	OOM    bool           // malloc: it must fail with an error wrapping driver.ErrOOM
 }
 
 // String describes the op for failure messages.
@@ -37,22 +37,22 @@ type Checker interface{ Check() string }
 
 // Run applies ops to p in order and fails t at the first result that
 // differs from what an op states, or at the first broken invariant.
-func Run(t testing.TB, p replay.Policy, d *Device, ops []Op) {
+func Run(t testing.TB, p driver.Policy, d *Device, ops []Op) {
 	t.Helper()
 	// blocks holds what Malloc returned, by address, to pass to the frees.
-	blocks := map[uint64]replay.Block{}
-	block := func(addr uint64) replay.Block {
+	blocks := map[uint64]driver.Block{}
+	block := func(addr uint64) driver.Block {
 		if b, ok := blocks[addr]; ok {
 			return b
 		}
-		return replay.Block{Addr: addr}
+		return driver.Block{Addr: addr}
 	}
 	for i, o := range ops {
 		switch o.Do {
 		case "malloc":
 			b, err := p.Malloc(o.Size, o.Stream)
 			if o.OOM {
-				if !errors.Is(err, replay.ErrOOM) {
+				if !errors.Is(err, driver.ErrOOM) {
 					t.Fatalf("op %d %v: got block %#x (%d bytes), err %v; want out of memory", i, o, b.Addr, b.SizeBytes, err)
 				}
 				continue

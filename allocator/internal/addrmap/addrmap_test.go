@@ -1,13 +1,12 @@
-package replay
+package addrmap
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 )
 
-func TestAddrMapMatchesGoMap(t *testing.T) {
-	var m AddrMap
+func TestMatchesGoMap(t *testing.T) {
+	var m Map
 	ref := map[uint64]int32{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200000; i++ {
@@ -53,8 +52,8 @@ func TestAddrMapMatchesGoMap(t *testing.T) {
 	}
 }
 
-func BenchmarkAddrMap(b *testing.B) {
-	var m AddrMap
+func BenchmarkMap(b *testing.B) {
+	var m Map
 	keys := benchKeys(false)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -77,75 +76,13 @@ func BenchmarkGoMap(b *testing.B) {
 	}
 }
 
-func TestLiveMapMatchesGoMap(t *testing.T) {
-	var m liveMap
-	ref := map[uint64]live{}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 200000; i++ {
-		k := uint64(rng.IntN(5000)) * 512
-		if k == 0 {
-			k = math.MaxUint64 // the key kept apart
-		}
-		l := live{addr: k + uint64(rng.IntN(1<<20)), size: uint64(rng.IntN(1 << 30)), req: uint64(i), h: uint32(rng.IntN(1 << 30)), freed: rng.IntN(2) == 0}
-		switch rng.IntN(4) {
-		case 0:
-			m.Set(k, l)
-			ref[k] = l
-		case 1:
-			want, wok := ref[k]
-			if got, ok := m.Take(k); ok != wok || got != want {
-				t.Fatalf("step %d: Take(%#x) = %v,%v, want %v,%v", i, k, got, ok, want, wok)
-			}
-			delete(ref, k)
-		case 2:
-			_, had := ref[k]
-			if got := m.Insert(k, l); got == had {
-				t.Fatalf("step %d: Insert(%#x) = %v with the key present: %v", i, k, got, had)
-			}
-			if !had {
-				ref[k] = l
-			}
-		case 3:
-			want, wok := ref[k]
-			p, ok := m.Get(k)
-			if ok != wok || (ok && !sameLive(*p, want)) {
-				t.Fatalf("step %d: Get(%#x) = %v, want %v,%v", i, k, ok, want, wok)
-			}
-			if ok {
-				p.freed = !p.freed
-				want.freed = !want.freed
-				ref[k] = want
-			}
-		}
-		if m.Len() != len(ref) {
-			t.Fatalf("step %d: Len %d, want %d", i, m.Len(), len(ref))
-		}
+func BenchmarkSlab(b *testing.B) {
+	type live struct {
+		addr, size, req uint64
+		h               uint32
+		freed           bool
 	}
-	for k, v := range ref {
-		if got, ok := m.Get(k); !ok || !sameLive(*got, v) {
-			t.Fatalf("Get(%#x) = %v,%v want %v", k, got, ok, v)
-		}
-	}
-}
-
-func sameLive(a, b live) bool { return a == b }
-
-func BenchmarkLiveMap(b *testing.B) {
-	var m liveMap
-	keys := benchKeys(true)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		k := keys[i&4095]
-		m.Insert(k, live{addr: k, size: 512, req: 500, h: uint32(i)})
-		if l, ok := m.Get(keys[(i+1024)&4095]); ok {
-			l.freed = true
-		}
-		m.Take(keys[(i+2048)&4095])
-	}
-}
-
-func BenchmarkAddrMapSlab(b *testing.B) {
-	var m AddrMap
+	var m Map
 	var slab []live
 	var spare []int32
 	keys := benchKeys(true)

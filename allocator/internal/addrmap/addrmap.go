@@ -1,10 +1,12 @@
-package replay
+// Package addrmap is an open-addressing hash table from addresses to int32
+// values, for the per-event lookups of policies.
+package addrmap
 
-// AddrMap maps addresses to int32 values: an open-addressing hash table
-// with linear probing, for the per-event lookups of the engine and of
-// policies (faster than a Go map for this one job). The zero value is
+// Map maps addresses to int32 values: an open-addressing hash table
+// with linear probing, for the per-event lookups of policies (faster than
+// a Go map for this one job). The zero value is
 // ready to use.
-type AddrMap struct {
+type Map struct {
 	slots []amSlot
 	n     int
 	shift uint
@@ -16,11 +18,11 @@ type amSlot struct {
 	used bool
 }
 
-func (m *AddrMap) slot(key uint64) int {
+func (m *Map) slot(key uint64) int {
 	return int((key * 0x9E3779B97F4A7C15) >> m.shift)
 }
 
-func (m *AddrMap) grow() {
+func (m *Map) grow() {
 	size := 2 * len(m.slots)
 	if size == 0 {
 		size = 1024
@@ -40,10 +42,10 @@ func (m *AddrMap) grow() {
 }
 
 // Len returns the number of entries.
-func (m *AddrMap) Len() int { return m.n }
+func (m *Map) Len() int { return m.n }
 
 // Get returns the value of key.
-func (m *AddrMap) Get(key uint64) (int32, bool) {
+func (m *Map) Get(key uint64) (int32, bool) {
 	if m.n == 0 {
 		return 0, false
 	}
@@ -60,7 +62,7 @@ func (m *AddrMap) Get(key uint64) (int32, bool) {
 }
 
 // Set sets the value of key.
-func (m *AddrMap) Set(key uint64, v int32) {
+func (m *Map) Set(key uint64, v int32) {
 	if 2*(m.n+1) > len(m.slots) {
 		m.grow()
 	}
@@ -81,7 +83,7 @@ func (m *AddrMap) Set(key uint64, v int32) {
 
 // Insert sets key to v when key is absent; it reports false, changing
 // nothing, when key is there.
-func (m *AddrMap) Insert(key uint64, v int32) bool {
+func (m *Map) Insert(key uint64, v int32) bool {
 	if 2*(m.n+1) > len(m.slots) {
 		m.grow()
 	}
@@ -100,13 +102,13 @@ func (m *AddrMap) Insert(key uint64, v int32) bool {
 }
 
 // Delete removes key; it reports whether key was there.
-func (m *AddrMap) Delete(key uint64) bool {
+func (m *Map) Delete(key uint64) bool {
 	_, ok := m.Take(key)
 	return ok
 }
 
 // Take removes key and returns its value.
-func (m *AddrMap) Take(key uint64) (int32, bool) {
+func (m *Map) Take(key uint64) (int32, bool) {
 	if m.n == 0 {
 		return 0, false
 	}
@@ -142,6 +144,6 @@ func (m *AddrMap) Take(key uint64) (int32, bool) {
 }
 
 // Clone returns a copy of m.
-func (m *AddrMap) Clone() AddrMap {
-	return AddrMap{slots: append([]amSlot(nil), m.slots...), n: m.n, shift: m.shift}
+func (m *Map) Clone() Map {
+	return Map{slots: append([]amSlot(nil), m.slots...), n: m.n, shift: m.shift}
 }
