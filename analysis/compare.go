@@ -284,12 +284,12 @@ func applyHint(policy, setting string) string {
 		}
 		return strings.Join(parts, " and ")
 	}
-	switch policy {
+	switch canonical(policy) {
 	case "caching":
 		return "PyTorch's default caching allocator"
 	case "expandable":
 		return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-	case "pooled", "async":
+	case "pooled":
 		return "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 	case LimitPolicy:
 		return "none: the physical limit"

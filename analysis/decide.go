@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/fragsim/fragsim/allocator"
 )
 
 // bytesEqual is the relative difference of peak reserved under which two
@@ -96,16 +98,26 @@ type Decision struct {
 	Results []Outcome `json:"results"`
 }
 
-// trust returns whether a policy is PyTorch's allocator replayed exactly
-// and, for a model, its measured error of peak reserved, in percent.
+// trust returns, from the allocator registry, whether a policy is
+// PyTorch's allocator replayed exactly and, for a model, its measured
+// error of peak reserved, in percent (0: not measured).
 func trust(policy string) (exact bool, errorPct float64) {
-	switch strings.ToLower(policy) {
-	case "caching", "expandable":
-		return true, 0
-	case "pooled", "async":
-		return false, 4.1
+	f, ok := allocator.Lookup(policy)
+	if !ok {
+		return false, 0
 	}
-	return false, 10
+	if f.Exact {
+		return true, 0
+	}
+	return false, f.ErrorPct
+}
+
+// canonical is the registry's name of a policy or alias.
+func canonical(policy string) string {
+	if f, ok := allocator.Lookup(policy); ok {
+		return f.Name
+	}
+	return policy
 }
 
 // settingOf is the change a run stands for, "" for PyTorch's defaults.
@@ -113,12 +125,12 @@ func settingOf(r *Run) string {
 	if r.Setting != "" {
 		return r.Setting
 	}
-	switch r.Policy {
+	switch canonical(r.Policy) {
 	case "caching":
 		return ""
 	case "expandable":
 		return "expandable_segments:True"
-	case "pooled", "async":
+	case "pooled":
 		return "backend:cudaMallocAsync"
 	}
 	return r.Policy
@@ -207,8 +219,12 @@ func pick(g Goal, cands []*Outcome) *Outcome {
 }
 
 // beats reports whether a modelled candidate m beats the best exact one e
-// by more than m's error.
+// by more than m's error. A model whose error was never measured against
+// real runs does not.
 func beats(g Goal, m, e *Outcome) bool {
+	if m.ErrorPct <= 0 {
+		return false
+	}
 	switch g.Kind {
 	case GoalFragmentation:
 		return m.AtPeakPct < e.AtPeakPct-m.ErrorPct
@@ -397,10 +413,13 @@ func recLine(g Goal, rec *Recommendation, win *Outcome, isBase bool) string {
 		}
 		parts = append(parts, calls)
 	}
-	if rec.Exact {
+	switch {
+	case rec.Exact:
 		parts = append(parts, "exact replay")
-	} else {
+	case rec.ErrorPct > 0:
 		parts = append(parts, fmt.Sprintf("modelled, %.1f%% measured error", rec.ErrorPct))
+	default:
+		parts = append(parts, "modelled, error not measured")
 	}
 	return fmt.Sprintf("Recommended: %s (%s)", what, strings.Join(parts, "; "))
 }
@@ -445,7 +464,7 @@ func (d *Decision) Table() []string {
 	lines := []string{wrap(title, TableWidth), head}
 	for _, o := range d.Results {
 		label := orDefault(o.Setting)
-		if o.Policy != "caching" && o.Policy != "expandable" && o.Setting != o.Policy && !o.Limit {
+		if !o.Exact && o.Setting != o.Policy && !o.Limit {
 			label = o.Policy + ": " + label
 		}
 		if o.Limit {
@@ -460,8 +479,11 @@ func (d *Decision) Table() []string {
 			continue
 		}
 		tr := "exact"
-		if !o.Exact {
+		switch {
+		case !o.Exact && o.ErrorPct > 0:
 			tr = fmt.Sprintf("±%.1f%%", o.ErrorPct)
+		case !o.Exact:
+			tr = "model"
 		}
 		if o.Limit {
 			tr = "limit"

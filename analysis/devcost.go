@@ -86,7 +86,7 @@ func PoolPages(n uint64) uint64 { return (n + 32<<20 - 1) / (32 << 20) }
 
 // pageCounter returns the page rule of a policy.
 func pageCounter(policy string) PageCounter {
-	if policy == "pooled" || policy == "async" {
+	if canonical(policy) == "pooled" {
 		return PoolPages
 	}
 	return TorchPages
@@ -192,9 +192,9 @@ func measuredArm(r *Run) string {
 	switch {
 	case r.Policy == "caching" && r.Setting == "":
 		return "native"
-	case r.Policy == "expandable", r.Policy == "caching" && r.Setting == "expandable_segments:True":
+	case canonical(r.Policy) == "expandable", r.Policy == "caching" && r.Setting == "expandable_segments:True":
 		return "expandable"
-	case r.Policy == "pooled" || r.Policy == "async":
+	case canonical(r.Policy) == "pooled":
 		return "async"
 	}
 	return ""

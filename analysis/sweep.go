@@ -124,7 +124,7 @@ func rankAdvice(vs []Variant, runs []*Run, padded *Run) (*replay.Result, []Advic
 			return padded
 		}
 		for _, r := range runs {
-			if r != nil && !r.Limit && settingOf(r) == v.Label() && (r.Policy == "caching" || r.Policy == "expandable") {
+			if r != nil && !r.Limit && settingOf(r) == v.Label() && Exact(r.Policy) {
 				return r
 			}
 		}
