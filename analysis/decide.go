@@ -255,7 +255,7 @@ func Decide(runs []*Run, goal Goal) *Decision {
 	for i, r := range runs {
 		outs[i] = outcome(r, base, goal)
 	}
-	var exact, modelled []*Outcome
+	var exact, modelled, unmeasured []*Outcome
 	for i := range outs {
 		o := &outs[i]
 		if o.Excluded != "" {
@@ -263,13 +263,18 @@ func Decide(runs []*Run, goal Goal) *Decision {
 		}
 		if o.Exact {
 			exact = append(exact, o)
-		} else {
+		} else if o.ErrorPct > 0 { // an unmeasured model never beats an exact replay
 			modelled = append(modelled, o)
+		} else {
+			unmeasured = append(unmeasured, o)
 		}
 	}
 	win := pick(goal, exact)
 	if m := pick(goal, modelled); m != nil && (win == nil || beats(goal, m, win)) {
 		win = m
+	}
+	if win == nil { // no exact candidate at all (a comparison of models only)
+		win = pick(goal, unmeasured)
 	}
 	if win != nil {
 		win.Recommended = true
