@@ -179,24 +179,3 @@ func wrap(s string, width int) string {
 	}
 	return b.String()
 }
-
-// Best returns the best-ranked change that lowers at_peak_pct without
-// raising peak reserved, and the changes ranked above it that raise it.
-func (a *Analysis) Best() (*Advice, []Advice) {
-	if a.Baseline == nil {
-		return nil, nil
-	}
-	var skipped []Advice
-	for i := range a.Advice {
-		ad := &a.Advice[i]
-		if ad.Error != "" || ad.OOMs > a.Baseline.OOMs || ad.AtPeakPct >= a.Baseline.Fragmentation.AtPeakPct-pctEqual {
-			continue
-		}
-		if ad.ReservedDeltaBytes > 0 {
-			skipped = append(skipped, *ad)
-			continue
-		}
-		return ad, skipped
-	}
-	return nil, skipped
-}

@@ -20,7 +20,8 @@ func analyzeCommand() *cli.Command {
 			"request size, stream, agent or model, and call stack), and the request sizes. Then\n" +
 			"replays the trace under each setting of a sweep (expandable_segments,\n" +
 			"max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, emptying\n" +
-			"the cache, padding requests) in parallel and ranks them.",
+			"the cache, padding requests), their combinations and the other policies, in parallel,\n" +
+			"ranks them and recommends one for --goal, as compare does.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "policy", Usage: "policy whose fragmentation is explained", Value: "caching"},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},

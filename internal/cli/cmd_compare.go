@@ -28,10 +28,12 @@ func compareCommand() *cli.Command {
 		Usage:     "replay a trace under several allocator policies and settings, side by side, with a verdict",
 		ArgsUsage: "[TRACE]",
 		Description: "Replays TRACE (default: the built-in multi-agent trace) under each policy in parallel\n" +
-			"and under setting variants of the caching allocator, prints the fragmentation views\n" +
-			"side by side and ends with the verdict: fragmentation before (caching, at peak\n" +
-			"reserved) and after (the best policy or setting; ideal is the physical limit, never\n" +
-			"chosen). Policies: " + strings.Join(allocator.Names(), ", ") + ".",
+			"and under PyTorch's own settings (expandable_segments, max_split_size_mb,\n" +
+			"roundup_power2_divisions, garbage_collection_threshold, periodic empty_cache, and\n" +
+			"combinations), prints the fragmentation views side by side, the setting recommended for\n" +
+			"--goal (the same as analyze's), and the verdict: fragmentation before (caching, at peak\n" +
+			"reserved) and after (the recommendation; ideal is the physical limit, never chosen).\n" +
+			"Policies: " + strings.Join(allocator.Names(), ", ") + ".",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(analysis.DefaultPolicies, ",")},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
