@@ -228,8 +228,11 @@ func beats(g Goal, m, e *Outcome) bool {
 	switch g.Kind {
 	case GoalFragmentation:
 		return m.AtPeakPct < e.AtPeakPct-m.ErrorPct
-	case GoalFit:
-		return cheaper(m, e) // it fits with its error as margin already
+	case GoalFit: // it fits with its error as margin already; its cost is modelled too
+		if m.run.Cost != nil && e.run.Cost != nil {
+			return m.AllocatorMs < e.AllocatorMs*(1-m.ErrorPct/100)
+		}
+		return float64(m.DeviceCalls) < float64(e.DeviceCalls)*(1-m.ErrorPct/100)
 	}
 	return float64(m.PeakReservedBytes) < float64(e.PeakReservedBytes)*(1-m.ErrorPct/100)
 }

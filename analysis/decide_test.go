@@ -121,6 +121,11 @@ func TestDecideGoals(t *testing.T) {
 		rec.Env != "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" {
 		t.Errorf("model beyond its error: %+v", rec)
 	}
+	// A fitting model cheaper by less than its error does not win a fit goal.
+	runs[5].Cost.Ms = runs[0].Cost.Ms * (1 - errPct/200)
+	if rec := Decide(runs, Goal{Kind: GoalFit, FitBytes: 2 << 30}).Recommendation; rec.Policy != "caching" || rec.Setting != "" {
+		t.Errorf("fit with a model cheaper within its error: %+v", rec)
+	}
 	// Nothing fits: no recommendation, and the line says the least needed.
 	g, _ := ParseGoal("fit:1GiB")
 	rec = Decide(runs[:4], g).Recommendation
