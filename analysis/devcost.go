@@ -31,9 +31,9 @@ type DeviceCost struct {
 	MapPageUs, UnmapPageUs float64
 }
 
-// H200Cost was measured on one NVIDIA H200 (driver 580.159.04, CUDA 13.0) on
-// 2026-11-30 by bench/devcost/devcost.py: the median of 50 calls of each kind
-// on an idle device (bench/devcost/h200.json).
+// H200Cost was measured on one NVIDIA H200 (driver 580.159.04, CUDA 13.0) by
+// bench/devcost/devcost.py: the median of 50 calls of each kind on an idle
+// device (bench/devcost/h200.json).
 var H200Cost = DeviceCost{
 	GPU: "NVIDIA H200",
 	Malloc: []CostPoint{
