@@ -467,45 +467,13 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		variants = DefaultSweep()
 	}
 	if !opts.NoAdvice {
-		policies := opts.Policies
-		if len(policies) == 0 {
-			for _, name := range DefaultPolicies {
-				if registered(name) {
-					policies = append(policies, name)
-				}
-			}
+		var pad *job
+		if p, pad, err = advicePlanner(open, h, opts, variants); err != nil {
+			return nil, err
 		}
-		p = newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
-		p.parallel, p.progress = opts.Parallel, opts.Progress
-		for _, name := range policies {
-			if err := p.addPolicy(name); err != nil {
-				return nil, err
-			}
-		}
-		settings := DefaultSettings(h, policies)
-		if opts.Sweep != nil {
-			settings = nil
-			for _, v := range variants {
-				if !v.PadPow2 {
-					settings = append(settings, v.setting())
-				}
-			}
-		}
-		for _, s := range settings {
-			if err := p.addSetting(s); err != nil {
-				return nil, err
-			}
-		}
-		for _, v := range variants {
-			if v.PadPow2 {
-				j, err := padRun(open, h, opts.Conf, opts.Config)
-				if err != nil {
-					return nil, err
-				}
-				padded = j.run
-				jobs = append(jobs, j)
-				break
-			}
+		if pad != nil {
+			padded = pad.run
+			jobs = append(jobs, pad)
 		}
 	}
 	if p != nil {
@@ -578,6 +546,48 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	a.Workload = workloadNote(a.Markers)
 	a.WallS = time.Since(start).Seconds()
 	return a, nil
+}
+
+// advicePlanner plans the candidates analyze weighs, as compare does:
+// the policies and the default settings, or the sweep's variants when the
+// options give them; and the padded replay when the sweep has it.
+func advicePlanner(open Opener, h *trace.Header, opts AnalyzeOptions, variants []Variant) (*planner, *job, error) {
+	policies := opts.Policies
+	if len(policies) == 0 {
+		for _, name := range DefaultPolicies {
+			if registered(name) {
+				policies = append(policies, name)
+			}
+		}
+	}
+	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
+	p.parallel, p.progress = opts.Parallel, opts.Progress
+	for _, name := range policies {
+		if err := p.addPolicy(name); err != nil {
+			return nil, nil, err
+		}
+	}
+	settings := DefaultSettings(h, policies)
+	if opts.Sweep != nil {
+		settings = nil
+		for _, v := range variants {
+			if !v.PadPow2 {
+				settings = append(settings, v.setting())
+			}
+		}
+	}
+	for _, s := range settings {
+		if err := p.addSetting(s); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, v := range variants {
+		if v.PadPow2 {
+			j, err := padRun(open, h, opts.Conf, opts.Config)
+			return p, j, err
+		}
+	}
+	return p, nil, nil
 }
 
 // workloadNote says what a replay cannot test and how to record it.
