@@ -462,13 +462,13 @@ func orDefault(s string) string {
 // TableWidth, under a title line; * marks the recommended one.
 func (d *Decision) Table() []string {
 	fit := d.Goal.Kind == GoalFit
-	head := fmt.Sprintf("%4s  %-30s  %9s  %7s  %9s  %4s  %s", "rank", "candidate",
-		"reserved", "at_peak", "dev calls", "OOMs", "trust")
+	head := fmt.Sprintf("%4s  %-33s  %9s  %6s  %7s  %4s  %s", "rank", "candidate",
+		"reserved", "frag", "calls", "OOMs", "trust")
 	if fit {
 		head += "  min capacity"
 	}
-	title := "Candidates for the goal " + d.Goal.String() + ", each replayed (* recommended; [Nx]: N times " +
-		"the baseline's device calls):"
+	title := "Candidates for the goal " + d.Goal.String() + ", each replayed (* recommended; frag: at_peak_pct; " +
+		"calls: device calls, [Nx]: N times the baseline's):"
 	lines := []string{wrap(title, TableWidth), head}
 	for _, o := range d.Results {
 		label := orDefault(o.Setting)
@@ -483,7 +483,7 @@ func (d *Decision) Table() []string {
 			mark = "*"
 		}
 		if o.Error != "" {
-			lines = append(lines, fmt.Sprintf("%3d%s  %-30s  failed: %s", o.Rank, mark, truncate(label, 30), truncate(o.Error, 50)))
+			lines = append(lines, fmt.Sprintf("%3d%s  %-33s  failed: %s", o.Rank, mark, truncate(label, 33), truncate(o.Error, 50)))
 			continue
 		}
 		tr := "exact"
@@ -496,7 +496,7 @@ func (d *Decision) Table() []string {
 		if o.Limit {
 			tr = "limit"
 		}
-		l := fmt.Sprintf("%3d%s  %-30s  %9s  %6.1f%%  %9s  %4s  %-6s", o.Rank, mark, truncate(label, 30),
+		l := fmt.Sprintf("%3d%s  %-33s  %9s  %5.1f%%  %7s  %4s  %-6s", o.Rank, mark, truncate(label, 33),
 			FmtBytes(o.PeakReservedBytes), o.AtPeakPct, fmtCount(o.DeviceCalls), fmtCount(o.OOMs), tr)
 		if fit && o.MinCapacityBytes > 0 {
 			l += fmt.Sprintf("  %s", FmtBytes(o.MinCapacityBytes))

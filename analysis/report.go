@@ -102,6 +102,11 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	if c.State != nil {
 		fmt.Fprintln(ew)
 		c.State.WriteText(ew)
+	} else if c.Decision != nil {
+		fmt.Fprintln(ew)
+		for _, l := range c.Decision.Table() {
+			fmt.Fprintln(ew, l)
+		}
 	}
 	fmt.Fprintln(ew)
 	if l := c.RecommendedLine(); l != "" {
