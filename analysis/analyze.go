@@ -64,7 +64,7 @@ type Analysis struct {
 	// Advice ranks the replayed settings, best first.
 	Advice []Advice `json:"advice,omitempty"`
 	// BestChange is the recommended setting for the goal ("" when none,
-	// or PyTorch's defaults, is recommended).
+	// or the trace's own settings, is recommended).
 	BestChange string `json:"best_change,omitempty"`
 	// Baseline is the caching replay the advice is measured against.
 	Baseline *replay.Result `json:"baseline,omitempty"`

@@ -112,7 +112,7 @@ type Run struct {
 func (r *Run) OK() bool { return r != nil && r.Error == "" && r.Result != nil }
 
 // MarshalJSON writes the run with the figures a decision weighs at its top
-// level: setting (the change it stands for, "" for PyTorch's defaults),
+// level: setting (the change it stands for, "" for the trace's own settings),
 // peak_reserved_bytes, ooms, exact and, when found, min_capacity_bytes.
 func (r *Run) MarshalJSON() ([]byte, error) {
 	type plain Run

@@ -20,7 +20,7 @@ const manyCalls = 10
 type Outcome struct {
 	Label string `json:"label"`
 	// Policy is the allocator policy replayed; Setting is the change it
-	// stands for ("" for PyTorch's defaults): a PYTORCH_CUDA_ALLOC_CONF
+	// stands for ("" for the trace's own settings): a PYTORCH_CUDA_ALLOC_CONF
 	// fragment, "empty_cache every N requests", or a policy's name.
 	Policy  string `json:"policy"`
 	Setting string `json:"setting"`
@@ -59,7 +59,7 @@ type Outcome struct {
 // Recommendation is the decision's answer: the setting to use for the goal.
 type Recommendation struct {
 	Label   string `json:"label"`
-	Setting string `json:"setting"` // "" to keep PyTorch's defaults
+	Setting string `json:"setting"` // "" to keep the trace's own settings
 	Policy  string `json:"policy"`
 	// Conf is the PYTORCH_CUDA_ALLOC_CONF value, Env the line to paste
 	// (both "" when no variable gives the change), Apply how to get it.
@@ -120,7 +120,7 @@ func canonical(policy string) string {
 	return policy
 }
 
-// settingOf is the change a run stands for, "" for PyTorch's defaults.
+// settingOf is the change a run stands for, "" for the trace's own settings.
 func settingOf(r *Run) string {
 	if r.Setting != "" {
 		return r.Setting
@@ -391,7 +391,7 @@ func recLine(g Goal, rec *Recommendation, win *Outcome, isBase bool) string {
 	what := rec.Env
 	switch {
 	case isBase || win.Setting == "":
-		what = "keep PyTorch's defaults"
+		what = "keep the current settings"
 	case what == "":
 		what = win.Apply
 	}
@@ -453,7 +453,7 @@ func noneLine(g Goal, outs []Outcome) string {
 
 func orDefault(s string) string {
 	if s == "" {
-		return "PyTorch's defaults"
+		return "the current settings"
 	}
 	return s
 }

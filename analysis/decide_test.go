@@ -134,7 +134,7 @@ func TestDecideGoals(t *testing.T) {
 	}
 	// Nothing better than the baseline: keep the defaults.
 	rec = Decide([]*Run{runs[0], cand("caching+max_split_size_mb:512", "caching", "max_split_size_mb:512", runs[0].Result.PeakReservedBytes, 20.4, 108, 5.2, 0)}, Goal{}).Recommendation
-	if rec.Setting != "" || !strings.HasPrefix(rec.Line, "Recommended: keep PyTorch's defaults") {
+	if rec.Setting != "" || !strings.HasPrefix(rec.Line, "Recommended: keep the current settings") {
 		t.Errorf("baseline best: %+v", rec)
 	}
 }
