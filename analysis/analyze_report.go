@@ -39,6 +39,13 @@ func (a *Analysis) WriteText(w io.Writer) error {
 		name = "trace"
 	}
 	fmt.Fprintf(ew, "%s: %s events, policy %s\n", name, fmtCount(a.Trace.Events), a.Policy)
+	if a.State != nil { // no events: the state is all there is to show
+		a.State.WriteText(ew)
+		if l := a.RecommendedLine(); l != "" {
+			fmt.Fprintln(ew, wrap(l, TableWidth))
+		}
+		return ew.err
+	}
 	fr := r.Fragmentation
 	fmt.Fprintf(ew, "Peak reserved %s at event %s; stranded %s at peak, %s at most; %s OOMs\n"+
 		"at_peak_pct %.1f%%, peak_ratio_pct %.1f%%, time_weighted_pct %.1f%%\n",
@@ -89,6 +96,15 @@ func (a *Analysis) WriteText(w io.Writer) error {
 	if len(a.Advice) > 0 {
 		a.writeAdvice(ew)
 	}
+	if a.Decision != nil {
+		fmt.Fprintln(ew)
+		if a.State == nil {
+			for _, l := range a.Decision.Table() {
+				fmt.Fprintln(ew, l)
+			}
+		}
+		fmt.Fprintln(ew, wrap(a.RecommendedLine(), TableWidth))
+	}
 	fmt.Fprintln(ew)
 	fmt.Fprintln(ew, wrap(a.Workload, TableWidth))
 	return ew.err
@@ -114,7 +130,8 @@ func writeShares(w io.Writer, title string, shares []Share) {
 
 func (a *Analysis) writeAdvice(w io.Writer) {
 	b := a.Baseline
-	fmt.Fprintf(w, "\nAdvice: each change replayed, ranked by at_peak_pct then peak reserved.\n")
+	fmt.Fprintf(w, "\nAdvice: each change replayed, ranked by at_peak_pct then peak reserved (the fragmentation view;\n"+
+		"the recommendation for the goal follows).\n")
 	if b != nil {
 		fmt.Fprintf(w, "Baseline caching: at_peak_pct %.1f%%, peak reserved %s, %s device calls, %s OOMs\n",
 			b.Fragmentation.AtPeakPct, FmtBytes(b.PeakReservedBytes), fmtCount(b.DeviceAllocs+b.DeviceFrees), fmtCount(b.OOMs))
@@ -140,21 +157,6 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 	for i, n := range notes {
 		fmt.Fprintln(w, wrap(fmt.Sprintf("[%d] %s", i+1, n), TableWidth))
 	}
-	if b == nil {
-		return
-	}
-	best, skipped := a.Best()
-	if best == nil {
-		fmt.Fprintln(w, "Best: no change replayed lowers at_peak_pct without raising peak reserved.")
-		return
-	}
-	fmt.Fprintln(w, wrap(fmt.Sprintf("Best: %s (%s): at_peak_pct %.1f%% → %.1f%%, peak reserved %s (%s).",
-		best.Setting, best.Apply, b.Fragmentation.AtPeakPct, best.AtPeakPct, FmtBytes(best.PeakReservedBytes),
-		fmtSigned(best.ReservedDeltaBytes)), TableWidth))
-	for _, s := range skipped {
-		fmt.Fprintln(w, wrap(fmt.Sprintf("(%s ranks higher on at_peak_pct but reserves %s more at peak.)",
-			s.Setting, FmtBytes(uint64(s.ReservedDeltaBytes))), TableWidth))
-	}
 }
 
 // wrap breaks s into lines of at most width runes at spaces.
@@ -176,25 +178,4 @@ func wrap(s string, width int) string {
 		n += l
 	}
 	return b.String()
-}
-
-// Best returns the best-ranked change that lowers at_peak_pct without
-// raising peak reserved, and the changes ranked above it that raise it.
-func (a *Analysis) Best() (*Advice, []Advice) {
-	if a.Baseline == nil {
-		return nil, nil
-	}
-	var skipped []Advice
-	for i := range a.Advice {
-		ad := &a.Advice[i]
-		if ad.Error != "" || ad.OOMs > a.Baseline.OOMs || ad.AtPeakPct >= a.Baseline.Fragmentation.AtPeakPct-pctEqual {
-			continue
-		}
-		if ad.ReservedDeltaBytes > 0 {
-			skipped = append(skipped, *ad)
-			continue
-		}
-		return ad, skipped
-	}
-	return nil, skipped
 }

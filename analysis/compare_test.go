@@ -153,10 +153,20 @@ func TestVerdictPrefersExactReplays(t *testing.T) {
 	if c.After != "expandable" || c.AfterPct != 7.1 {
 		t.Errorf("after %s %v, want expandable 7.1", c.After, c.AfterPct)
 	}
-	// When no exact setting improves on the baseline, the best model is named.
-	c = &Comparison{Runs: []*Run{run("caching", 14, 100, 0), run("expandable", 15, 101, 0), run("pooled", 4.8, 96, 0)}}
+	// When no exact setting improves on the baseline, the best model is
+	// named, if it beats the baseline by more than its measured error.
+	_, errPct := trust("pooled")
+	beyond := uint64(100*(1-errPct/100)) - 1
+	c = &Comparison{Runs: []*Run{run("caching", 14, 100, 0), run("expandable", 15, 101, 0), run("pooled", 4.8, beyond, 0)}}
 	c.decide()
 	if c.After != "pooled" {
 		t.Errorf("after %s, want pooled", c.After)
+	}
+	// Within its error, it does not.
+	within := uint64(100*(1-errPct/100)) + 1
+	c = &Comparison{Runs: []*Run{run("caching", 14, 100, 0), run("expandable", 15, 101, 0), run("pooled", 4.8, within, 0)}}
+	c.decide()
+	if c.After != "caching" {
+		t.Errorf("after %s, want caching: pooled at %d is within its %.1f%% error", c.After, within, errPct)
 	}
 }

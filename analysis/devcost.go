@@ -31,9 +31,9 @@ type DeviceCost struct {
 	MapPageUs, UnmapPageUs float64
 }
 
-// H200Cost was measured on one NVIDIA H200 (driver 580.159.04, CUDA 13.0) on
-// 2026-11-30 by bench/devcost/devcost.py: the median of 50 calls of each kind
-// on an idle device (bench/devcost/h200.json).
+// H200Cost was measured on one NVIDIA H200 (driver 580.159.04, CUDA 13.0) by
+// bench/devcost/devcost.py: the median of 50 calls of each kind on an idle
+// device (bench/devcost/h200.json).
 var H200Cost = DeviceCost{
 	GPU: "NVIDIA H200",
 	Malloc: []CostPoint{
@@ -86,7 +86,7 @@ func PoolPages(n uint64) uint64 { return (n + 32<<20 - 1) / (32 << 20) }
 
 // pageCounter returns the page rule of a policy.
 func pageCounter(policy string) PageCounter {
-	if policy == "pooled" || policy == "async" {
+	if canonical(policy) == "pooled" {
 		return PoolPages
 	}
 	return TorchPages
@@ -192,9 +192,9 @@ func measuredArm(r *Run) string {
 	switch {
 	case r.Policy == "caching" && r.Setting == "":
 		return "native"
-	case r.Policy == "expandable", r.Policy == "caching" && r.Setting == "expandable_segments:True":
+	case canonical(r.Policy) == "expandable", r.Policy == "caching" && r.Setting == "expandable_segments:True":
 		return "expandable"
-	case r.Policy == "pooled" || r.Policy == "async":
+	case canonical(r.Policy) == "pooled":
 		return "async"
 	}
 	return ""

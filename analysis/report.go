@@ -99,7 +99,19 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 			fmt.Fprintf(ew, "%s failed: %s\n", r.Label, r.Error)
 		}
 	}
+	if c.State != nil {
+		fmt.Fprintln(ew)
+		c.State.WriteText(ew)
+	} else if c.Decision != nil {
+		fmt.Fprintln(ew)
+		for _, l := range c.Decision.Table() {
+			fmt.Fprintln(ew, l)
+		}
+	}
 	fmt.Fprintln(ew)
+	if l := c.RecommendedLine(); l != "" {
+		fmt.Fprintln(ew, wrap(l, TableWidth))
+	}
 	for _, l := range c.VerdictLines() {
 		fmt.Fprintln(ew, l)
 	}
@@ -153,7 +165,7 @@ func writeSettingsTable(w io.Writer, runs []*Run) {
 	for _, r := range runs {
 		labelW = max(labelW, len(r.Label))
 	}
-	labelW = min(labelW, TableWidth-60)
+	labelW = min(labelW, TableWidth-63) // the columns after the label take 63
 	fmt.Fprintf(w, "%-*s  %11s  %13s  %11s  %12s  %6s\n", labelW, "setting", "at_peak_pct", "peak reserved", "stranded", "device calls", "OOMs")
 	for _, r := range runs {
 		label := r.Label

@@ -4,16 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fragsim/fragsim/analysis/plot"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/analysis/plot"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
-	"github.com/urfave/cli/v2"
 )
 
 func replayCommand() *cli.Command {
@@ -107,6 +109,12 @@ func runReplay(c *cli.Context) error {
 		cut = exitCode(2, fmt.Errorf("%s: %w (the figures cover the %d events read)", path, err, res.Events))
 	}
 	res.Conf = c.String("conf")
+	// A state-only snapshot: its one moment is the state it holds.
+	var state *analysis.StateReport
+	if analysis.StateOnly(hdr, res.Events) {
+		state = analysis.StateOf(hdr)
+		state.ApplyState(res)
+	}
 	if c.Bool("min-capacity") && cut == nil {
 		mc := cfg
 		mc.Progress = nil
@@ -129,15 +137,24 @@ func runReplay(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		var hint *fidelityHint
+		if rule, try := replay.ExplainMismatch(res.Fidelity.FirstMismatch); rule != "" {
+			hint = &fidelityHint{rule, try}
+		}
 		if err := enc.Encode(struct {
 			*replay.Result
-			Forecast *replay.Forecast `json:"forecast,omitempty"`
-		}{res, fc}); err != nil {
+			Forecast     *replay.Forecast      `json:"forecast,omitempty"`
+			FidelityHint *fidelityHint         `json:"fidelity_hint,omitempty"`
+			State        *analysis.StateReport `json:"state,omitempty"`
+		}{res, fc, hint, state}); err != nil {
 			return err
 		}
 		return cut
 	}
 	writeResult(w, res, hdr)
+	if state != nil {
+		fmt.Fprintln(w, state.Hint)
+	}
 	if fc != nil {
 		writeForecast(w, fc)
 	}
@@ -209,15 +226,26 @@ func writeResult(w io.Writer, r *replay.Result, h *trace.Header) {
 			fd.AllocsAtRecordedAddress, fd.Allocs, fd.DeviceEventsMatched, fd.DeviceEvents)
 		if fd.FirstMismatch != "" {
 			fmt.Fprintf(w, "first mismatch: %s\n", fd.FirstMismatch)
+			rule, try := replay.ExplainMismatch(fd.FirstMismatch)
+			fmt.Fprintf(w, "rule that diverged first (likely): %s\ntry: %s\n", rule, try)
 		}
 	} else {
 		fmt.Fprintf(w, "fidelity: not checked (%s)\n", fidelityReason(r, h))
 	}
 }
 
+// fidelityHint is the JSON form of replay.ExplainMismatch.
+type fidelityHint struct {
+	Rule string `json:"rule"`
+	Try  string `json:"try"`
+}
+
 func fidelityReason(r *replay.Result, h *trace.Header) string {
 	if h == nil || (h.Producer != trace.ProducerPyTorch && h.Producer != trace.ProducerLive) {
 		return "the trace was not recorded from PyTorch's allocator"
+	}
+	if r.Events == 0 && h.Initial != nil {
+		return "the snapshot holds the allocator's state and no events"
 	}
 	if r.Fidelity.DeviceEvents == 0 && r.Fidelity.Allocs == 0 {
 		return "the trace has no device events, or the policy or settings differ from the recorded ones"
