@@ -48,6 +48,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			analyzeCommand(),
 			cohostCommand(),
 			synthCommand(),
+			reportCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
