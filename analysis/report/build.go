@@ -33,18 +33,18 @@ type Options struct {
 
 // Report is what the page shows; it is embedded in the page as JSON.
 type Report struct {
-	Trace          TraceHeader           `json:"trace"`
-	Recommendation Recommendation        `json:"recommendation"`
-	Timeline       Timeline              `json:"timeline"`
-	Policy         string                `json:"policy"` // the run of the segment map
-	Layouts        []Layout              `json:"layouts"`
-	Selected       int                   `json:"selected"` // the layout shown first: the worst moment
-	Stacks         []string              `json:"stacks"`
-	Breakdowns     []analysis.Breakdown  `json:"breakdowns"`
-	Runs           []RunRow              `json:"runs"`
-	Fidelity       string                `json:"fidelity"`
-	Verdict        []string              `json:"verdict"`
-	Truncated      string                `json:"truncated,omitempty"`
+	Trace          TraceHeader          `json:"trace"`
+	Recommendation Recommendation       `json:"recommendation"`
+	Timeline       Timeline             `json:"timeline"`
+	Policy         string               `json:"policy"` // the run of the segment map
+	Layouts        []Layout             `json:"layouts"`
+	Selected       int                  `json:"selected"` // the layout shown first: the worst moment
+	Stacks         []string             `json:"stacks"`
+	Breakdowns     []analysis.Breakdown `json:"breakdowns"`
+	Runs           []RunRow             `json:"runs"`
+	Fidelity       string               `json:"fidelity"`
+	Verdict        []string             `json:"verdict"`
+	Truncated      string               `json:"truncated,omitempty"`
 	comparison     *analysis.Comparison
 }
 
