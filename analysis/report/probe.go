@@ -27,6 +27,9 @@ type devCall struct {
 // policy gave them.
 type probe struct {
 	replay.Policy
+	dev      trace.DeviceID // the device it serves, known from the first event observed
+	devSet   bool
+	final    []trace.Segment // its segments as the replay ended, with hooks.keepFinal
 	origins  map[uint64]origin
 	lastAddr uint64
 	lastOK   bool
@@ -34,12 +37,15 @@ type probe struct {
 }
 
 // hooks receive the calls of every probed policy of a replay, in order.
+// The probe still knows the block's origin when freeReq and freeDone run.
 type hooks struct {
-	malloc   func(b replay.Block, size uint64, s trace.StreamID)
-	freeReq  func(b replay.Block)
-	freeDone func(b replay.Block)
-	empty    func()
+	malloc   func(p *probe, b replay.Block, size uint64, s trace.StreamID)
+	oom      func(p *probe, size uint64, s trace.StreamID)
+	freeReq  func(p *probe, b replay.Block)
+	freeDone func(p *probe, b replay.Block)
 	device   func(c devCall)
+	// keepFinal keeps the segments of each policy as the replay ends.
+	keepFinal bool
 }
 
 func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
@@ -49,8 +55,10 @@ func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
 		p.lastAddr = b.Addr
 		p.origins[b.Addr] = origin{requested: n, stream: s, stack: trace.NoStack}
 		if p.hooks != nil && p.hooks.malloc != nil {
-			p.hooks.malloc(b, n, s)
+			p.hooks.malloc(p, b, n, s)
 		}
+	} else if p.hooks != nil && p.hooks.oom != nil {
+		p.hooks.oom(p, n, s)
 	}
 	return b, err
 }
@@ -58,22 +66,38 @@ func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
 func (p *probe) FreeRequested(b replay.Block) {
 	p.Policy.FreeRequested(b)
 	if p.hooks != nil && p.hooks.freeReq != nil {
-		p.hooks.freeReq(b)
+		p.hooks.freeReq(p, b)
 	}
 }
 
 func (p *probe) FreeCompleted(b replay.Block) {
 	p.Policy.FreeCompleted(b)
-	delete(p.origins, b.Addr)
 	if p.hooks != nil && p.hooks.freeDone != nil {
-		p.hooks.freeDone(b)
+		p.hooks.freeDone(p, b)
+	}
+	delete(p.origins, b.Addr)
+}
+
+// Release keeps the policy's final segments when asked to, then passes
+// the release on: the engine calls it once the replay is over.
+func (p *probe) Release() {
+	if p.hooks != nil && p.hooks.keepFinal {
+		p.final = p.final[:0]
+		p.Segments(func(seg trace.Segment) bool {
+			seg.Blocks = append([]trace.Block(nil), seg.Blocks...)
+			p.final = append(p.final, seg)
+			return true
+		})
+	}
+	if r, ok := p.Policy.(replay.Releaser); ok {
+		r.Release()
 	}
 }
 
-func (p *probe) EmptyCache() {
-	p.Policy.EmptyCache()
-	if p.hooks != nil && p.hooks.empty != nil {
-		p.hooks.empty()
+// observed notes the device of the event being observed.
+func (p *probe) observed(dev trace.DeviceID) {
+	if !p.devSet {
+		p.dev, p.devSet = dev, true
 	}
 }
 

@@ -49,6 +49,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),
+			exportCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
