@@ -116,4 +116,3 @@ func emptyCaches(open analysis.Opener) (t0 int64, out []traceMoment, err error) 
 		}
 	}
 }
-
