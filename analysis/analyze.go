@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -31,6 +32,13 @@ type AnalyzeOptions struct {
 	Progress func(events int64, runsDone, runs int)
 	// Name is the trace's name, for reports.
 	Name string
+	// Policies are the policies the recommendation weighs besides the
+	// settings; nil: DefaultPolicies, as compare.
+	Policies []string
+	// Goal is what the recommendation optimises; zero: GoalReserved.
+	Goal Goal
+	// DeviceCost prices every run's device calls; nil: H200Cost.
+	DeviceCost *DeviceCost
 }
 
 // Analysis explains where a trace's fragmentation comes from and which
@@ -54,14 +62,59 @@ type Analysis struct {
 	HasStacks bool `json:"has_stacks"`
 	// Advice ranks the replayed settings, best first.
 	Advice []Advice `json:"advice,omitempty"`
-	// BestChange is the best change that lowers at_peak_pct without
-	// raising peak reserved ("" when none does).
+	// BestChange is the recommended setting for the goal ("" when none,
+	// or PyTorch's defaults, is recommended).
 	BestChange string `json:"best_change,omitempty"`
 	// Baseline is the caching replay the advice is measured against.
 	Baseline *replay.Result `json:"baseline,omitempty"`
 	// Workload says how to test changes a setting cannot make.
 	Workload string  `json:"workload"`
 	WallS    float64 `json:"wall_s"`
+	// Truncated says what was lost when the trace was cut short: the
+	// figures then cover the events before the cut ("" for a whole trace).
+	Truncated string `json:"truncated,omitempty"`
+	// State describes the allocator state a state-only snapshot holds
+	// (nil for a trace with events).
+	State *StateReport `json:"state,omitempty"`
+	// Goal is what the recommendation optimises; Decision weighs every
+	// candidate for it, as compare's does; Runs are the candidates' replays.
+	Goal     Goal      `json:"-"`
+	Decision *Decision `json:"decision,omitempty"`
+	Runs     []*Run    `json:"-"`
+}
+
+// MarshalJSON writes the analysis with the recommendation and the
+// candidates' replays keyed by label, as compare writes them.
+func (a *Analysis) MarshalJSON() ([]byte, error) {
+	type plain Analysis
+	var rec *Recommendation
+	if a.Decision != nil {
+		rec = a.Decision.Recommendation
+	}
+	var res map[string]*Run
+	var order []string
+	if len(a.Runs) > 0 {
+		res = make(map[string]*Run, len(a.Runs))
+		for _, r := range a.Runs {
+			res[r.Label] = r
+			order = append(order, r.Label)
+		}
+	}
+	return json.Marshal(struct {
+		*plain
+		Recommendation *Recommendation `json:"recommendation,omitempty"`
+		Results        map[string]*Run `json:"results,omitempty"`
+		Order          []string        `json:"order,omitempty"`
+	}{(*plain)(a), rec, res, order})
+}
+
+// RecommendedLine is the "Recommended: ..." line, the same in compare and
+// analyze ("" without advice).
+func (a *Analysis) RecommendedLine() string {
+	if a.Decision == nil || a.Decision.Recommendation == nil {
+		return ""
+	}
+	return a.Decision.Recommendation.Line
 }
 
 // Moment is the replayed state at one event.
@@ -404,19 +457,59 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		cfg.Observer = x.observe
 	}
 	jobs := []*job{main}
-	var sw *sweep
+	var p *planner
+	var padded *Run
+	variants := opts.Sweep
+	if variants == nil {
+		variants = DefaultSweep()
+	}
 	if !opts.NoAdvice {
-		variants := opts.Sweep
-		if variants == nil {
-			variants = DefaultSweep()
+		policies := opts.Policies
+		if len(policies) == 0 {
+			for _, name := range DefaultPolicies {
+				if registered(name) {
+					policies = append(policies, name)
+				}
+			}
 		}
-		sw, err = newSweep(open, h, opts, variants)
-		if err != nil {
+		p = newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
+		p.parallel, p.progress = opts.Parallel, opts.Progress
+		for _, name := range policies {
+			if err := p.addPolicy(name); err != nil {
+				return nil, err
+			}
+		}
+		settings := DefaultSettings(h, policies)
+		if opts.Sweep != nil {
+			settings = nil
+			for _, v := range variants {
+				if !v.PadPow2 {
+					settings = append(settings, v.setting())
+				}
+			}
+		}
+		for _, s := range settings {
+			if err := p.addSetting(s); err != nil {
+				return nil, err
+			}
+		}
+		for _, v := range variants {
+			if v.PadPow2 {
+				j, err := padRun(open, h, opts.Conf, opts.Config)
+				if err != nil {
+					return nil, err
+				}
+				padded = j.run
+				jobs = append(jobs, j)
+				break
+			}
+		}
+	}
+	if p != nil {
+		if err := p.replay(jobs); err != nil {
 			return nil, err
 		}
-		jobs = append(jobs, sw.jobs...)
-	}
-	if err := runJobs(open, jobs, opts.Parallel, 0, opts.Progress); err != nil {
+	} else if err := runJobs(open, jobs, opts.Parallel, 0, opts.Progress); err != nil {
 		return nil, err
 	}
 	if !main.run.OK() {
@@ -460,13 +553,23 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		c.Pct = 100 * float64(c.Count) / float64(total)
 		a.Requests = append(a.Requests, c)
 	}
-	if sw != nil {
-		if err := sw.second(open, opts); err != nil {
-			return nil, err
+	a.Truncated = main.run.Truncated
+	if StateOnly(h, a.Result.Events) {
+		a.State = StateOf(h)
+		a.State.ApplyState(a.Result)
+	}
+	if p != nil {
+		if opts.Goal.Kind == GoalFit && a.Truncated == "" {
+			p.minCapacities()
 		}
-		a.Baseline, a.Advice = sw.rank()
-		if b, _ := a.Best(); b != nil {
-			a.BestChange = b.Setting
+		a.Goal, a.Runs = opts.Goal, p.runs
+		a.Decision = Decide(p.runs, opts.Goal)
+		a.Baseline, a.Advice = rankAdvice(variants, p.runs, padded)
+		if a.State != nil {
+			a.State.stateOnly(a.Decision)
+		}
+		if rec := a.Decision.Recommendation; rec != nil {
+			a.BestChange = rec.Setting
 		}
 	}
 	a.Workload = workloadNote(a.Markers)

@@ -39,6 +39,10 @@ func (a *Analysis) WriteText(w io.Writer) error {
 		name = "trace"
 	}
 	fmt.Fprintf(ew, "%s: %s events, policy %s\n", name, fmtCount(a.Trace.Events), a.Policy)
+	if a.State != nil {
+		a.State.WriteText(ew)
+		fmt.Fprintln(ew)
+	}
 	fr := r.Fragmentation
 	fmt.Fprintf(ew, "Peak reserved %s at event %s; stranded %s at peak, %s at most; %s OOMs\n"+
 		"at_peak_pct %.1f%%, peak_ratio_pct %.1f%%, time_weighted_pct %.1f%%\n",
@@ -88,6 +92,15 @@ func (a *Analysis) WriteText(w io.Writer) error {
 
 	if len(a.Advice) > 0 {
 		a.writeAdvice(ew)
+	}
+	if a.Decision != nil {
+		fmt.Fprintln(ew)
+		if a.State == nil {
+			for _, l := range a.Decision.Table() {
+				fmt.Fprintln(ew, l)
+			}
+		}
+		fmt.Fprintln(ew, wrap(a.RecommendedLine(), TableWidth))
 	}
 	fmt.Fprintln(ew)
 	fmt.Fprintln(ew, wrap(a.Workload, TableWidth))
@@ -139,21 +152,6 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 	}
 	for i, n := range notes {
 		fmt.Fprintln(w, wrap(fmt.Sprintf("[%d] %s", i+1, n), TableWidth))
-	}
-	if b == nil {
-		return
-	}
-	best, skipped := a.Best()
-	if best == nil {
-		fmt.Fprintln(w, "Best: no change replayed lowers at_peak_pct without raising peak reserved.")
-		return
-	}
-	fmt.Fprintln(w, wrap(fmt.Sprintf("Best: %s (%s): at_peak_pct %.1f%% → %.1f%%, peak reserved %s (%s).",
-		best.Setting, best.Apply, b.Fragmentation.AtPeakPct, best.AtPeakPct, FmtBytes(best.PeakReservedBytes),
-		fmtSigned(best.ReservedDeltaBytes)), TableWidth))
-	for _, s := range skipped {
-		fmt.Fprintln(w, wrap(fmt.Sprintf("(%s ranks higher on at_peak_pct but reserves %s more at peak.)",
-			s.Setting, FmtBytes(uint64(s.ReservedDeltaBytes))), TableWidth))
 	}
 }
 

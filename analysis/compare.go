@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -27,14 +26,30 @@ const LimitPolicy = "ideal"
 // Opener opens a fresh reader on the trace; Compare calls it once per run.
 type Opener func() (*trace.Reader, io.Closer, error)
 
-// Setting is an allocator setting replayed as a variant of a policy.
+// Setting is an allocator setting replayed as a variant of a policy: a
+// PYTORCH_CUDA_ALLOC_CONF fragment, or emptying the cache at a rhythm.
 type Setting struct {
 	Policy string `json:"policy"` // the policy it applies to, e.g. "caching"
 	Conf   string `json:"conf"`   // a PYTORCH_CUDA_ALLOC_CONF fragment, e.g. "max_split_size_mb:128"
+	// EmptyCacheEvery calls empty_cache after every N requests.
+	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
+}
+
+// Name is the change the setting makes: its conf, or "empty_cache every N
+// requests".
+func (s Setting) Name() string {
+	if s.EmptyCacheEvery > 0 {
+		name := fmt.Sprintf("empty_cache every %d requests", s.EmptyCacheEvery)
+		if s.Conf != "" {
+			name = s.Conf + "," + name
+		}
+		return name
+	}
+	return s.Conf
 }
 
 // Label names the setting as tables and verdicts show it.
-func (s Setting) Label() string { return s.Policy + "+" + s.Conf }
+func (s Setting) Label() string { return s.Policy + "+" + s.Name() }
 
 // CompareOptions configures Compare.
 type CompareOptions struct {
@@ -61,6 +76,8 @@ type CompareOptions struct {
 	Name string
 	// DeviceCost prices every run's device calls; nil: H200Cost.
 	DeviceCost *DeviceCost
+	// Goal is what the recommendation optimises; zero: GoalReserved.
+	Goal Goal
 }
 
 // Run is one replay of a comparison: a policy, or a setting variant.
@@ -69,6 +86,10 @@ type Run struct {
 	Policy  string `json:"policy"`
 	Conf    string `json:"conf,omitempty"`    // the conf the run was given
 	Setting string `json:"setting,omitempty"` // the setting varied, for setting variants
+	// EmptyCacheEvery is the rhythm of injected empty_cache calls (0: none).
+	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
+	// Note says how the run was made when that is not plain (a cap).
+	Note string `json:"note,omitempty"`
 	// Limit marks the physical limit (ideal): shown, never chosen.
 	Limit    bool           `json:"physical_limit,omitempty"`
 	Apply    string         `json:"apply"` // how to get this allocator in PyTorch
@@ -88,6 +109,30 @@ type Run struct {
 
 // OK reports whether the run finished and has a result.
 func (r *Run) OK() bool { return r != nil && r.Error == "" && r.Result != nil }
+
+// MarshalJSON writes the run with the figures a decision weighs at its top
+// level: setting (the change it stands for, "" for PyTorch's defaults),
+// peak_reserved_bytes, ooms, exact and, when found, min_capacity_bytes.
+func (r *Run) MarshalJSON() ([]byte, error) {
+	type plain Run
+	exact, errPct := trust(r.Policy)
+	x := struct {
+		*plain
+		Setting           string  `json:"setting"`
+		Exact             bool    `json:"exact"`
+		ErrorPct          float64 `json:"error_pct,omitempty"`
+		PeakReservedBytes *uint64 `json:"peak_reserved_bytes,omitempty"`
+		OOMs              *int64  `json:"ooms,omitempty"`
+		MinCapacityBytes  uint64  `json:"min_capacity_bytes,omitempty"`
+	}{plain: (*plain)(r), Setting: settingOf(r), Exact: exact}
+	if !exact {
+		x.ErrorPct = errPct
+	}
+	if res := r.Result; res != nil {
+		x.PeakReservedBytes, x.OOMs, x.MinCapacityBytes = &res.PeakReservedBytes, &res.OOMs, res.MinCapacityBytes
+	}
+	return json.Marshal(x)
+}
 
 // SeriesNamed returns the run's series of that name, nil if none.
 func (r *Run) SeriesNamed(name string) *Series {
@@ -168,6 +213,13 @@ type Comparison struct {
 	// Cost compares the estimated allocator cost of before and after, with
 	// the wall times measured on the GPU when the trace header has them.
 	Cost *CostVerdict `json:"cost,omitempty"`
+	// Goal is what the recommendation optimises; Decision weighs every
+	// run for it (After is its recommendation).
+	Goal     Goal      `json:"-"`
+	Decision *Decision `json:"decision"`
+	// State describes the allocator state a state-only snapshot holds
+	// (nil for a trace with events); the verdict is then that state's.
+	State *StateReport `json:"state,omitempty"`
 }
 
 // MarshalJSON writes the comparison with its runs keyed by label.
@@ -179,11 +231,16 @@ func (c *Comparison) MarshalJSON() ([]byte, error) {
 		res[r.Label] = r
 		order = append(order, r.Label)
 	}
+	var rec *Recommendation
+	if c.Decision != nil {
+		rec = c.Decision.Recommendation
+	}
 	return json.Marshal(struct {
 		*plain
-		Results map[string]*Run `json:"results"`
-		Order   []string        `json:"order"`
-	}{(*plain)(c), res, order})
+		Recommendation *Recommendation `json:"recommendation"`
+		Results        map[string]*Run `json:"results"`
+		Order          []string        `json:"order"`
+	}{(*plain)(c), rec, res, order})
 }
 
 // Run returns the run with that label, nil if none.
@@ -198,30 +255,6 @@ func (c *Comparison) Run(label string) *Run {
 
 // registered reports whether the allocator registry knows name.
 func registered(name string) bool { return allocator.Describe(name) != "" }
-
-// DefaultSettings returns the setting variants Compare considers for the
-// verdict: expandable segments (unless the expandable policy is compared),
-// two max_split_size_mb values, and garbage_collection_threshold when the
-// trace runs under a memory fraction (the threshold does nothing without one).
-func DefaultSettings(h *trace.Header, policies []string) []Setting {
-	has := func(p string) bool {
-		for _, q := range policies {
-			if q == p {
-				return true
-			}
-		}
-		return false
-	}
-	var out []Setting
-	if !has("expandable") {
-		out = append(out, Setting{"caching", "expandable_segments:True"})
-	}
-	out = append(out, Setting{"caching", "max_split_size_mb:64"}, Setting{"caching", "max_split_size_mb:256"})
-	if h != nil && h.MemoryFraction > 0 && h.MemoryFraction < 1 {
-		out = append(out, Setting{"caching", "garbage_collection_threshold:0.8"})
-	}
-	return out
-}
 
 // joinConf appends a setting to a base PYTORCH_CUDA_ALLOC_CONF string; the
 // later key wins, as in PyTorch.
@@ -298,59 +331,43 @@ func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 	if settings == nil {
 		settings = DefaultSettings(h, policies)
 	}
-	baseConf := opts.Conf
-	if baseConf == "" && h != nil {
-		baseConf = h.AllocConf
-	}
-	cost := opts.DeviceCost
-	if cost == nil {
-		cost = &H200Cost
-	}
-	var jobs []*job
-	seen := map[string]bool{}
-	add := func(run *Run, conf string) error {
-		if seen[run.Label] {
-			return nil
-		}
-		seen[run.Label] = true
-		f, err := allocator.NewFactory(run.Policy, conf, h)
-		if err != nil {
-			return err
-		}
-		run.Conf = conf
-		run.Apply = applyHint(run.Policy, run.Setting)
-		if !run.Limit { // the physical limit makes no device calls worth pricing
-			run.Cost = &AllocatorCost{}
-			f = costFactory(f, cost, pageCounter(run.Policy), run.Cost)
-		}
-		jobs = append(jobs, &job{run: run, factory: f, cfg: opts.Config})
-		return nil
-	}
-	for _, p := range policies {
-		p = strings.ToLower(strings.TrimSpace(p))
-		if err := add(&Run{Label: p, Policy: p, Limit: p == LimitPolicy}, opts.Conf); err != nil {
+	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
+	p.parallel, p.maxPoints, p.series, p.progress = opts.Parallel, opts.MaxPoints, true, opts.Progress
+	for _, pol := range policies {
+		if err := p.addPolicy(pol); err != nil {
 			return nil, err
 		}
 	}
 	for _, s := range settings {
-		if err := add(&Run{Label: s.Label(), Policy: s.Policy, Setting: s.Conf}, joinConf(baseConf, s.Conf)); err != nil {
+		if err := p.addSetting(s); err != nil {
 			return nil, err
 		}
 	}
-	if err := runJobs(open, jobs, opts.Parallel, opts.MaxPoints, opts.Progress); err != nil {
+	if err := p.replay(nil); err != nil {
 		return nil, err
 	}
-	c := &Comparison{Trace: NewTraceInfo(opts.Name, h)}
-	for _, j := range jobs {
-		if j.run.Truncated != "" {
-			c.Truncated = j.run.Truncated
+	c := &Comparison{Trace: NewTraceInfo(opts.Name, h), Goal: opts.Goal}
+	for _, r := range p.runs {
+		if r.Truncated != "" {
+			c.Truncated = r.Truncated
 		}
 	}
-	for _, j := range jobs {
-		c.Runs = append(c.Runs, j.run)
-		if j.run.OK() && c.Trace.Events == 0 {
-			c.Trace.Events = j.run.Result.Events
-			c.Trace.dateFrom(j.run.firstTimeNS)
+	if opts.Goal.Kind == GoalFit && c.Truncated == "" {
+		p.minCapacities()
+	}
+	if b := baselineRun(p.runs); b != nil && StateOnly(h, b.Result.Events) {
+		c.State = StateOf(h)
+		for _, r := range p.runs {
+			if r.OK() && !r.Limit {
+				c.State.ApplyState(r.Result)
+			}
+		}
+	}
+	for _, r := range p.runs {
+		c.Runs = append(c.Runs, r)
+		if r.OK() && c.Trace.Events == 0 {
+			c.Trace.Events = r.Result.Events
+			c.Trace.dateFrom(r.firstTimeNS)
 		}
 	}
 	c.decide()
@@ -491,74 +508,51 @@ func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
 // pctEqual is the tolerance under which two at_peak_pct values tie.
 const pctEqual = 0.05
 
-// better reports whether run a beats run b for the verdict: lower
-// at_peak_pct, ties broken by lower peak reserved.
-func better(a, b *Run) bool {
-	pa, pb := a.Result.Fragmentation.AtPeakPct, b.Result.Fragmentation.AtPeakPct
-	if math.Abs(pa-pb) > pctEqual {
-		return pa < pb
-	}
-	return a.Result.PeakReservedBytes < b.Result.PeakReservedBytes
-}
-
 // Exact reports whether a policy reproduces a real allocator exactly
 // (PyTorch's caching allocator, with or without expandable segments); the
 // others are models.
-func Exact(policy string) bool { return policy == "caching" || policy == "expandable" }
+func Exact(policy string) bool {
+	e, _ := trust(policy)
+	return e
+}
 
-// decide fills the verdict from the runs.
+// decide fills the verdict from the runs: Decide for the comparison's
+// goal; before is its baseline, after its recommendation.
 func (c *Comparison) decide() {
 	c.LimitPct = -1
-	var before *Run
-	for _, r := range c.Runs {
-		if r.OK() && r.Policy == "caching" && r.Setting == "" {
-			before = r
-			break
-		}
-	}
-	if before == nil {
-		for _, r := range c.Runs {
-			if r.OK() && !r.Limit {
-				before = r
-				break
-			}
-		}
-	}
+	c.Decision = Decide(c.Runs, c.Goal)
 	c.Methods = c.Methods[:0]
-	var bestExact, bestAny *Run
 	for _, r := range c.Runs {
 		if r.Limit && r.OK() && c.LimitPct < 0 {
 			c.LimitPct = r.Result.Fragmentation.AtPeakPct
 		}
-		if !r.OK() || r.Limit {
-			continue
-		}
-		c.Methods = append(c.Methods, r.Label)
-		// A candidate must not fail where the baseline succeeded.
-		if before != nil && r.Result.OOMs > before.Result.OOMs {
-			continue
-		}
-		if bestAny == nil || better(r, bestAny) {
-			bestAny = r
-		}
-		if Exact(r.Policy) && (bestExact == nil || better(r, bestExact)) {
-			bestExact = r
+		if r.OK() && !r.Limit {
+			c.Methods = append(c.Methods, r.Label)
 		}
 	}
-	// A setting of PyTorch's own allocator is replayed exactly; the other
-	// policies are models. Prefer the exact answer whenever it improves on
-	// the baseline: a model's edge smaller than its error would be noise.
-	best := bestAny
-	if bestExact != nil && (before == nil || better(bestExact, before)) {
-		best = bestExact
-	}
-	if before != nil {
+	if before := c.Run(c.Decision.Baseline); before != nil {
 		c.Before, c.BeforePct = before.Label, before.Result.Fragmentation.AtPeakPct
 	}
-	if best != nil {
-		c.After, c.AfterPct = best.Label, best.Result.Fragmentation.AtPeakPct
-		c.AfterMethod = best.Apply
+	after := c.Run(c.Decision.Recommendation.Label)
+	if after == nil || !after.OK() {
+		after = c.Run(c.Decision.Baseline)
 	}
+	if after != nil {
+		c.After, c.AfterPct, c.AfterMethod = after.Label, after.Result.Fragmentation.AtPeakPct, after.Apply
+	}
+	if c.State != nil {
+		c.State.stateOnly(c.Decision)
+		c.After, c.AfterPct, c.AfterMethod = c.Before, c.BeforePct, "no what-if: the snapshot holds no events"
+	}
+}
+
+// RecommendedLine is the "Recommended: ..." line, the same in compare and
+// analyze.
+func (c *Comparison) RecommendedLine() string {
+	if c.Decision == nil || c.Decision.Recommendation == nil {
+		return ""
+	}
+	return c.Decision.Recommendation.Line
 }
 
 // VerdictLines returns the verdict, one line each: before, after, methods, trace.
@@ -572,8 +566,9 @@ func (c *Comparison) VerdictLines() []string {
 		after += ": " + c.AfterMethod
 	}
 	methods := "replayed " + fmtCount(c.Trace.Events) + " events under " + strings.Join(c.Methods, ", ") +
-		"; verdict view: at_peak_pct, 100·(1 − active/reserved) when reserved peaks (lowest wins, ties to lower peak reserved; " +
-		"settings of PyTorch's own allocator, replayed exactly, win over modelled policies whenever they improve on the baseline)"
+		"; fragmentation view: at_peak_pct, 100·(1 − active/reserved) when reserved peaks; after: the recommendation for the goal " +
+		c.Goal.String() + " (within 1% of peak reserved the cheaper in device calls and estimated allocator time wins; " +
+		"a modelled policy wins only when it beats the best exact replay by more than its measured error)"
 	if c.LimitPct >= 0 {
 		methods += fmt.Sprintf("; %s %.1f%% is the physical limit", LimitPolicy, c.LimitPct)
 	}

@@ -99,7 +99,14 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 			fmt.Fprintf(ew, "%s failed: %s\n", r.Label, r.Error)
 		}
 	}
+	if c.State != nil {
+		fmt.Fprintln(ew)
+		c.State.WriteText(ew)
+	}
 	fmt.Fprintln(ew)
+	if l := c.RecommendedLine(); l != "" {
+		fmt.Fprintln(ew, wrap(l, TableWidth))
+	}
 	for _, l := range c.VerdictLines() {
 		fmt.Fprintln(ew, l)
 	}

@@ -90,122 +90,54 @@ type Advice struct {
 	Rank               int    `json:"rank"`
 }
 
-// sweep holds the advice replays.
-type sweep struct {
-	open     Opener
-	h        *trace.Header
-	opts     AnalyzeOptions
-	base     string
-	baseline *job
-	jobs     []*job // first phase: the baseline and every variant that needs no cap
-	later    []Variant
-	all      []*job
-	variants map[*job]Variant
-	notes    map[*job]string
+// setting is the replayed setting a variant stands for (padding has none).
+func (v Variant) setting() Setting {
+	return Setting{Policy: "caching", Conf: v.Conf, EmptyCacheEvery: v.EmptyCacheEvery}
 }
 
-// hasFraction reports whether the replay runs under a memory fraction.
-func hasFraction(h *trace.Header, cfg replay.Config) bool {
-	f := cfg.Fraction
-	if f == 0 && h != nil {
-		f = h.MemoryFraction
-	}
-	return f > 0 && f < 1
-}
+// padNote says how to read the padded replay.
+const padNote = "padding is internal waste that at_peak_pct does not count: judge it by peak reserved"
 
-func newSweep(open Opener, h *trace.Header, opts AnalyzeOptions, vs []Variant) (*sweep, error) {
-	s := &sweep{open: open, h: h, opts: opts, base: opts.Conf, variants: map[*job]Variant{}, notes: map[*job]string{}}
-	if s.base == "" && h != nil {
-		s.base = h.AllocConf
-	}
-	f, err := allocator.NewFactory("caching", opts.Conf, h)
+// padRun builds the replay of the trace with requests padded to powers of
+// two, under the caching allocator and conf.
+func padRun(open Opener, h *trace.Header, conf string, cfg replay.Config) (*job, error) {
+	f, err := allocator.NewFactory("caching", conf, h)
 	if err != nil {
 		return nil, err
 	}
-	s.baseline = &job{run: &Run{Label: "caching (baseline)", Policy: "caching", Conf: opts.Conf}, factory: f, cfg: opts.Config, noSeries: true}
-	s.jobs = append(s.jobs, s.baseline)
-	for _, v := range vs {
-		if v.Knob == "garbage_collection_threshold" && !hasFraction(h, opts.Config) {
-			s.later = append(s.later, v)
-			continue
-		}
-		j, err := s.job(v, opts.Config)
-		if err != nil {
-			return nil, err
-		}
-		s.jobs = append(s.jobs, j)
-	}
-	return s, nil
+	v := Variant{Knob: "padding", PadPow2: true}
+	run := &Run{Label: v.Label(), Policy: "caching", Conf: conf, Setting: v.Label(), Note: padNote}
+	return &job{run: run, factory: f, cfg: cfg, noSeries: true, open: padTransform(open)}, nil
 }
 
-// job builds the replay of one variant.
-func (s *sweep) job(v Variant, cfg replay.Config) (*job, error) {
-	conf := s.opts.Conf
-	if v.Conf != "" {
-		conf = joinConf(s.base, v.Conf)
-	}
-	f, err := allocator.NewFactory("caching", conf, s.h)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", v.Label(), err)
-	}
-	cfg.EmptyCacheEvery = v.EmptyCacheEvery
-	j := &job{run: &Run{Label: v.Label(), Policy: "caching", Conf: conf, Setting: v.Label()}, factory: f, cfg: cfg, noSeries: true}
-	if v.PadPow2 {
-		j.open = padTransform(s.open)
-		s.notes[j] = "padding is internal waste that at_peak_pct does not count: judge it by peak reserved"
-	}
-	s.variants[j] = v
-	s.all = append(s.all, j)
-	return j, nil
-}
-
-// second runs the variants that needed the baseline first: the garbage
-// collection threshold, under a fraction cap at the baseline's peak
-// reserved (the threshold does nothing without a cap).
-func (s *sweep) second(open Opener, opts AnalyzeOptions) error {
-	if len(s.later) == 0 || !s.baseline.run.OK() {
-		return nil
-	}
-	peak := s.baseline.run.Result.PeakReservedBytes
-	if peak == 0 {
-		return nil
-	}
-	cfg := opts.Config
-	total := cfg.CapacityBytes
-	if total == 0 && s.h != nil {
-		total = s.h.GPUTotalBytes
-	}
-	if total < peak+cfg.OutsideBytes {
-		total = 2 * (peak + cfg.OutsideBytes)
-	}
-	cfg.CapacityBytes = total
-	cfg.Fraction = math.Min(1, float64(peak)/float64(total)*1.0001)
-	var jobs []*job
-	for _, v := range s.later {
-		j, err := s.job(v, cfg)
-		if err != nil {
-			return err
-		}
-		s.notes[j] = fmt.Sprintf("under a memory fraction of %.4f (%s: the caching peak reserved), as "+
-			"torch.cuda.set_per_process_memory_fraction", cfg.Fraction, FmtBytes(peak))
-		jobs = append(jobs, j)
-	}
-	return runJobs(open, jobs, opts.Parallel, 0, opts.Progress)
-}
-
-// rank returns the baseline and the variants, best first: lowest
-// at_peak_pct, ties to lower peak reserved; variants that fail or OOM
-// where the baseline did not come last.
-func (s *sweep) rank() (*replay.Result, []Advice) {
+// rankAdvice returns the advice rows of the variants from their replays
+// (runs, padded: the padded one), best first: lowest at_peak_pct, ties to
+// lower peak reserved; variants that fail or OOM where the baseline did
+// not come last.
+func rankAdvice(vs []Variant, runs []*Run, padded *Run) (*replay.Result, []Advice) {
 	var base *replay.Result
-	if s.baseline.run.OK() {
-		base = s.baseline.run.Result
+	if b := baselineRun(runs); b != nil {
+		base = b.Result
+	}
+	find := func(v Variant) *Run {
+		if v.PadPow2 {
+			return padded
+		}
+		for _, r := range runs {
+			if r != nil && !r.Limit && settingOf(r) == v.Label() && (r.Policy == "caching" || r.Policy == "expandable") {
+				return r
+			}
+		}
+		return nil
 	}
 	var out []Advice
-	for _, j := range s.all {
-		v := s.variants[j]
-		a := Advice{Variant: v, Setting: v.Label(), Apply: v.apply(), Note: s.notes[j], Error: j.run.Error}
-		if r := j.run.Result; r != nil && j.run.Error == "" {
+	for _, v := range vs {
+		run := find(v)
+		if run == nil {
+			continue
+		}
+		a := Advice{Variant: v, Setting: v.Label(), Apply: v.apply(), Note: run.Note, Error: run.Error}
+		if r := run.Result; r != nil && run.Error == "" {
 			a.AtPeakPct = r.Fragmentation.AtPeakPct
 			a.PeakReservedBytes = r.PeakReservedBytes
 			a.StrandedBytes = r.Fragmentation.StrandedBytes

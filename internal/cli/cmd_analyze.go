@@ -27,6 +27,7 @@ func analyzeCommand() *cli.Command {
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 			&cli.IntFlag{Name: "top", Usage: "worst moments to list", Value: 5},
 			&cli.BoolFlag{Name: "no-advice", Usage: "skip the sweep of settings"},
+			goalFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print the analysis as JSON"},
 		},
 		Action: runAnalyze,
@@ -43,6 +44,12 @@ func runAnalyze(c *cli.Context) error {
 	}
 	opts := analysis.AnalyzeOptions{Policy: c.String("policy"), Conf: c.String("conf"), Top: c.Int("top"),
 		NoAdvice: c.Bool("no-advice"), Name: name}
+	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
+		return exitCode(2, fmt.Errorf("analyze: --goal: %w", err))
+	}
+	if err := checkPolicyConf(open, []string{opts.Policy}, opts.Conf); err != nil {
+		return exitCode(2, fmt.Errorf("analyze: %w", err))
+	}
 	if s := c.String("capacity"); s != "" {
 		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
 			return exitCode(2, err)
@@ -57,10 +64,20 @@ func runAnalyze(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// A trace cut short: show what its events say, then fail.
+	var cut error
+	if a.Truncated != "" {
+		cut = exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, a.Truncated))
+	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
-		return enc.Encode(a)
+		err = enc.Encode(a)
+	} else {
+		err = a.WriteText(c.App.Writer)
 	}
-	return a.WriteText(c.App.Writer)
+	if err != nil {
+		return err
+	}
+	return cut
 }

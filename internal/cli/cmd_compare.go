@@ -37,6 +37,7 @@ func compareCommand() *cli.Command {
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
 			&cli.StringSliceFlag{Name: "setting", Usage: "a caching setting variant to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
+			goalFlag(),
 			&cli.StringFlag{Name: "out", Usage: "write the plots (PNG and SVG) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
 			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
@@ -68,6 +69,41 @@ func traceSource(c *cli.Context, arg string) (analysis.Opener, string, error) {
 	}, name, nil
 }
 
+// goalFlag is --goal, shared by compare and analyze.
+func goalFlag() cli.Flag {
+	return &cli.StringFlag{Name: "goal", Value: "reserved", Usage: "what the recommendation optimises: " +
+		"reserved (lowest peak reserved), fragmentation (lowest at_peak_pct), or fit:SIZE (e.g. fit:24GiB: " +
+		"runs with no OOM on a device of SIZE, then the lowest cost in device calls and allocator time)"}
+}
+
+// checkPolicyConf builds every policy under conf, and every setting, on
+// the trace's header, so that an unknown policy or a bad --conf is a
+// usage error found before any replay.
+func checkPolicyConf(open analysis.Opener, policies []string, conf string, settings ...analysis.Setting) error {
+	r, cl, err := open()
+	if err != nil {
+		return nil // the replay reports the unreadable trace
+	}
+	h := r.Header()
+	if cl != nil {
+		cl.Close()
+	}
+	if len(policies) == 0 && len(settings) == 0 {
+		policies = []string{"caching"}
+	}
+	for _, p := range policies {
+		if _, err := allocator.NewFactory(p, conf, h); err != nil {
+			return err
+		}
+	}
+	for _, s := range settings {
+		if _, err := allocator.NewFactory(s.Policy, s.Conf, h); err != nil {
+			return fmt.Errorf("%s: %w", s.Conf, err)
+		}
+	}
+	return nil
+}
+
 // splitList splits a comma-separated flag value.
 func splitList(s string) []string {
 	var out []string
@@ -88,12 +124,21 @@ func runCompare(c *cli.Context) error {
 		return err
 	}
 	opts := analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf"), Name: name}
+	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
+		return exitCode(2, fmt.Errorf("compare: --goal: %w", err))
+	}
+	if err := checkPolicyConf(open, opts.Policies, opts.Conf); err != nil {
+		return exitCode(2, fmt.Errorf("compare: %w", err))
+	}
 	if c.IsSet("setting") {
 		opts.Settings = []analysis.Setting{}
 		for _, s := range c.StringSlice("setting") {
 			if s != "none" {
 				opts.Settings = append(opts.Settings, analysis.Setting{Policy: "caching", Conf: s})
 			}
+		}
+		if err := checkPolicyConf(open, nil, "", opts.Settings...); err != nil {
+			return exitCode(2, fmt.Errorf("compare: --setting %w", err))
 		}
 	}
 	if s := c.String("capacity"); s != "" {
