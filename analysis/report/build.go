@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
@@ -67,7 +68,11 @@ type RunRow struct {
 	Setting         string  `json:"setting,omitempty"`
 	Apply           string  `json:"apply"`
 	Exact           bool    `json:"exact"`
+	ErrorPct        float64 `json:"error_pct,omitempty"` // a model's measured error of peak reserved
 	Limit           bool    `json:"limit,omitempty"`
+	Recommended     bool    `json:"recommended,omitempty"`
+	Excluded        string  `json:"excluded,omitempty"` // why the decision cannot pick it
+	Note            string  `json:"note,omitempty"`
 	PeakReserved    uint64  `json:"peak_reserved"`
 	PeakRequested   uint64  `json:"peak_requested"`
 	AtPeakPct       float64 `json:"at_peak_pct"`
@@ -195,12 +200,37 @@ func (rep *Report) captureLayouts(open analysis.Opener, policy string, opts Opti
 // Comparison returns the comparison the report shows.
 func (rep *Report) Comparison() *analysis.Comparison { return rep.comparison }
 
-// runRows lists the runs for the policies and settings table.
+// runRows lists the runs for the policies and settings table: in the
+// decision's order (best first for the goal) when there is one.
 func runRows(cmp *analysis.Comparison) []RunRow {
+	runs := cmp.Runs
+	outcomes := map[string]*analysis.Outcome{}
+	if cmp.Decision != nil && len(cmp.Decision.Results) > 0 {
+		runs = nil
+		for i := range cmp.Decision.Results {
+			o := &cmp.Decision.Results[i]
+			if r := cmp.Run(o.Label); r != nil {
+				outcomes[o.Label] = o
+				runs = append(runs, r)
+			}
+		}
+		for _, r := range cmp.Runs { // any run the decision did not weigh
+			if outcomes[r.Label] == nil {
+				runs = append(runs, r)
+			}
+		}
+	}
 	var rows []RunRow
-	for _, r := range cmp.Runs {
+	for _, r := range runs {
 		row := RunRow{Label: r.Label, Policy: r.Policy, Setting: r.Setting, Apply: r.Apply,
 			Exact: analysis.Exact(r.Policy), Limit: r.Limit, Error: r.Error}
+		if o := outcomes[r.Label]; o != nil {
+			row.Exact, row.ErrorPct, row.Recommended, row.Excluded = o.Exact, o.ErrorPct, o.Recommended, o.Excluded
+			row.Note = strings.Trim(o.Note+"; "+o.CallsNote, "; ")
+			if o.Env != "" {
+				row.Apply = o.Env
+			}
+		}
 		if res := r.Result; res != nil {
 			row.PeakReserved, row.PeakRequested = res.PeakReservedBytes, res.PeakRequestedBytes
 			row.AtPeakPct, row.TimeWeightedPct = res.Fragmentation.AtPeakPct, res.Fragmentation.TimeWeightedPct

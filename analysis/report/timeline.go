@@ -22,12 +22,14 @@ type Timeline struct {
 	Runs []TimelineRuns `json:"runs"`
 }
 
-// TimelineRuns are the series of one run, in GiB.
+// TimelineRuns are the series of one run, in GiB. A setting variant
+// carries its reserved bytes only: its requests are the trace's.
 type TimelineRuns struct {
 	Label     string    `json:"label"`
+	Setting   bool      `json:"setting,omitempty"`
 	Reserved  []float64 `json:"reserved"`
-	Active    []float64 `json:"active"`
-	Requested []float64 `json:"requested"`
+	Active    []float64 `json:"active,omitempty"`
+	Requested []float64 `json:"requested,omitempty"`
 }
 
 // newTimeline puts the runs' series on buckets common buckets over
@@ -57,9 +59,12 @@ func newTimeline(runs []*analysis.Run, buckets int) Timeline {
 		if !r.OK() || len(r.Series) == 0 {
 			continue
 		}
-		tr := TimelineRuns{Label: r.Label}
+		tr := TimelineRuns{Label: r.Label, Setting: r.Setting != ""}
 		out := []*[]float64{&tr.Reserved, &tr.Active, &tr.Requested}
 		for k, name := range timelineSeries {
+			if k > 0 && tr.Setting {
+				break
+			}
 			if s := r.SeriesNamed(name); s != nil {
 				*out[k] = resample(s, buckets, w)
 			}

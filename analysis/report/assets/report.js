@@ -73,10 +73,13 @@
     var hidden = [];
     D.timeline.runs.forEach(function (r, i) {
       var c = COLORS[i % COLORS.length];
-      var main = r.label === D.policy, outlier = peaks[i] > 1.3 * median && r.label !== D.recommendation.label && !main;
+      var main = r.label === D.policy, rec = r.label === D.recommendation.label;
+      var outlier = peaks[i] > 1.3 * median && !rec && !main;
       if (outlier) hidden.push(r.label + " (peak " + peaks[i].toFixed(2) + " GiB)");
-      data.push(r.reserved); series.push({ label: r.label + " reserved", stroke: c, width: 1.5, show: !outlier, value: gib });
-      data.push(r.active); series.push({ label: r.label + " active", stroke: c, width: 1, dash: [6, 4], show: main, value: gib });
+      // Setting variants start hidden, but for the recommended one.
+      var show = !outlier && (!r.setting || rec);
+      data.push(r.reserved); series.push({ label: r.label + (r.setting ? "" : " reserved"), stroke: c, width: rec ? 2 : 1.5, show: show, value: gib });
+      if (r.active) { data.push(r.active); series.push({ label: r.label + " active", stroke: c, width: 1, dash: [6, 4], show: main, value: gib }); }
     });
     if (D.timeline.runs.length) {
       data.push(D.timeline.runs[0].requested);
@@ -113,7 +116,9 @@
       }
     };
     plot = new uPlot(opts, data, box);
-    if (hidden.length) $("tl-note").textContent = "Hidden at first, as its peak would squash the others: " + hidden.join(", ") + ". Click its legend entry to show it.";
+    var notes = ["Setting variants (" + D.timeline.runs.filter(function (r) { return r.setting; }).length + ") start hidden but for the recommended one; their legend entries show them."];
+    if (hidden.length) notes.push("Hidden at first, as its peak would squash the others: " + hidden.join(", ") + ".");
+    $("tl-note").textContent = notes.join(" ");
     listeners.push(function () { plot.redraw(false, false); });
     window.addEventListener("resize", function () { plot.setSize({ width: box.clientWidth, height: 340 }); });
   }
@@ -269,18 +274,19 @@
     show(D.breakdowns.length > 1 ? 1 : 0);
   }
 
-  // Policies and settings.
+  // Policies and settings, in the decision's order.
   function runs() {
     var t = $("runs");
-    var cols = ["", "peak reserved", "at_peak_pct", "time_weighted_pct", "stranded at peak", "device calls", "OOMs", "kind", "how to get it"];
+    var cols = ["", "peak reserved", "at_peak_pct", "time_weighted_pct", "stranded at peak", "device calls", "OOMs", "kind", "how to get it", "note"];
     var tr = el("tr");
     cols.forEach(function (c, i) { tr.appendChild(el("th", i >= 7 ? { "class": "l" } : null, c)); });
     t.appendChild(tr);
     D.runs.forEach(function (r) {
-      var row = el("tr", { "class": r.label === D.recommendation.label ? "best" : (r.limit ? "limit" : "") });
+      var row = el("tr", { "class": r.recommended || r.label === D.recommendation.label ? "best" : (r.limit ? "limit" : "") });
+      var kind = r.limit ? "physical limit" : (r.exact ? "exact" : "model ±" + (r.error_pct || 0).toFixed(1) + "%");
       var cells = r.error ? [r.label, "failed: " + r.error] : [r.label, fmtBytes(r.peak_reserved), r.at_peak_pct.toFixed(1) + "%",
         r.time_weighted_pct.toFixed(1) + "%", fmtBytes(r.stranded_at_peak), fmtCount(r.device_calls), fmtCount(r.ooms),
-        r.limit ? "physical limit" : (r.exact ? "exact" : "model"), r.apply];
+        kind, r.apply, [r.recommended ? "recommended" : "", r.excluded || "", r.note || ""].filter(Boolean).join("; ")];
       cells.forEach(function (c, i) { row.appendChild(el("td", i >= 7 ? { "class": "l" } : null, c)); });
       t.appendChild(row);
     });
