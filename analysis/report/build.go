@@ -25,8 +25,9 @@ type Options struct {
 	// Policy is the run whose segment map and stranded bytes are shown
 	// ("" is caching); it replays with Compare.Conf.
 	Policy string
-	// Moments is the number of evenly spaced moments whose segment map is
-	// captured, besides the worst one and peak reserved; 0: 32.
+	// Moments is the number of moments whose segment map is captured,
+	// half evenly spaced in events and half in time, besides the worst
+	// one and peak reserved; 0: 32.
 	Moments int
 	// Buckets is the number of time buckets of the timeline; 0: DefaultBuckets.
 	Buckets int
@@ -143,7 +144,10 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 	if k <= 0 {
 		k = maxLayoutsDefault
 	}
-	targets := layoutTargets(an.Result.Events, k)
+	// Half the moments evenly spaced in events (where the trace is busy),
+	// half in time (so that a click on a quiet stretch finds one near).
+	targets := layoutTargets(an.Result.Events, (k+1)/2)
+	times := timeTargets(rep.Trace.DurationS, k/2)
 	what := map[int64]string{}
 	if len(an.Moments) > 0 {
 		what[an.Moments[0].Index] = "most stranded"
@@ -154,7 +158,7 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 		what[peak] = "peak reserved"
 	}
 	targets = append(targets, peak)
-	if err := rep.captureLayouts(open, policy, opts, targets, what); err != nil {
+	if err := rep.captureLayouts(open, policy, opts, targets, times, what); err != nil {
 		return nil, err
 	}
 	rep.Selected = 0
@@ -171,7 +175,7 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 
 // captureLayouts replays the trace under the policy and snapshots its
 // segments at the target events.
-func (rep *Report) captureLayouts(open analysis.Opener, policy string, opts Options, targets []int64, what map[int64]string) error {
+func (rep *Report) captureLayouts(open analysis.Opener, policy string, opts Options, targets []int64, times []float64, what map[int64]string) error {
 	r, c, err := open()
 	if err != nil {
 		return err
@@ -184,6 +188,7 @@ func (rep *Report) captureLayouts(open analysis.Opener, policy string, opts Opti
 		return err
 	}
 	lc := newLayoutCapture(r, targets, what)
+	lc.times = times
 	cfg := opts.Compare.Config
 	cfg.Observer, cfg.Progress = lc.observe, nil
 	_, err = replay.Run(r, probeFactory(f, nil, func(*probe) {}), cfg)

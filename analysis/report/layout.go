@@ -67,6 +67,8 @@ type layoutCapture struct {
 	targets []int64          // event indexes, ascending
 	what    map[int64]string // labels of special targets
 	next    int
+	times   []float64 // seconds since the first event, ascending
+	nextT   int
 	t0      int64
 	started bool
 	layouts []Layout
@@ -96,7 +98,12 @@ func (c *layoutCapture) observe(s *replay.Sample) {
 	if s.Event.Kind == trace.KindAlloc {
 		p.noteAlloc(&s.Event)
 	}
-	if c.next >= len(c.targets) || s.Index < c.targets[c.next] {
+	t := float64(s.TimeNS-c.t0) / 1e9
+	dueT := c.nextT < len(c.times) && t >= c.times[c.nextT]
+	for c.nextT < len(c.times) && t >= c.times[c.nextT] {
+		c.nextT++
+	}
+	if !dueT && (c.next >= len(c.targets) || s.Index < c.targets[c.next]) {
 		return
 	}
 	what := ""
@@ -283,6 +290,18 @@ func coarsen(blocks [][5]int64, size uint64) [][5]int64 {
 	}
 	if open {
 		flush(cur)
+	}
+	return out
+}
+
+// timeTargets returns k evenly spaced times over [0, durationS].
+func timeTargets(durationS float64, k int) []float64 {
+	if durationS <= 0 || k <= 0 {
+		return nil
+	}
+	out := make([]float64, 0, k)
+	for i := 0; i < k; i++ {
+		out = append(out, (float64(i)+0.5)*durationS/float64(k))
 	}
 	return out
 }

@@ -78,14 +78,17 @@
       if (outlier) hidden.push(r.label + " (peak " + peaks[i].toFixed(2) + " GiB)");
       // Setting variants start hidden, but for the recommended one.
       var show = !outlier && (!r.setting || rec);
-      data.push(r.reserved); series.push({ label: r.label + (r.setting ? "" : " reserved"), stroke: c, width: rec ? 2 : 1.5, show: show, value: gib });
-      if (r.active) { data.push(r.active); series.push({ label: r.label + " active", stroke: c, width: 1, dash: [6, 4], show: main, value: gib }); }
+      data.push(r.reserved); series.push({ label: r.label + (r.setting ? "" : " reserved"), stroke: c, width: rec ? 2 : 1.5, show: show, value: gib, run: r });
+      if (r.active) { data.push(r.active); series.push({ label: r.label + " active", stroke: c, width: 1, dash: [6, 4], show: main, value: gib, run: r }); }
     });
     if (D.timeline.runs.length) {
       data.push(D.timeline.runs[0].requested);
       series.push({ label: "requested", stroke: "#1d232a", width: 1, dash: [2, 3], show: true, value: gib });
     }
     function gib(u, v) { return v == null ? "-" : v.toFixed(3) + " GiB"; }
+    // Memory holds its value between events: draw steps, not ramps.
+    var step = uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : null;
+    if (step) series.forEach(function (s, i) { if (i > 0) s.paths = step; });
     var downX = 0;
     var opts = {
       width: box.clientWidth || 1100, height: 340,
@@ -93,7 +96,7 @@
       series: series,
       axes: [{ label: "seconds since the first event" }, { label: "GiB", size: 60 }],
       cursor: { drag: { x: true, y: false } },
-      legend: { live: true },
+      legend: { show: false },
       hooks: {
         draw: [function (u) {
           var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
@@ -115,12 +118,44 @@
         }]
       }
     };
+    opts.hooks.setCursor = [function (u) { readout(u); }];
     plot = new uPlot(opts, data, box);
+    legend(series);
     var notes = ["Setting variants (" + D.timeline.runs.filter(function (r) { return r.setting; }).length + ") start hidden but for the recommended one; their legend entries show them."];
     if (hidden.length) notes.push("Hidden at first, as its peak would squash the others: " + hidden.join(", ") + ".");
     $("tl-note").textContent = notes.join(" ");
     listeners.push(function () { plot.redraw(false, false); });
     window.addEventListener("resize", function () { plot.setSize({ width: box.clientWidth, height: 340 }); });
+  }
+
+  // The timeline's legend: a checkbox per line, the setting variants
+  // folded away; and a readout of the shown lines at the cursor.
+  function legend(series) {
+    var box = $("tl-legend"), more = el("details"), n = 0;
+    more.appendChild(el("summary", null, ""));
+    series.forEach(function (s, i) {
+      if (i === 0) return;
+      var run = s.run;
+      var lab = el("label", { "class": "lg" }), cb = el("input", { type: "checkbox" });
+      cb.checked = s.show;
+      cb.addEventListener("change", function () { plot.setSeries(i, { show: cb.checked }); });
+      var sw = el("i", { "class": "line" });
+      sw.style.borderTop = (s.dash ? (s.dash[0] > 3 ? "2px dashed " : "2px dotted ") : "3px solid ") + s.stroke;
+      lab.appendChild(cb); lab.appendChild(sw); lab.appendChild(document.createTextNode(s.label));
+      if (run && run.setting && run.label !== D.recommendation.label) { more.appendChild(lab); n++; } else box.appendChild(lab);
+    });
+    if (n) { more.firstChild.textContent = n + " setting variants"; box.appendChild(more); }
+  }
+  function readout(u) {
+    var i = u.cursor.idx, out = $("tl-readout");
+    if (i == null) { out.textContent = ""; return; }
+    var parts = [];
+    u.series.forEach(function (s, k) {
+      if (k === 0 || !s.show) return;
+      var v = u.data[k][i];
+      if (v != null) parts.push(s.label + " " + v.toFixed(3));
+    });
+    out.textContent = "t = " + u.data[0][i].toFixed(2) + " s (GiB): " + parts.join(" · ");
   }
 
   // Segment map: a row per segment, its blocks in address order.
