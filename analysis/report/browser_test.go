@@ -42,6 +42,7 @@ type selftestResult struct {
 	SelectedFrom   int    `json:"selectedFrom"`
 	SelectedTo     int    `json:"selectedTo"`
 	MapChanged     bool   `json:"mapChanged"`
+	Tooltip        string `json:"tooltip"`
 }
 
 // TestReportInBrowser opens the report of a committed trace in headless
@@ -95,6 +96,9 @@ func TestReportInBrowser(t *testing.T) {
 	}
 	if !strings.Contains(string(out), html.EscapeString(rep.Recommendation.Saving)) {
 		t.Errorf("the saving %q is not on the page", rep.Recommendation.Saving)
+	}
+	if !regexp.MustCompile(`^(active|free, stranded|free, releasable): \d`).MatchString(res.Tooltip) || !strings.Contains(res.Tooltip, "segment ") {
+		t.Errorf("hovering a block shows %q, want its state, size and segment", res.Tooltip)
 	}
 	if res.Layouts != len(rep.Layouts) || res.SelectedFrom == res.SelectedTo || !res.MapChanged {
 		t.Errorf("selecting another moment (%d -> %d of %d) did not change the segment map", res.SelectedFrom, res.SelectedTo, res.Layouts)

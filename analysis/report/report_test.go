@@ -218,7 +218,7 @@ func synthOpener(t testing.TB, n int64) analysis.Opener {
 // under 8 MB: its size is bounded by the timeline's buckets and the
 // captured layouts, not by the trace.
 func TestReportSizeBound(t *testing.T) {
-	n := int64(100_000)
+	n := int64(50_000)
 	if os.Getenv("FRAGSIM_LONG") == "1" {
 		n = 1_000_000
 	}
@@ -243,6 +243,23 @@ func TestReportSizeBound(t *testing.T) {
 		if len(l.Segments) > maxSegmentRows {
 			t.Fatalf("event %d: %d segment rows", l.Index, len(l.Segments))
 		}
+	}
+	// The synthetic trace has call stacks: blocks of the map point at them.
+	withStack := 0
+	for _, l := range rep.Layouts {
+		for _, r := range l.Segments {
+			for _, b := range r.Blocks {
+				if b[3] >= 0 {
+					if int(b[3]) >= len(rep.Stacks) || rep.Stacks[b[3]] == "" {
+						t.Fatalf("block points at stack %d of %d", b[3], len(rep.Stacks))
+					}
+					withStack++
+				}
+			}
+		}
+	}
+	if withStack == 0 {
+		t.Fatal("no block of the map carries its call stack")
 	}
 	t.Logf("%d events: %d bytes", rep.Trace.Events, buf.Len())
 }

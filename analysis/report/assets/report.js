@@ -341,6 +341,12 @@
     document.querySelectorAll("canvas").forEach(function (cv) {
       res.canvases.push({ id: cv.id || cv.className, ink: canvasInk(cv) });
     });
+    // Hover the first block drawn: its tooltip shows.
+    var h = hits[0], rc = $("map").getBoundingClientRect();
+    if (h) {
+      $("map").dispatchEvent(new MouseEvent("mousemove", { clientX: rc.left + (h.x0 + h.x1) / 2, clientY: rc.top + h.y + ROW / 2 }));
+      res.tooltip = $("tip").hidden ? "" : $("tip").textContent;
+    }
     var before = $("map").toDataURL(), beforeSummary = $("map-summary").textContent, was = selected;
     select(selected === 0 ? D.layouts.length - 1 : 0);
     res.selectedFrom = was; res.selectedTo = selected;
