@@ -59,6 +59,13 @@ func runExport(c *cli.Context) error {
 			return exitCode(2, err)
 		}
 	}
+	pols := []string{opts.Policy}
+	if format == "perfetto" {
+		pols = opts.Policies
+	}
+	if err := checkPolicyConf(open, pols, opts.Conf); err != nil {
+		return exitCode(2, fmt.Errorf("export: %w", err))
+	}
 	path := c.String("o")
 	// Written to a temporary file renamed into place: a failed export
 	// leaves no partial file.

@@ -65,6 +65,9 @@ func TestExportPerfettoAndUsage(t *testing.T) {
 	if _, stderr, code := runCLI("export", "--format", "svg", tr, "-o", out); code != 2 || !strings.Contains(stderr, "svg") {
 		t.Errorf("unknown format: exit %d, %q", code, stderr)
 	}
+	if _, stderr, code := runCLI("export", "--format", "memory_viz", "--policy", "nosuch", tr, "-o", out); code != 2 {
+		t.Errorf("unknown policy: exit %d, %q", code, stderr)
+	}
 	if _, _, code := runCLI("export", "--format", "perfetto", tr); code != 2 {
 		t.Errorf("no -o: exit %d, want 2", code)
 	}

@@ -32,6 +32,7 @@ func reportCommand() *cli.Command {
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
 			&cli.StringSliceFlag{Name: "setting", Usage: "a caching setting variant to consider, e.g. max_split_size_mb:128 (repeatable; 'none' for none)"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
+			goalFlag(),
 			&cli.IntFlag{Name: "moments", Usage: "evenly spaced moments whose segments are captured, besides the worst one", Value: 32},
 		},
 		Action: runReport,
@@ -51,12 +52,21 @@ func runReport(c *cli.Context) error {
 	}
 	opts := report.Options{Policy: c.String("policy"), Moments: c.Int("moments"),
 		Compare: analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf"), Name: name}}
+	if opts.Compare.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
+		return exitCode(2, fmt.Errorf("report: --goal: %w", err))
+	}
+	if err := checkPolicyConf(open, append(opts.Compare.Policies, opts.Policy), opts.Compare.Conf); err != nil {
+		return exitCode(2, fmt.Errorf("report: %w", err))
+	}
 	if c.IsSet("setting") {
 		opts.Compare.Settings = []analysis.Setting{}
 		for _, s := range c.StringSlice("setting") {
 			if s != "none" {
 				opts.Compare.Settings = append(opts.Compare.Settings, analysis.Setting{Policy: "caching", Conf: s})
 			}
+		}
+		if err := checkPolicyConf(open, nil, "", opts.Compare.Settings...); err != nil {
+			return exitCode(2, fmt.Errorf("report: --setting %w", err))
 		}
 	}
 	if s := c.String("capacity"); s != "" {

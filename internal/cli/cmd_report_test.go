@@ -33,6 +33,12 @@ func TestReportUsageAndBadTrace(t *testing.T) {
 	if _, stderr, code := runCLI("report", synthTrace(t, 1000)); code != 2 {
 		t.Errorf("report without -o: exit %d, want 2 (%s)", code, stderr)
 	}
+	tr := synthTrace(t, 1000)
+	for _, args := range [][]string{{"--policy", "nosuch"}, {"--goal", "nosuch"}, {"--moments", "0"}, {"--setting", "max_split_size_mb:x"}} {
+		if _, stderr, code := runCLI(append([]string{"report", tr, "-o", filepath.Join(dir, "x.html")}, args...)...); code != 2 {
+			t.Errorf("report %v: exit %d, want 2 (%s)", args, code, stderr)
+		}
+	}
 	bad := filepath.Join(dir, "bad.fst")
 	if err := os.WriteFile(bad, []byte("not a trace"), 0o644); err != nil {
 		t.Fatal(err)
