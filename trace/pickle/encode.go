@@ -8,15 +8,48 @@ import (
 )
 
 // Encoder writes a data-only pickle (protocol 4) as a stream of values:
-// ints, strings, floats, bools, None, dicts, lists and pairs, with the
-// opcodes Python's own pickler uses for them, so that Python's pickle and
-// the decoders that read PyTorch snapshots load it. Containers are opened,
-// filled with values (a dict with key, value, key, value, ...) and closed;
-// nothing is memoized. The first write error is kept and returned by Close.
+// ints, strings, floats, bools, None, dicts, lists and pairs of ints, with
+// the opcodes Python's own pickler uses for them, so that Python's pickle
+// and the decoders that read PyTorch snapshots load it. Containers are
+// opened, filled with values (a dict with key, value, key, value, ...) and
+// closed; as Python does, their items are added batchSize at a time (a
+// reader that spreads a batch into a call's arguments would overflow on a
+// million), and nothing is memoized. The first write error is kept and
+// returned by Close.
 type Encoder struct {
-	w   *bufio.Writer
-	err error
-	buf [10]byte
+	w    *bufio.Writer
+	err  error
+	buf  [10]byte
+	open []container // the containers being filled, innermost last
+}
+
+// container counts the values written into an open list or dict since
+// its last batch.
+type container struct {
+	dict bool
+	n    int
+}
+
+// batchSize is the number of items added to a container at once, as
+// Python's pickler does.
+const batchSize = 1000
+
+// value notes a value written into the innermost container, closing the
+// batch when it is full (after a dict's value, never between key and value).
+func (e *Encoder) value() {
+	if len(e.open) == 0 {
+		return
+	}
+	c := &e.open[len(e.open)-1]
+	c.n++
+	switch {
+	case c.dict && c.n == 2*batchSize:
+		e.raw(opSETITEMS, opMARK)
+		c.n = 0
+	case !c.dict && c.n == batchSize:
+		e.raw(opAPPENDS, opMARK)
+		c.n = 0
+	}
 }
 
 // NewEncoder starts a pickle on w.
@@ -67,6 +100,7 @@ func (e *Encoder) Int(v int64) {
 	default:
 		e.long(uint64(v), v < 0)
 	}
+	e.value()
 }
 
 // Uint writes an int that may not fit an int64.
@@ -76,6 +110,7 @@ func (e *Encoder) Uint(v uint64) {
 		return
 	}
 	e.long(v, false)
+	e.value()
 }
 
 // long writes LONG1: the shortest little-endian two's complement of v.
@@ -115,6 +150,7 @@ func (e *Encoder) Str(s string) {
 	if e.err == nil {
 		_, e.err = e.w.WriteString(s)
 	}
+	e.value()
 }
 
 // Float writes a float.
@@ -122,6 +158,7 @@ func (e *Encoder) Float(f float64) {
 	binary.BigEndian.PutUint64(e.buf[:8], math.Float64bits(f))
 	e.raw(opBINFLOAT)
 	e.raw(e.buf[:8]...)
+	e.value()
 }
 
 // Bool writes True or False.
@@ -131,25 +168,52 @@ func (e *Encoder) Bool(b bool) {
 	} else {
 		e.raw(opNEWFALSE)
 	}
+	e.value()
 }
 
 // None writes None.
-func (e *Encoder) None() { e.raw(opNONE) }
+func (e *Encoder) None() {
+	e.raw(opNONE)
+	e.value()
+}
 
 // BeginDict opens a dict: write its keys and values in turn, then EndDict.
-func (e *Encoder) BeginDict() { e.raw(opEMPTY_DICT, opMARK) }
+func (e *Encoder) BeginDict() {
+	e.raw(opEMPTY_DICT, opMARK)
+	e.open = append(e.open, container{dict: true})
+}
 
 // EndDict closes the dict opened last.
-func (e *Encoder) EndDict() { e.raw(opSETITEMS) }
+func (e *Encoder) EndDict() { e.end(opSETITEMS) }
 
 // BeginList opens a list: write its items, then EndList.
-func (e *Encoder) BeginList() { e.raw(opEMPTY_LIST, opMARK) }
+func (e *Encoder) BeginList() {
+	e.raw(opEMPTY_LIST, opMARK)
+	e.open = append(e.open, container{})
+}
 
 // EndList closes the list opened last.
-func (e *Encoder) EndList() { e.raw(opAPPENDS) }
+func (e *Encoder) EndList() { e.end(opAPPENDS) }
 
-// Tuple2 makes a pair of the last two values written.
-func (e *Encoder) Tuple2() { e.raw(opTUPLE2) }
+func (e *Encoder) end(op byte) {
+	e.raw(op)
+	if len(e.open) > 0 {
+		e.open = e.open[:len(e.open)-1]
+	}
+	e.value()
+}
+
+// IntPair writes the pair (a, b).
+func (e *Encoder) IntPair(a, b int64) {
+	// The pair is one value of its container: its members are not counted.
+	open := e.open
+	e.open = nil
+	e.Int(a)
+	e.Int(b)
+	e.raw(opTUPLE2)
+	e.open = open
+	e.value()
+}
 
 // Close ends the pickle and flushes it; it returns the first error met.
 func (e *Encoder) Close() error {
