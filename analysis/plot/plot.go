@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -145,11 +146,13 @@ func newPlot(title, x, y string) *plot.Plot {
 	return p
 }
 
-// HistData is the data behind fragmentation_hist: one bar per log2 bin.
+// HistData is the data behind fragmentation_hist: one bar per log2 bin,
+// in MiB of free blocks (bytes, not block counts: a few large stranded
+// blocks matter more than many small ones).
 type HistData struct {
 	Labels     []string  // bin lower bounds in MiB
-	Stranded   []float64 // free blocks in segments that hold live blocks
-	Releasable []float64 // free blocks in wholly free segments
+	Stranded   []float64 // MiB of free blocks in segments that hold live blocks
+	Releasable []float64 // MiB of free blocks in wholly free segments
 }
 
 // HistogramData returns the bars of the free-block histogram.
@@ -157,10 +160,23 @@ func HistogramData(h *analysis.FreeHistogram) HistData {
 	var d HistData
 	for _, b := range h.Bins {
 		d.Labels = append(d.Labels, MiBLabel(b.LowBytes))
-		d.Stranded = append(d.Stranded, float64(b.StrandedBlocks))
-		d.Releasable = append(d.Releasable, float64(b.Blocks-b.StrandedBlocks))
+		d.Stranded = append(d.Stranded, float64(b.StrandedBytes)/(1<<20))
+		d.Releasable = append(d.Releasable, float64(b.Bytes-b.StrandedBytes)/(1<<20))
 	}
 	return d
+}
+
+// TraceLine names the trace and its GPU for figure titles:
+// "baseline_s1.fst, NVIDIA H200, PyTorch 2.11.0".
+func TraceLine(c *analysis.Comparison) string {
+	t := c.Trace
+	or := func(s, d string) string {
+		if s == "" {
+			return d
+		}
+		return s
+	}
+	return fmt.Sprintf("%s, %s, PyTorch %s", or(t.Name, "trace"), or(t.GPU, "unknown GPU"), or(t.Torch, "unknown"))
 }
 
 // MiBLabel writes a power-of-two byte count in MiB: "4", "1/2", "1/2048".
@@ -195,16 +211,20 @@ func Histogram(c *analysis.Comparison) (*Figure, error) {
 	if r == nil {
 		return nil, nil
 	}
-	return HistogramFigure(r.FreeHist)
+	return HistogramFigure(r.FreeHist, TraceLine(c))
 }
 
-// HistogramFigure draws one free-block histogram.
-func HistogramFigure(h *analysis.FreeHistogram) (*Figure, error) {
+// HistogramFigure draws one free-block histogram; trace names the trace
+// in the title ("" for none).
+func HistogramFigure(h *analysis.FreeHistogram, trace string) (*Figure, error) {
 	d := HistogramData(h)
 	title := fmt.Sprintf("Free blocks at peak reserved (%s, event %d, t = %.1f s): %s free, %s stranded in %s reserved",
 		h.Policy, h.Index, h.TimeS, analysis.FmtBytes(h.FreeBytes), analysis.FmtBytes(h.StrandedBytes),
 		analysis.FmtBytes(h.ReservedBytes))
-	p := newPlot(title, "free block size (MiB, log2 bins, lower bound)", "free blocks")
+	if trace != "" {
+		title = trace + "\n" + title
+	}
+	p := newPlot(title, "free block size (MiB, log2 bins, lower bound)", "free bytes (MiB)")
 	if len(d.Labels) == 0 {
 		d = HistData{Labels: []string{"none"}, Stranded: []float64{0}, Releasable: []float64{0}}
 	}
@@ -254,11 +274,30 @@ func XY(s *analysis.Series) plotter.XYs {
 	return xy
 }
 
+// StepXY returns the line a series draws: each value holds from its
+// event's time until the next sample's, as memory does between events, so
+// a quiet stretch (a model loading between a few large allocations) is
+// flat, not a ramp.
+func StepXY(s *analysis.Series) plotter.XYs {
+	xy := XY(s)
+	if len(xy) < 2 {
+		return xy
+	}
+	out := make(plotter.XYs, 0, 2*len(xy)-1)
+	for i, pt := range xy {
+		if i > 0 && pt.X > xy[i-1].X {
+			out = append(out, plotter.XY{X: pt.X, Y: xy[i-1].Y})
+		}
+		out = append(out, pt)
+	}
+	return out
+}
+
 func addLine(p *plot.Plot, s *analysis.Series, name string, c color.Color, dash []vg.Length, width float64) error {
 	if s == nil || len(s.Value) == 0 {
 		return nil
 	}
-	l, err := plotter.NewLine(XY(s))
+	l, err := plotter.NewLine(StepXY(s))
 	if err != nil {
 		return err
 	}
@@ -270,22 +309,70 @@ func addLine(p *plot.Plot, s *analysis.Series, name string, c color.Color, dash 
 	return nil
 }
 
-// Timeline draws reserved, active and requested over time, one panel per policy.
+// outlierRatio is how far above the median peak a run's peak must be to
+// get an axis of its own: on a shared axis it would squash the others.
+const outlierRatio = 1.3
+
+// TimelineScales returns the top of each timeline panel's axis, in GiB,
+// and whether the panel has its own scale. The runs share one scale, but
+// for those whose peak is far above the median peak: each of those has
+// its own, so that a 2.51 against 2.30 GiB difference stays visible.
+func TimelineScales(runs []*analysis.Run) (ymax []float64, own []bool) {
+	peaks := make([]float64, len(runs))
+	for i, r := range runs {
+		for _, name := range []string{"reserved", "active", "requested"} {
+			if s := r.SeriesNamed(name); s != nil {
+				peaks[i] = math.Max(peaks[i], s.Max())
+			}
+		}
+	}
+	sorted := append([]float64(nil), peaks...)
+	sort.Float64s(sorted)
+	median := 0.0
+	if len(sorted) > 0 {
+		median = sorted[(len(sorted)-1)/2]
+	}
+	shared := 0.0
+	own = make([]bool, len(runs))
+	for i, p := range peaks {
+		own[i] = median > 0 && p > outlierRatio*median
+		if !own[i] {
+			shared = math.Max(shared, p)
+		}
+	}
+	ymax = make([]float64, len(runs))
+	for i, p := range peaks {
+		top := shared
+		if own[i] {
+			top = p
+		}
+		if top <= 0 {
+			top = 1
+		}
+		ymax[i] = top * 1.05
+	}
+	return ymax, own
+}
+
+// Timeline draws reserved, active and requested over time, one panel per
+// policy, on one scale but for runs far above the others (TimelineScales).
 func Timeline(c *analysis.Comparison) (*Figure, error) {
 	runs := timelineRuns(c)
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	var rows [][]*plot.Plot
-	ymax := 0.0
-	for _, r := range runs {
-		if s := r.SeriesNamed("reserved"); s != nil {
-			ymax = math.Max(ymax, s.Max())
-		}
-	}
+	ymax, own := TimelineScales(runs)
 	for i, r := range runs {
-		p := newPlot(fmt.Sprintf("%s: at_peak_pct %.1f%%, peak reserved %s", r.Label,
-			r.Result.Fragmentation.AtPeakPct, analysis.FmtBytes(r.Result.PeakReservedBytes)), "time (s)", "memory (GiB)")
+		title := fmt.Sprintf("%s: at_peak_pct %.1f%%, peak reserved %s", r.Label,
+			r.Result.Fragmentation.AtPeakPct, analysis.FmtBytes(r.Result.PeakReservedBytes))
+		if own[i] {
+			title += " (own scale: its peak would squash the others)"
+		}
+		if i == 0 {
+			title = TraceLine(c) + "\n" + title
+		}
+		p := newPlot(title, "time (s)", "memory (GiB)")
 		p.Legend.Top = false
 		col := plotutil.Color(i)
 		if err := addLine(p, r.SeriesNamed("reserved"), "reserved", col, nil, 1.5); err != nil {
@@ -297,7 +384,7 @@ func Timeline(c *analysis.Comparison) (*Figure, error) {
 		if err := addLine(p, r.SeriesNamed("requested"), "requested", color.RGBA{A: 255, G: 150, B: 60}, []vg.Length{vg.Points(1), vg.Points(2)}, 1); err != nil {
 			return nil, err
 		}
-		p.Y.Min, p.Y.Max = 0, ymax*1.05
+		p.Y.Min, p.Y.Max = 0, ymax[i]
 		if i < len(runs)-1 {
 			p.X.Label.Text = ""
 		}
@@ -314,15 +401,20 @@ func Views(c *analysis.Comparison) (*Figure, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	p := newPlot("Fragmentation at each moment: 100·(1 − active/reserved)", "time (s)", "fragmentation (%)")
+	p := newPlot(TraceLine(c)+"\nFragmentation at each moment: 100·(1 − active/reserved)", "time (s)", "fragmentation (%)")
+	top := 0.0
 	for i, r := range runs {
+		if s := r.SeriesNamed("fragmentation"); s != nil {
+			top = math.Max(top, s.Max())
+		}
 		name := fmt.Sprintf("%s (at peak %.1f%%, time-weighted %.1f%%)", r.Label,
 			r.Result.Fragmentation.AtPeakPct, r.Result.Fragmentation.TimeWeightedPct)
 		if err := addLine(p, r.SeriesNamed("fragmentation"), name, plotutil.Color(i), plotutil.Dashes(i), 1); err != nil {
 			return nil, err
 		}
 	}
-	p.Y.Min, p.Y.Max = 0, 100
+	// The legend sits above the lines: leave it room.
+	p.Y.Min, p.Y.Max = 0, math.Min(100, math.Max(top, 1)*1.35)
 	return &Figure{Name: "views", Plots: [][]*plot.Plot{{p}}, WidthPx: 1200, HeightPx: 600}, nil
 }
 
@@ -347,43 +439,110 @@ func PoliciesData(c *analysis.Comparison) BarData {
 	return d
 }
 
-// Policies draws peak reserved and at_peak_pct per policy and setting.
+// clipRatio is how far above the median a bar must reach to be cut.
+const clipRatio = 2
+
+// ClipBars returns the lengths the bars are drawn at and the axis top:
+// values far above the median (more than clipRatio times) would squash
+// the others, so the axis ends a little above the largest of the rest and
+// those bars are cut there (their labels keep the true value).
+func ClipBars(vals []float64) (drawn []float64, top float64, clipped []bool) {
+	sorted := append([]float64(nil), vals...)
+	sort.Float64s(sorted)
+	median := 0.0
+	if len(sorted) > 0 {
+		median = sorted[(len(sorted)-1)/2]
+	}
+	rest := 0.0
+	clipped = make([]bool, len(vals))
+	for i, v := range vals {
+		clipped[i] = median > 0 && v > clipRatio*median
+		if !clipped[i] {
+			rest = math.Max(rest, v)
+		}
+	}
+	if rest <= 0 {
+		rest = math.Max(sorted[len(sorted)-1], 1)
+	}
+	top = rest * 1.25
+	drawn = make([]float64, len(vals))
+	for i, v := range vals {
+		drawn[i] = v
+		if clipped[i] {
+			drawn[i] = rest * 1.12
+		}
+	}
+	return drawn, top, clipped
+}
+
+// Policies draws peak reserved and at_peak_pct per policy and setting, as
+// horizontal bars (the settings' names are long), outliers cut (ClipBars).
 func Policies(c *analysis.Comparison) (*Figure, error) {
 	d := PoliciesData(c)
 	if len(d.Labels) == 0 {
 		return nil, nil
 	}
-	mk := func(title, y string, vals []float64, col color.Color) (*plot.Plot, error) {
-		p := newPlot(title, "", y)
-		w := vg.Points(float64(min(40, 400/len(vals))))
-		b, err := plotter.NewBarChart(plotter.Values(vals), w)
+	// Bars from the top down in the runs' order.
+	n := len(d.Labels)
+	rev := func(v []float64) []float64 {
+		out := make([]float64, n)
+		for i := range v {
+			out[n-1-i] = v[i]
+		}
+		return out
+	}
+	labels := make([]string, n)
+	for i, l := range d.Labels {
+		labels[n-1-i] = l
+	}
+	mk := func(title, x string, vals []float64, col color.Color) (*plot.Plot, error) {
+		p := newPlot(title, x, "")
+		drawn, top, clipped := ClipBars(rev(vals))
+		w := vg.Points(float64(min(22, 360/n)))
+		b, err := plotter.NewBarChart(plotter.Values(drawn), w)
 		if err != nil {
 			return nil, err
 		}
+		b.Horizontal = true
 		b.Color = col
 		b.LineStyle.Width = 0
 		p.Add(b)
-		p.NominalX(d.Labels...)
-		p.X.Tick.Label.Rotation = math.Pi / 6
-		p.X.Tick.Label.XAlign = draw.XRight
-		p.X.Tick.Label.YAlign = draw.YTop
-		padBars(p, len(vals), sumMax(vals, nil))
-		labels, err := plotter.NewLabels(barLabels(vals, y))
-		if err == nil {
-			labels.Offset = vg.Point{X: -w / 2, Y: vg.Points(3)}
-			p.Add(labels)
+		p.NominalY(labels...)
+		p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
+		p.X.Min, p.X.Max = 0, top
+		p.Legend.Top = false
+		xy := make(plotter.XYs, n)
+		text := make([]string, n)
+		for i, v := range rev(vals) {
+			xy[i].X, xy[i].Y = drawn[i], float64(i)
+			text[i] = barLabel(v, x)
+			if clipped[i] {
+				text[i] += " (cut)"
+			}
+		}
+		if l, err := plotter.NewLabels(plotter.XYLabels{XYs: xy, Labels: text}); err == nil {
+			l.Offset = vg.Point{X: vg.Points(3), Y: -vg.Points(4)}
+			p.Add(l)
 		}
 		return p, nil
 	}
-	a, err := mk("Peak reserved", "peak reserved (GiB)", d.PeakReservedGB, color.RGBA{R: 90, G: 140, B: 200, A: 255})
+	a, err := mk(TraceLine(c)+"\nPeak reserved", "peak reserved (GiB)", d.PeakReservedGB, color.RGBA{R: 90, G: 140, B: 200, A: 255})
 	if err != nil {
 		return nil, err
 	}
-	b, err := mk("Fragmentation at peak reserved", "at_peak_pct (%)", d.AtPeakPct, color.RGBA{R: 200, G: 60, B: 40, A: 255})
+	b, err := mk(" \nFragmentation at peak reserved", "at_peak_pct (%)", d.AtPeakPct, color.RGBA{R: 200, G: 60, B: 40, A: 255})
 	if err != nil {
 		return nil, err
 	}
-	return &Figure{Name: "policies", Plots: [][]*plot.Plot{{a, b}}, WidthPx: 1400, HeightPx: 650}, nil
+	return &Figure{Name: "policies", Plots: [][]*plot.Plot{{a, b}}, WidthPx: 1400, HeightPx: max(650, 140+24*n)}, nil
+}
+
+// barLabel writes a bar's value: "8.5%" or "2.52".
+func barLabel(v float64, unit string) string {
+	if unit == "at_peak_pct (%)" {
+		return fmt.Sprintf("%.1f%%", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // barLabels puts each bar's value above it.
@@ -392,11 +551,7 @@ func barLabels(vals []float64, unit string) plotter.XYLabels {
 	labels := make([]string, len(vals))
 	for i, v := range vals {
 		xy[i].X, xy[i].Y = float64(i), v
-		if unit == "at_peak_pct (%)" {
-			labels[i] = fmt.Sprintf("%.1f%%", v)
-		} else {
-			labels[i] = fmt.Sprintf("%.2f", v)
-		}
+		labels[i] = barLabel(v, unit)
 	}
 	return plotter.XYLabels{XYs: xy, Labels: labels}
 }

@@ -3,6 +3,7 @@ package plot
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,13 +34,14 @@ func comparison() *analysis.Comparison {
 	}, Before: "caching", After: "expandable"}
 	c.Runs[2].Limit = true
 	c.Runs[0].FreeHist = &analysis.FreeHistogram{Policy: "caching", Index: 1, ReservedBytes: 3 << 30, Bins: []analysis.HistBin{
-		{Log2: 19, LowBytes: 512 << 10, HighBytes: 1 << 20, Blocks: 3, StrandedBlocks: 2},
+		{Log2: 19, LowBytes: 512 << 10, HighBytes: 1 << 20, Blocks: 6, StrandedBlocks: 4, Bytes: 3 << 20, StrandedBytes: 2 << 20},
 		{Log2: 20, LowBytes: 1 << 20, HighBytes: 2 << 20},
-		{Log2: 21, LowBytes: 2 << 20, HighBytes: 4 << 20, Blocks: 5, StrandedBlocks: 1},
+		{Log2: 21, LowBytes: 2 << 20, HighBytes: 4 << 20, Blocks: 2, StrandedBlocks: 1, Bytes: 5 << 20, StrandedBytes: 1 << 20},
 	}}
 	return c
 }
 
+// TestHistogramData checks that the bars are bytes (MiB), not block counts.
 func TestHistogramData(t *testing.T) {
 	d := HistogramData(comparison().Runs[0].FreeHist)
 	want := HistData{Labels: []string{"1/2", "1", "2"}, Stranded: []float64{2, 0, 1}, Releasable: []float64{1, 0, 4}}
@@ -96,6 +98,67 @@ func TestTimelineSeries(t *testing.T) {
 	c.After = "caching+x"
 	if len(timelineRuns(c)) != 4 {
 		t.Errorf("the after setting must be drawn")
+	}
+}
+
+func TestStepXYHoldsValuesUntilTheNextSample(t *testing.T) {
+	s := &analysis.Series{TimeS: []float64{0, 1, 1, 3}, Value: []float64{0, 2, 1, 5}}
+	got := StepXY(s)
+	want := [][2]float64{{0, 0}, {1, 0}, {1, 2}, {1, 1}, {3, 1}, {3, 5}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i, w := range want {
+		if got[i].X != w[0] || got[i].Y != w[1] {
+			t.Fatalf("point %d: got %v, want %v (all: %v)", i, got[i], w, got)
+		}
+	}
+}
+
+func TestTimelineScalesGiveOutliersTheirOwn(t *testing.T) {
+	c := comparison()
+	// bfc-like: far above the others.
+	bfc := &analysis.Run{Label: "bfc", Policy: "bfc", Result: &replay.Result{PeakReservedBytes: 4 << 30},
+		Series: []analysis.Series{{Name: "reserved", TimeS: []float64{0, 1}, Value: []float64{1, 4}}}}
+	c.Runs = []*analysis.Run{c.Runs[0], c.Runs[1], bfc}
+	c.Runs[0].Series[0].Value[1] = 2.51
+	c.Runs[1].Series[0].Value[1] = 2.30
+	ymax, own := TimelineScales(c.Runs)
+	if own[0] || own[1] || !own[2] {
+		t.Fatalf("own scales %v, want only the 4 GiB run's", own)
+	}
+	if ymax[0] != ymax[1] || math.Abs(ymax[0]-2.51*1.05) > 1e-9 {
+		t.Fatalf("shared axis tops %v, want both 2.51·1.05", ymax[:2])
+	}
+	if math.Abs(ymax[2]-4*1.05) > 1e-9 {
+		t.Fatalf("outlier axis top %v, want 4·1.05", ymax[2])
+	}
+}
+
+func TestClipBars(t *testing.T) {
+	drawn, top, clipped := ClipBars([]float64{14, 7.1, 50, 11.4, 16.7})
+	if !clipped[2] || clipped[4] || clipped[0] {
+		t.Fatalf("clipped %v, want only the 50", clipped)
+	}
+	if drawn[2] >= 50 || drawn[2] <= 16.7 || drawn[4] != 16.7 || top <= drawn[2] {
+		t.Fatalf("drawn %v, axis top %v", drawn, top)
+	}
+}
+
+func TestTitlesNameTraceAndGPU(t *testing.T) {
+	c := comparison()
+	c.Trace = analysis.TraceInfo{Name: "run.fst", GPU: "NVIDIA H200", Torch: "2.11.0"}
+	if got, want := TraceLine(c), "run.fst, NVIDIA H200, PyTorch 2.11.0"; got != want {
+		t.Fatalf("TraceLine = %q, want %q", got, want)
+	}
+	figs, err := Figures(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range figs {
+		if !strings.Contains(f.Plots[0][0].Title.Text, "run.fst, NVIDIA H200") {
+			t.Errorf("%s: title %q does not name the trace and GPU", f.Name, f.Plots[0][0].Title.Text)
+		}
 	}
 }
 

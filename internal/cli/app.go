@@ -51,6 +51,8 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			analyzeCommand(),
 			cohostCommand(),
 			synthCommand(),
+			reportCommand(),
+			exportCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}

@@ -1,0 +1,237 @@
+package report
+
+import (
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// origin is the request a live block serves.
+type origin struct {
+	requested uint64
+	stream    trace.StreamID
+	stack     trace.StackID
+}
+
+// devCall is one device call a policy made (cudaMalloc, cudaFree, map,
+// unmap); its device is that of the event being replayed.
+type devCall struct {
+	kind trace.Kind // KindSegmentAlloc, KindSegmentFree, KindSegmentMap, KindSegmentUnmap
+	addr uint64
+	size uint64
+	strm trace.StreamID
+}
+
+// probe wraps a policy to learn the request behind every block it hands
+// out, and tells hooks of its calls, so that its segments can be drawn and
+// its replay written in other formats. Blocks are keyed by the address the
+// policy gave them.
+type probe struct {
+	replay.Policy
+	dev      trace.DeviceID // the device it serves, known from the first event observed
+	devSet   bool
+	final    []trace.Segment // its segments as the replay ended, with hooks.keepFinal
+	origins  map[uint64]origin
+	lastAddr uint64
+	lastOK   bool
+	hooks    *hooks
+}
+
+// hooks receive the calls of every probed policy of a replay, in order.
+// The probe still knows the block's origin when freeReq and freeDone run.
+type hooks struct {
+	malloc   func(p *probe, b replay.Block, size uint64, s trace.StreamID)
+	oom      func(p *probe, size uint64, s trace.StreamID)
+	freeReq  func(p *probe, b replay.Block)
+	freeDone func(p *probe, b replay.Block)
+	device   func(c devCall)
+	// keepFinal keeps the segments of each policy as the replay ends.
+	keepFinal bool
+}
+
+func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
+	b, err := p.Policy.Malloc(n, s)
+	p.lastOK = err == nil
+	if err == nil {
+		p.lastAddr = b.Addr
+		p.origins[b.Addr] = origin{requested: n, stream: s, stack: trace.NoStack}
+		if p.hooks != nil && p.hooks.malloc != nil {
+			p.hooks.malloc(p, b, n, s)
+		}
+	} else if p.hooks != nil && p.hooks.oom != nil {
+		p.hooks.oom(p, n, s)
+	}
+	return b, err
+}
+
+func (p *probe) FreeRequested(b replay.Block) {
+	p.Policy.FreeRequested(b)
+	if p.hooks != nil && p.hooks.freeReq != nil {
+		p.hooks.freeReq(p, b)
+	}
+}
+
+func (p *probe) FreeCompleted(b replay.Block) {
+	p.Policy.FreeCompleted(b)
+	if p.hooks != nil && p.hooks.freeDone != nil {
+		p.hooks.freeDone(p, b)
+	}
+	delete(p.origins, b.Addr)
+}
+
+// Release keeps the policy's final segments when asked to, then passes
+// the release on: the engine calls it once the replay is over.
+func (p *probe) Release() {
+	if p.hooks != nil && p.hooks.keepFinal {
+		p.final = p.final[:0]
+		p.Segments(func(seg trace.Segment) bool {
+			seg.Blocks = append([]trace.Block(nil), seg.Blocks...)
+			p.final = append(p.final, seg)
+			return true
+		})
+	}
+	if r, ok := p.Policy.(replay.Releaser); ok {
+		r.Release()
+	}
+}
+
+// observed notes the device of the event being observed.
+func (p *probe) observed(dev trace.DeviceID) {
+	if !p.devSet {
+		p.dev, p.devSet = dev, true
+	}
+}
+
+// Segments lists the wrapped policy's segments; nothing when it cannot.
+func (p *probe) Segments(fn func(trace.Segment) bool) {
+	if in, ok := p.Policy.(replay.Inspector); ok {
+		in.Segments(fn)
+	}
+}
+
+// inspects reports whether the wrapped policy can list its segments.
+func (p *probe) inspects() bool {
+	_, ok := p.Policy.(replay.Inspector)
+	return ok
+}
+
+// noteAlloc gives the block the last Malloc handed out the stack of its
+// alloc event (called by the observer, after the event).
+func (p *probe) noteAlloc(ev *trace.Event) {
+	if !p.lastOK {
+		return
+	}
+	p.lastOK = false
+	if o, ok := p.origins[p.lastAddr]; ok {
+		o.stack = ev.Stack
+		p.origins[p.lastAddr] = o
+	}
+}
+
+// The wrappers keep the optional interfaces of the wrapped policy that
+// change a replay's course: seeding from an initial state, and the claim
+// to reproduce the recorded allocator (which turns fidelity checks on).
+type probeSeeder struct{ *probe }
+
+func (p probeSeeder) Seed(segs []trace.Segment) error {
+	for _, s := range segs {
+		for _, b := range s.Blocks {
+			if b.State != trace.BlockInactive {
+				p.origins[b.Addr] = origin{requested: b.RequestedBytes, stream: s.Stream, stack: trace.NoStack}
+			}
+		}
+	}
+	return p.Policy.(replay.Seeder).Seed(segs)
+}
+
+type probeReproducer struct{ *probe }
+
+func (p probeReproducer) Reproduces(h *trace.Header) bool {
+	return p.Policy.(replay.Reproducer).Reproduces(h)
+}
+
+type probeBoth struct{ *probe }
+
+func (p probeBoth) Seed(segs []trace.Segment) error { return probeSeeder(p).Seed(segs) }
+func (p probeBoth) Reproduces(h *trace.Header) bool { return probeReproducer(p).Reproduces(h) }
+
+// probeFactory wraps f so that every policy it builds is probed; onNew
+// gets each probe. With hooks.device set, the policies' device calls are
+// reported too.
+func probeFactory(f replay.Factory, hk *hooks, onNew func(*probe)) replay.Factory {
+	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+		if hk != nil && hk.device != nil {
+			dev = &probeDevice{Device: dev, report: hk.device}
+		}
+		pol, err := f(dev, h)
+		if err != nil {
+			return nil, err
+		}
+		p := &probe{Policy: pol, origins: make(map[uint64]origin, 1024), hooks: hk}
+		onNew(p)
+		_, seeds := pol.(replay.Seeder)
+		_, repro := pol.(replay.Reproducer)
+		switch {
+		case seeds && repro:
+			return probeBoth{p}, nil
+		case seeds:
+			return probeSeeder{p}, nil
+		case repro:
+			return probeReproducer{p}, nil
+		}
+		return p, nil
+	}
+}
+
+// unwrapProbe returns the probe behind a policy built by probeFactory.
+func unwrapProbe(p replay.Policy) *probe {
+	switch t := p.(type) {
+	case *probe:
+		return t
+	case probeSeeder:
+		return t.probe
+	case probeReproducer:
+		return t.probe
+	case probeBoth:
+		return t.probe
+	}
+	return nil
+}
+
+// probeDevice reports the device calls that succeed.
+type probeDevice struct {
+	replay.Device
+	report func(devCall)
+}
+
+func (d *probeDevice) Malloc(n uint64, s trace.StreamID) (uint64, bool) {
+	addr, ok := d.Device.Malloc(n, s)
+	if ok {
+		d.report(devCall{kind: trace.KindSegmentAlloc, addr: addr, size: n, strm: s})
+	}
+	return addr, ok
+}
+
+func (d *probeDevice) Free(addr, n uint64) {
+	d.Device.Free(addr, n)
+	d.report(devCall{kind: trace.KindSegmentFree, addr: addr, size: n})
+}
+
+func (d *probeDevice) Map(addr, n uint64) bool {
+	ok := d.Device.Map(addr, n)
+	if ok {
+		d.report(devCall{kind: trace.KindSegmentMap, addr: addr, size: n})
+	}
+	return ok
+}
+
+func (d *probeDevice) Unmap(addr, n uint64) {
+	d.Device.Unmap(addr, n)
+	d.report(devCall{kind: trace.KindSegmentUnmap, addr: addr, size: n})
+}
+
+// SetFraction passes a policy's memory fraction on to the engine's device.
+func (d *probeDevice) SetFraction(f float64) {
+	if fs, ok := d.Device.(replay.FractionSetter); ok {
+		fs.SetFraction(f)
+	}
+}
