@@ -10,6 +10,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
@@ -70,17 +71,17 @@ func (v *vizRecorder) add(e vizEntry) { v.entries = append(v.entries, e) }
 func (v *vizRecorder) hooks() *hooks {
 	return &hooks{
 		keepFinal: true,
-		malloc: func(p *probe, b replay.Block, n uint64, s trace.StreamID) {
+		malloc: func(p *probe, b driver.Block, n uint64, s trace.StreamID) {
 			v.add(vizEntry{action: vizAlloc, addr: b.Addr, size: n, stream: s, stack: trace.NoStack})
 		},
 		oom: func(p *probe, n uint64, s trace.StreamID) {
 			v.add(vizEntry{action: vizOOM, size: n, stream: s, stack: trace.NoStack})
 		},
-		freeReq: func(p *probe, b replay.Block) {
+		freeReq: func(p *probe, b driver.Block) {
 			o := p.origins[b.Addr]
 			v.add(vizEntry{action: vizFreeRequested, addr: b.Addr, size: o.requested, stream: o.stream, stack: o.stack})
 		},
-		freeDone: func(p *probe, b replay.Block) {
+		freeDone: func(p *probe, b driver.Block) {
 			o := p.origins[b.Addr]
 			v.add(vizEntry{action: vizFreeCompleted, addr: b.Addr, size: o.requested, stream: o.stream, stack: o.stack})
 		},

@@ -1,7 +1,7 @@
 package report
 
 import (
-	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -26,7 +26,7 @@ type devCall struct {
 // its replay written in other formats. Blocks are keyed by the address the
 // policy gave them.
 type probe struct {
-	replay.Policy
+	driver.Policy
 	dev      trace.DeviceID // the device it serves, known from the first event observed
 	devSet   bool
 	final    []trace.Segment // its segments as the replay ended, with hooks.keepFinal
@@ -39,16 +39,16 @@ type probe struct {
 // hooks receive the calls of every probed policy of a replay, in order.
 // The probe still knows the block's origin when freeReq and freeDone run.
 type hooks struct {
-	malloc   func(p *probe, b replay.Block, size uint64, s trace.StreamID)
+	malloc   func(p *probe, b driver.Block, size uint64, s trace.StreamID)
 	oom      func(p *probe, size uint64, s trace.StreamID)
-	freeReq  func(p *probe, b replay.Block)
-	freeDone func(p *probe, b replay.Block)
+	freeReq  func(p *probe, b driver.Block)
+	freeDone func(p *probe, b driver.Block)
 	device   func(c devCall)
 	// keepFinal keeps the segments of each policy as the replay ends.
 	keepFinal bool
 }
 
-func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
+func (p *probe) Malloc(n uint64, s trace.StreamID) (driver.Block, error) {
 	b, err := p.Policy.Malloc(n, s)
 	p.lastOK = err == nil
 	if err == nil {
@@ -63,14 +63,14 @@ func (p *probe) Malloc(n uint64, s trace.StreamID) (replay.Block, error) {
 	return b, err
 }
 
-func (p *probe) FreeRequested(b replay.Block) {
+func (p *probe) FreeRequested(b driver.Block) {
 	p.Policy.FreeRequested(b)
 	if p.hooks != nil && p.hooks.freeReq != nil {
 		p.hooks.freeReq(p, b)
 	}
 }
 
-func (p *probe) FreeCompleted(b replay.Block) {
+func (p *probe) FreeCompleted(b driver.Block) {
 	p.Policy.FreeCompleted(b)
 	if p.hooks != nil && p.hooks.freeDone != nil {
 		p.hooks.freeDone(p, b)
@@ -89,7 +89,7 @@ func (p *probe) Release() {
 			return true
 		})
 	}
-	if r, ok := p.Policy.(replay.Releaser); ok {
+	if r, ok := p.Policy.(driver.Releaser); ok {
 		r.Release()
 	}
 }
@@ -103,14 +103,14 @@ func (p *probe) observed(dev trace.DeviceID) {
 
 // Segments lists the wrapped policy's segments; nothing when it cannot.
 func (p *probe) Segments(fn func(trace.Segment) bool) {
-	if in, ok := p.Policy.(replay.Inspector); ok {
+	if in, ok := p.Policy.(driver.Inspector); ok {
 		in.Segments(fn)
 	}
 }
 
 // inspects reports whether the wrapped policy can list its segments.
 func (p *probe) inspects() bool {
-	_, ok := p.Policy.(replay.Inspector)
+	_, ok := p.Policy.(driver.Inspector)
 	return ok
 }
 
@@ -140,13 +140,13 @@ func (p probeSeeder) Seed(segs []trace.Segment) error {
 			}
 		}
 	}
-	return p.Policy.(replay.Seeder).Seed(segs)
+	return p.Policy.(driver.Seeder).Seed(segs)
 }
 
 type probeReproducer struct{ *probe }
 
 func (p probeReproducer) Reproduces(h *trace.Header) bool {
-	return p.Policy.(replay.Reproducer).Reproduces(h)
+	return p.Policy.(driver.Reproducer).Reproduces(h)
 }
 
 type probeBoth struct{ *probe }
@@ -157,8 +157,8 @@ func (p probeBoth) Reproduces(h *trace.Header) bool { return probeReproducer(p).
 // probeFactory wraps f so that every policy it builds is probed; onNew
 // gets each probe. With hooks.device set, the policies' device calls are
 // reported too.
-func probeFactory(f replay.Factory, hk *hooks, onNew func(*probe)) replay.Factory {
-	return func(dev replay.Device, h *trace.Header) (replay.Policy, error) {
+func probeFactory(f driver.Factory, hk *hooks, onNew func(*probe)) driver.Factory {
+	return func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		if hk != nil && hk.device != nil {
 			dev = &probeDevice{Device: dev, report: hk.device}
 		}
@@ -168,8 +168,8 @@ func probeFactory(f replay.Factory, hk *hooks, onNew func(*probe)) replay.Factor
 		}
 		p := &probe{Policy: pol, origins: make(map[uint64]origin, 1024), hooks: hk}
 		onNew(p)
-		_, seeds := pol.(replay.Seeder)
-		_, repro := pol.(replay.Reproducer)
+		_, seeds := pol.(driver.Seeder)
+		_, repro := pol.(driver.Reproducer)
 		switch {
 		case seeds && repro:
 			return probeBoth{p}, nil
@@ -183,7 +183,7 @@ func probeFactory(f replay.Factory, hk *hooks, onNew func(*probe)) replay.Factor
 }
 
 // unwrapProbe returns the probe behind a policy built by probeFactory.
-func unwrapProbe(p replay.Policy) *probe {
+func unwrapProbe(p driver.Policy) *probe {
 	switch t := p.(type) {
 	case *probe:
 		return t
@@ -199,7 +199,7 @@ func unwrapProbe(p replay.Policy) *probe {
 
 // probeDevice reports the device calls that succeed.
 type probeDevice struct {
-	replay.Device
+	driver.Device
 	report func(devCall)
 }
 
@@ -231,7 +231,7 @@ func (d *probeDevice) Unmap(addr, n uint64) {
 
 // SetFraction passes a policy's memory fraction on to the engine's device.
 func (d *probeDevice) SetFraction(f float64) {
-	if fs, ok := d.Device.(replay.FractionSetter); ok {
+	if fs, ok := d.Device.(driver.FractionSetter); ok {
 		fs.SetFraction(f)
 	}
 }
