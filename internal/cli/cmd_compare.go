@@ -17,6 +17,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/plot"
+	"github.com/fragsim/fragsim/analysis/report"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/traces"
@@ -41,6 +42,7 @@ func compareCommand() *cli.Command {
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 			goalFlag(),
 			&cli.StringFlag{Name: "out", Usage: "write the plots (PNG and SVG) to this directory"},
+			&cli.StringFlag{Name: "html", Usage: "also write the interactive HTML report (timeline, segment map, recommendation) to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
 			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
 		},
@@ -152,6 +154,9 @@ func runCompare(c *cli.Context) error {
 	opts.Progress = func(events int64, done, runs int) {
 		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
 	}
+	if c.String("html") != "" {
+		opts.MaxPoints = 2 * report.DefaultBuckets
+	}
 	cmp, err := analysis.Compare(open, opts)
 	prog.done()
 	if err != nil {
@@ -173,6 +178,15 @@ func runCompare(c *cli.Context) error {
 		}
 		for _, p := range paths {
 			fmt.Fprintf(c.App.ErrWriter, "fragsim: wrote %s\n", filepath.Clean(p))
+		}
+	}
+	if p := c.String("html"); p != "" {
+		rep, err := report.FromComparison(open, cmp, report.Options{Compare: opts})
+		if err != nil {
+			return fmt.Errorf("%s: report: %w", name, err)
+		}
+		if err := writeReport(c, rep, p); err != nil {
+			return err
 		}
 	}
 	switch {
