@@ -56,9 +56,9 @@ func runAnalyze(c *cli.Context) error {
 			return exitCode(2, err)
 		}
 	}
-	prog := newProgress(c.App.ErrWriter, "analyze")
+	prog := startProgress(c.App.ErrWriter, "analyze", c.Bool("quiet"))
 	opts.Progress = func(events int64, done, runs int) {
-		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
+		prog.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
 	}
 	a, err := analysis.Analyze(open, opts)
 	prog.done()

@@ -172,7 +172,7 @@ func runCohost(c *cli.Context) error {
 	}
 
 	var done func()
-	cfg.Progress, done = replayProgress(c.App.ErrWriter, "cohost")
+	cfg.Progress, done = replayProgress(c.App.ErrWriter, "cohost", c.Bool("quiet"))
 	res, err := replay.Cohost(procs, cfg)
 	done()
 	if errors.Is(err, replay.ErrClock) {

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -150,9 +148,9 @@ func runCompare(c *cli.Context) error {
 			return exitCode(2, err)
 		}
 	}
-	prog := newProgress(c.App.ErrWriter, "compare")
+	prog := startProgress(c.App.ErrWriter, "compare", c.Bool("quiet"))
 	opts.Progress = func(events int64, done, runs int) {
-		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
+		prog.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
 	}
 	if c.String("html") != "" {
 		opts.MaxPoints = 2 * report.DefaultBuckets
@@ -210,59 +208,4 @@ func fmtMillions(n int64) string {
 		return fmt.Sprintf("%.1fM", float64(n)/1e6)
 	}
 	return strconv.FormatInt(n, 10)
-}
-
-// progress reports long work on stderr: once it has run for a second, a
-// line that updates in place on a terminal, or a line every few seconds
-// otherwise.
-type progress struct {
-	mu    sync.Mutex
-	w     io.Writer
-	what  string
-	tty   bool
-	start time.Time
-	last  time.Time
-	shown bool
-}
-
-func newProgress(w io.Writer, what string) *progress {
-	p := &progress{w: w, what: what, start: time.Now()}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
-	}
-	return p
-}
-
-func (p *progress) update(msg string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	if now.Sub(p.start) < time.Second {
-		return
-	}
-	every := 5 * time.Second
-	if p.tty {
-		every = 200 * time.Millisecond
-	}
-	if p.shown && now.Sub(p.last) < every {
-		return
-	}
-	p.last, p.shown = now, true
-	line := fmt.Sprintf("fragsim %s: %s (%.0f s)", p.what, msg, now.Sub(p.start).Seconds())
-	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
-	} else {
-		fmt.Fprintln(p.w, line)
-	}
-}
-
-// done ends the progress line.
-func (p *progress) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.shown && p.tty {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
 }

@@ -80,7 +80,7 @@ func runImport(c *cli.Context) error {
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
 	}
-	prog := &importProgress{w: c.App.ErrWriter, start: time.Now(), quiet: c.Bool("quiet")}
+	prog := startProgress(c.App.ErrWriter, "import", c.Bool("quiet"))
 	start := time.Now()
 	var summary any
 	switch format {
@@ -113,7 +113,7 @@ func runImport(c *cli.Context) error {
 			MemoryFraction:    fraction,
 			MaxSizeBytes:      meta.GPUTotalBytes,
 			Meta:              meta,
-			Progress:          prog.report,
+			Progress:          importProgress(prog),
 		}
 		if opt.MemoryCapBytes == 0 && opt.MemoryFraction > 0 && opt.MemoryFraction < 1 && meta.GPUTotalBytes > 0 {
 			// PyTorch's cap: (size_t)(fraction × (double)totalGlobalMem).
@@ -307,35 +307,17 @@ func importDetect(path string, head inputHead) string {
 	return "pytorch"
 }
 
-// importProgress prints progress on stderr once an import has run a second.
-type importProgress struct {
-	w       io.Writer
-	start   time.Time
-	last    time.Time
-	quiet   bool
-	printed bool
-}
-
-func (p *importProgress) report(phase string, done, total int64) {
-	if p.quiet {
-		return
+// importProgress reports an import's phases on its progress line.
+func importProgress(p *progressLine) func(phase string, done, total int64) {
+	if !p.active() {
+		return nil
 	}
-	now := time.Now()
-	if now.Sub(p.start) < time.Second || now.Sub(p.last) < 300*time.Millisecond {
-		return
-	}
-	p.last = now
-	if total > 0 {
-		fmt.Fprintf(p.w, "\rimport: %-7s %3d%%  (%.1f s)   ", phase, done*100/total, now.Sub(p.start).Seconds())
-	} else {
-		fmt.Fprintf(p.w, "\rimport: %-7s %s  (%.1f s)   ", phase, analysis.FmtBytes(uint64(done)), now.Sub(p.start).Seconds())
-	}
-	p.printed = true
-}
-
-func (p *importProgress) done() {
-	if p.printed {
-		fmt.Fprintln(p.w)
+	return func(phase string, done, total int64) {
+		if total > 0 {
+			p.update("%-7s %3d%%", phase, done*100/total)
+		} else {
+			p.update("%-7s %s", phase, analysis.FmtBytes(uint64(done)))
+		}
 	}
 }
 

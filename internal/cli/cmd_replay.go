@@ -91,7 +91,7 @@ func runReplay(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("replay: %w", err))
 	}
 	var done func()
-	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay")
+	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay", c.Bool("quiet"))
 	var res *replay.Result
 	var fc *replay.Forecast
 	if c.Bool("forecast") || c.String("out") != "" {
@@ -161,21 +161,17 @@ func runReplay(c *cli.Context) error {
 	return cut
 }
 
-// replayProgress returns a Progress callback that reports on w once a run
-// has taken more than a second, and a function that ends the report line.
-func replayProgress(w io.Writer, what string) (func(int64), func()) {
+// replayProgress returns a Progress callback for a replay's progress
+// line (see startProgress) and the function that ends the line.
+func replayProgress(w io.Writer, what string, quiet bool) (func(int64), func()) {
+	p := startProgress(w, what, quiet)
+	if !p.active() {
+		return nil, func() {}
+	}
 	start := time.Now()
-	shown := false
 	return func(n int64) {
-			if d := time.Since(start); d > time.Second {
-				fmt.Fprintf(w, "\r%s: %d events (%.1f M/s)", what, n, float64(n)/d.Seconds()/1e6)
-				shown = true
-			}
-		}, func() {
-			if shown {
-				fmt.Fprintln(w)
-			}
-		}
+		p.update("%d events (%.1f M/s)", n, float64(n)/time.Since(start).Seconds()/1e6)
+	}, p.done
 }
 
 func writeResult(w io.Writer, r *replay.Result, h *trace.Header) {

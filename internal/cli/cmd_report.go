@@ -74,9 +74,9 @@ func runReport(c *cli.Context) error {
 			return exitCode(2, err)
 		}
 	}
-	prog := newProgress(c.App.ErrWriter, "report")
+	prog := startProgress(c.App.ErrWriter, "report", c.Bool("quiet"))
 	opts.Compare.Progress = func(events int64, done, runs int) {
-		prog.update(fmt.Sprintf("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events)))
+		prog.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
 	}
 	rep, err := report.Build(open, opts)
 	prog.done()
