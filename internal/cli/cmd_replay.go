@@ -67,13 +67,13 @@ func runReplay(c *cli.Context) error {
 		cfg.OutsideBytes = v
 	}
 	cfg.Fraction = c.Float64("fraction")
-	if cfg.Fraction < 0 || cfg.Fraction > 1 {
+	if !(cfg.Fraction >= 0 && cfg.Fraction <= 1) {
 		return exitCode(2, fmt.Errorf("replay: --fraction %g: want a number in (0, 1]", cfg.Fraction))
 	}
 	cfg.EmptyCacheEvery = c.Int64("empty-cache-every")
 	cfg.DefragThresholdPct = c.Float64("defrag-threshold")
-	if cfg.EmptyCacheEvery < 0 || cfg.DefragThresholdPct < 0 {
-		return exitCode(2, fmt.Errorf("replay: --empty-cache-every and --defrag-threshold must not be negative"))
+	if cfg.EmptyCacheEvery < 0 || !(cfg.DefragThresholdPct >= 0 && cfg.DefragThresholdPct <= 100) {
+		return exitCode(2, fmt.Errorf("replay: --empty-cache-every must not be negative, --defrag-threshold is a percentage from 0 to 100"))
 	}
 	if cfg.EmptyCacheEvery > 0 && cfg.DefragThresholdPct > 0 {
 		return exitCode(2, fmt.Errorf("replay: give --empty-cache-every or --defrag-threshold, not both"))

@@ -59,6 +59,20 @@ func TestExitCodes(t *testing.T) {
 			tc{[]string{cmd, cut}, 2},
 		)
 	}
+	// Numbers that are no numbers, and a new command not in the list above.
+	base := "../../traces/conformance/plain_small.fst"
+	for _, args := range [][]string{
+		{"replay", "--fraction", "NaN", base},
+		{"replay", "--fraction", "Inf", base},
+		{"replay", "--defrag-threshold", "NaN", base},
+		{"replay", "--conf", "garbage_collection_threshold:NaN", base},
+		{"compare", "--conf", "max_split_size_mb:NaN", base},
+		{"import", "--memory-fraction", "NaN", missing, "-o", out},
+		{"report", "--no-such-flag"},
+		{"export", "--no-such-flag"},
+	} {
+		cases = append(cases, tc{args, 2})
+	}
 	// The converters: a snapshot and a text trace.
 	for _, cmd := range []string{"import", "undump"} {
 		cases = append(cases,
