@@ -6,7 +6,9 @@
 // optional initial state) and a sequence of Events: allocation requests,
 // frees requested and completed, the device-level events of the allocator
 // that ran when the trace was made (segment alloc/free, map/unmap), OOMs,
-// empty-cache and memory-fraction calls, and markers. Strings (marker text,
+// empty-cache and memory-fraction calls, markers, samples of the device's
+// free memory, and the routing of allocations to private pools (CUDA graph
+// capture, torch.cuda.MemPool) and the pools' release. Strings (marker text,
 // stack frames) and call stacks are defined once in tables and referenced by
 // ID; ID 0 is the empty string and "no stack".
 //
@@ -33,7 +35,7 @@
 //
 //	file   := magic version chunk*
 //	magic  := "FRAGSIM\x00"                      8 bytes
-//	version:= uvarint                            format version, 1 or 2
+//	version:= uvarint                            format version, 1 to 3
 //
 //	chunk:
 //	+------+---------+------------+--------+---------------------------+
@@ -85,7 +87,8 @@
 // (TimeNS - previous TimeNS) / timeUnit (version 2, timeMode 0). Which other
 // fields an event carries is its kind's spec (the spec table in spec.go:
 // alloc, frees and device events carry Addr and SizeBytes; oom SizeBytes
-// and Aux; set_fraction Aux; marker Marker and Text; snapshot SizeBytes),
+// and Aux; set_fraction Aux; marker Marker and Text; snapshot SizeBytes;
+// device_mem SizeBytes and Aux; pool_begin, pool_end and pool_release Aux),
 // plus the fields of the extra mask (addr 1, size 2, aux 4, text 8, marker
 // 16), which a writer sets for non-zero fields outside the spec. SizeBytes
 // goes to S as SizeBytes / sizeUnit; Aux, Text and Marker to M, in that
@@ -117,6 +120,21 @@
 // event's size before its address (its size class picks the previous
 // address).
 //
+// Version 3 is version 2 with four more kinds, encoded as version 2
+// encodes any kind:
+//
+//	13 device_mem    a sample of the device's memory (cuMemGetInfo): SizeBytes
+//	                 = its free bytes, Aux = its total bytes, Device set
+//	14 pool_begin    allocations are routed to a private pool from here on
+//	                 (CUDA graph capture, torch.cuda.MemPool): Stream = the
+//	                 capture stream (0 for a MemPool routed by thread), Aux =
+//	                 the pool's ID
+//	15 pool_end      the routing begun by pool_begin ends (same fields)
+//	16 pool_release  the private pool Aux is released (its graph freed)
+//
+// A pool's ID folds PyTorch's MempoolId_t (a, b) into one number: a when a
+// is not zero, else b | 1<<63 (see PoolID).
+//
 // The end payload is uvarint(events) uvarint(chunks before it)
 // uvarint(strings) uvarint(stacks), the string and stack counts including
 // ID 0.
@@ -136,6 +154,11 @@
 //	oom t=1764504000000020000 dev=0 stream=0x0 size=85899345920 aux=1073741824
 //	set_fraction t=1764504000000022000 dev=0 stream=0x0 fraction=0.5
 //	marker t=1764504000000024000 dev=0 stream=0x0 marker=step text=1
+//	device_mem t=1764504000000025000 dev=0 stream=0x0 size=84825604096 aux=85045870592
+//	pool_begin t=1764504000000026000 dev=0 stream=0x7f3c5a000400 aux=1
+//
+// A device_mem's size is the device's free bytes and its aux the total; a
+// pool event's aux is the pool's ID.
 //
 // An event line has its kind, t, dev and stream, then the fields its kind
 // carries (version 1's spec, whatever the file's version) and any other
@@ -147,11 +170,12 @@
 // # Compatibility
 //
 // The format version selects the spec table. Later versions only append:
-// new event kinds, new fields (announced by the type byte's flags or the
-// extra mask), new chunk types, new encodings of the columns (version 2's
-// size classes, time modes, repeated frees and allocation ring); Kind values are never
-// renumbered. A reader
-// of version N reads every file of version N or lower, and rejects a newer
-// file with an error matching ErrVersion. The header is JSON: fields may be
+// new event kinds (version 3's), new fields (announced by the type byte's
+// flags or the extra mask), new chunk types, new encodings of the columns
+// (version 2's size classes, time modes, repeated frees and allocation
+// ring); Kind values are never renumbered. A kind beyond a file's version
+// is an error. A writer writes the newest version; a reader of version N
+// reads every file of version N or lower, and rejects a newer file with an
+// error matching ErrVersion. The header is JSON: fields may be
 // added, and readers ignore keys they do not know.
 package trace

@@ -17,10 +17,11 @@ import (
 var corpusDir = filepath.Join("testdata", "fuzz", "FuzzReader")
 
 // corpusSeeds returns the seed files by name: whole traces and cut ones,
-// in the current format version and, named v1-*, in version 1.
+// in the current format version and, named v2-* and v1-*, in versions 2
+// and 1.
 func corpusSeeds(t *testing.T) map[string][]byte {
 	seeds := map[string][]byte{}
-	for _, v := range []int{Version, 1} {
+	for _, v := range []int{Version, 2, 1} {
 		prefix := ""
 		if v != Version {
 			prefix = fmt.Sprintf("v%d-", v)
@@ -89,7 +90,7 @@ func TestFuzzCorpus(t *testing.T) {
 			t.Errorf("%s differs from what the writer makes now (run go test -update)", name)
 		}
 		_, _, rerr := ReadAll(strings.NewReader(data))
-		kind := strings.TrimPrefix(name, "v1-")
+		kind := strings.TrimPrefix(strings.TrimPrefix(name, "v1-"), "v2-")
 		switch {
 		case strings.HasPrefix(kind, "valid-") && rerr != nil:
 			t.Errorf("%s: %v", name, rerr)
@@ -153,7 +154,12 @@ func fuzzCheck(t testing.TB, data []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadText(&text, w); err != nil {
+		tr, err := NewTextReader(&text)
+		if err != nil {
+			t.Fatalf("ReadText of WriteText's output: %v", err)
+		}
+		tr.Raw = true // the format's extremes
+		if _, err := tr.CopyTo(w); err != nil {
 			t.Fatalf("ReadText of WriteText's output: %v", err)
 		}
 		w.Close()

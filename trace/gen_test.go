@@ -6,8 +6,15 @@ import (
 )
 
 // randomTrace writes a random event stream with extreme values to s and
-// returns the events written.
+// returns the events written; its kinds are those of every format version.
 func randomTrace(rng *rand.Rand, s Sink, n int) []Event {
+	return randomTraceIn(rng, s, n, 1)
+}
+
+// randomTraceIn is randomTrace for the kinds of format version v, for a
+// sink that writes that version.
+func randomTraceIn(rng *rand.Rand, s Sink, n int, v int) []Event {
+	nk := int(numKindsIn[v])
 	extremes := []uint64{0, 1, 2, 511, 512, 1 << 20, 1<<63 - 1, 1 << 63, math.MaxUint64 - 1, math.MaxUint64}
 	u64 := func() uint64 {
 		switch rng.IntN(4) {
@@ -47,7 +54,7 @@ func randomTrace(rng *rand.Rand, s Sink, n int) []Event {
 		default:
 			t += int64(rng.IntN(3000)) * 1000
 		}
-		e := Event{Kind: Kind(1 + rng.IntN(NumKinds-1)), TimeNS: t}
+		e := Event{Kind: Kind(1 + rng.IntN(nk-1)), TimeNS: t}
 		if rng.IntN(8) == 0 {
 			e.Device = devs[rng.IntN(len(devs))]
 			e.Stream = streams[rng.IntN(len(streams))]

@@ -195,10 +195,9 @@ func (s *segParser) str() string {
 }
 
 // marshalHeader is json.Marshal(h), byte for byte, faster for a header
-// with an initial state: the segments are appended by hand (ring's
-// thousand blocks, 100 KiB of JSON, took encoding/json 0.4-0.8 ms on the
-// development VM, on the goroutine that then writes every event), the
-// rest by encoding/json. Initial is Header's last field (see initialKey).
+// with an initial state: the segments, which may be thousands of blocks,
+// are appended by hand (encoding/json's reflection would run on the
+// goroutine that then writes every event), the rest by encoding/json. Initial is Header's last field (see initialKey).
 func marshalHeader(h *Header) ([]byte, error) {
 	if h.Initial == nil || h.Initial.Segments == nil {
 		return json.Marshal(h)

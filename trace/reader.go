@@ -37,6 +37,7 @@ type Reader struct {
 	nEvents int64 // events decoded so far
 	strings []string
 	stacks  [][]Frame
+	tables  tableBudget // what strings and stacks take, and may
 	ended   bool
 	err     error // sticky
 }
@@ -67,6 +68,9 @@ func (r *Reader) readStart() error {
 	n, err := io.ReadFull(r.br, m[:])
 	r.off += int64(n)
 	if err != nil {
+		if err != io.EOF && err != io.ErrUnexpectedEOF {
+			return r.fail(0, 0, nil, "reading: %v", err) // a directory, say
+		}
 		if n > 0 && bytes.Equal(m[:n], []byte(Magic[:n])) {
 			return r.fail(0, 0, ErrTruncated, "%d bytes of the file's magic, the whole trace lost", n)
 		}
@@ -108,6 +112,10 @@ func (r *Reader) readStart() error {
 	if err := unmarshalHeader(payload, h); err != nil {
 		r.chunk--
 		return r.fail(start, 0, nil, "header JSON: %v", err)
+	}
+	if err := h.Check(); err != nil {
+		r.chunk--
+		return r.fail(start, 0, nil, "header: %v", err)
 	}
 	r.hdr = h
 	return nil
@@ -244,7 +252,8 @@ func (r *Reader) nextChunk() error {
 			return r.fail(start, r.nEvents, nil, "a second header chunk")
 		case chunkTable:
 			var derr *decodeError
-			r.strings, r.stacks, derr = decodeTable(p, r.strings, r.stacks)
+			r.tables.limit = tableFloor + tableRatio*r.off
+			r.strings, r.stacks, derr = decodeTable(p, r.strings, r.stacks, &r.tables)
 			if derr != nil {
 				r.chunk--
 				return r.fail(start, r.nEvents, nil, "%s", derr.msg)
@@ -395,6 +404,10 @@ func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s: is a directory, not a trace file", path)
 	}
 	r, err := newReader(f, path)
 	if err != nil {

@@ -23,7 +23,7 @@ func writeRandom(t testing.TB, seed uint64, n int, opts ...WriterOption) ([]byte
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := randomTrace(rand.New(rand.NewPCG(seed, 1)), w, n)
+	evs := randomTraceIn(rand.New(rand.NewPCG(seed, 1)), w, n, w.opts.version)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

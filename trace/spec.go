@@ -7,7 +7,7 @@ package trace
 const Magic = "FRAGSIM\x00"
 
 // Version is the newest format version this package writes and reads.
-const Version = 2
+const Version = 3
 
 // Chunk types (the low 7 bits of a chunk's type byte).
 const (
@@ -73,6 +73,10 @@ var kindFields = [32]field{
 	KindSetFraction:   fieldAux,
 	KindMarker:        fieldMarker | fieldText,
 	KindSnapshot:      fieldSize,
+	KindDeviceMem:     fieldSize | fieldAux,
+	KindPoolBegin:     fieldAux,
+	KindPoolEnd:       fieldAux,
+	KindPoolRelease:   fieldAux,
 }
 
 // spec lists, per format version, the fields each kind always encodes.
@@ -81,21 +85,27 @@ var kindFields = [32]field{
 // by flagExtra. New kinds and fields are appended, never renumbered.
 var spec = [Version + 1][32]field{
 	1: kindFields,
-	2: func() [32]field {
-		s := kindFields
-		// A free completes, nearly always, the block whose free was
-		// requested just before: same address and size.
-		s[KindFreeCompleted] = fieldRepeat
-		// A free is requested, mostly, for a block allocated not long
-		// before: one of the latest allocations.
-		s[KindAlloc] |= fieldPush
-		s[KindFreeRequested] = fieldRef
-		return s
-	}(),
+	2: spec2,
+	// Version 3 is version 2 with the device-memory and pool kinds, whose
+	// spec is their kindFields.
+	3: spec2,
 }
 
+// spec2 is version 2's spec.
+var spec2 = func() [32]field {
+	s := kindFields
+	// A free completes, nearly always, the block whose free was
+	// requested just before: same address and size.
+	s[KindFreeCompleted] = fieldRepeat
+	// A free is requested, mostly, for a block allocated not long
+	// before: one of the latest allocations.
+	s[KindAlloc] |= fieldPush
+	s[KindFreeRequested] = fieldRef
+	return s
+}()
+
 // numKindsIn is, per format version, one more than its largest valid Kind.
-var numKindsIn = [Version + 1]Kind{1: KindSnapshot + 1, 2: KindSnapshot + 1}
+var numKindsIn = [Version + 1]Kind{1: KindSnapshot + 1, 2: KindSnapshot + 1, 3: KindPoolRelease + 1}
 
 // Version 2's address registers: an address is a delta from the last
 // address encoded for an event of its size class, PyTorch's pools: small

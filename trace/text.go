@@ -159,8 +159,16 @@ type TextError struct {
 
 func (e *TextError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg) }
 
-// TextReader parses a text trace.
+// TextReader parses a text trace. It refuses, naming the line and the
+// event, any value no trace should hold (Header.CheckEvent): a size past
+// the device's memory (or 2^48), a fraction outside (0, 1], NaN and
+// infinities.
 type TextReader struct {
+	// Raw, when set, makes CopyTo take every value the binary format can
+	// hold, unchecked: the text twin of any binary trace then reads back
+	// (tests of the format).
+	Raw bool
+
 	sc     *bufio.Scanner
 	line   int
 	hdr    *Header
@@ -192,6 +200,9 @@ func NewTextReader(r io.Reader) (*TextReader, error) {
 	h := new(Header)
 	if err := json.Unmarshal([]byte(rest), h); err != nil {
 		return nil, t.errf("header JSON: %v", err)
+	}
+	if err := h.Check(); err != nil {
+		return nil, t.errf("header: %v", err)
 	}
 	t.hdr = h
 	return t, nil
@@ -356,7 +367,9 @@ func (t *TextReader) parseEvent(word, rest string) (Event, error) {
 		case "fraction":
 			bit = 32
 			var v float64
-			v, err = strconv.ParseFloat(val, 64)
+			if v, err = strconv.ParseFloat(val, 64); err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+				err = errors.New("not a finite number")
+			}
 			e.Aux = math.Float64bits(v)
 		case "marker":
 			bit = 64
@@ -397,6 +410,9 @@ func (t *TextReader) parseEvent(word, rest string) (Event, error) {
 	}
 	if seen&1 == 0 {
 		return e, t.errf("%s: missing t=", word)
+	}
+	if err := t.hdr.CheckEvent(&e); err != nil && !t.Raw {
+		return e, t.errf("%s (event %d): %v", word, t.events, err)
 	}
 	return e, nil
 }

@@ -37,6 +37,7 @@ func textToBinary(t *testing.T, text string, opts ...WriterOption) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr.Raw = true // the format's extremes
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, tr.Header(), opts...)
 	if err != nil {

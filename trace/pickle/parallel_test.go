@@ -216,7 +216,14 @@ func FuzzParallel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, chunk uint16) {
 		tune := &ParallelTuning{After: uint32(chunk % 5), ChunkBytes: 8 + int(chunk)%512}
 		want, wdoc, _, werr := decodePar(data, 1, nil)
-		got, gdoc, _, gerr := decodePar(data, 3, tune)
+		var got *parRecorder
+		var gdoc *Doc
+		var gerr error
+		// The workers' chunks each cost a Doc and a handler besides.
+		n := allocated(func() { got, gdoc, _, gerr = decodePar(data, 3, tune) })
+		if bound := memoryBound(data, budgetFloor+budgetRatio*int64(len(data))); n > bound {
+			t.Fatalf("%d bytes allocated for %d bytes of input, more than %d", n, len(data), bound)
+		}
 		if diff := sameDecode(want, got, wdoc, gdoc, werr, gerr); diff != "" {
 			t.Fatal(diff)
 		}

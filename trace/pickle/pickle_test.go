@@ -79,7 +79,7 @@ func TestDecodeMatchesPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = normalize(want)
-	for proto := 1; proto <= 5; proto++ {
+	for proto := 0; proto <= 5; proto++ {
 		t.Run(fmt.Sprintf("protocol%d", proto), func(t *testing.T) {
 			data, err := os.ReadFile(fmt.Sprintf("testdata/values.p%d.pickle", proto))
 			if err != nil {
@@ -249,7 +249,16 @@ func FuzzDecode(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		v, err := Decode(data)
+		d := NewDecoder(data)
+		var doc *Doc
+		var err error
+		if got, bound := allocated(func() { doc, err = d.DecodeDoc() }), memoryBound(data, d.budget); got > bound {
+			t.Fatalf("%d bytes allocated for %d bytes of input, more than %d", got, len(data), bound)
+		}
+		var v any
+		if err == nil {
+			v, err = doc.ToAny(doc.Root())
+		}
 		if err != nil {
 			var pe *Error
 			if !errors.As(err, &pe) {

@@ -298,8 +298,16 @@ func FuzzFastEntries(f *testing.F) {
 		f.Add([]byte(p))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		slow, sdoc, serr := decodeStreamed(data, true)
-		fast, fdoc, ferr := decodeWith(data, false, len(data)%2 == 0)
+		var slow, fast *recorder
+		var sdoc, fdoc *Doc
+		var serr, ferr error
+		got := allocated(func() {
+			slow, sdoc, serr = decodeStreamed(data, true)
+			fast, fdoc, ferr = decodeWith(data, false, len(data)%2 == 0)
+		})
+		if bound := 2 * memoryBound(data, budgetFloor+budgetRatio*int64(len(data))); got > bound {
+			t.Fatalf("%d bytes allocated for two decodes of %d bytes of input, more than %d", got, len(data), bound)
+		}
 		if fmt.Sprint(serr) != fmt.Sprint(ferr) {
 			t.Fatalf("error %v, general path %v", ferr, serr)
 		}

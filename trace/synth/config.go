@@ -3,6 +3,7 @@ package synth
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -198,8 +199,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("hold cap %d out of range 0..%d", c.HoldCap, 1<<20)
 	case c.ThinkNS < 0 || c.OpNS < 0:
 		return errors.New("negative think or operator time")
-	case !(c.FLOPS > 0) || !(c.MemBW > 0):
-		return errors.New("device flop/s and bandwidth must be positive")
+	case !(c.FLOPS > 0) || !(c.MemBW > 0) || math.IsInf(c.FLOPS, 0) || math.IsInf(c.MemBW, 0):
+		return errors.New("device flop/s and bandwidth must be positive finite numbers")
 	}
 	total := 0.0
 	for i, b := range c.BatchSizes {
@@ -208,8 +209,8 @@ func (c *Config) Validate() error {
 		}
 		if c.BatchWeights != nil {
 			w := c.BatchWeights[i]
-			if !(w >= 0) {
-				return fmt.Errorf("batch weight %v is not a non-negative number", w)
+			if !(w >= 0) || math.IsInf(w, 0) {
+				return fmt.Errorf("batch weight %v is not a non-negative finite number", w)
 			}
 			total += w
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -311,6 +312,11 @@ func TestValidate(t *testing.T) {
 		"heads":      func(c *Config) { c.Encoder.Heads = 7 },
 		"decode len": func(c *Config) { c.Kinds = []AgentKind{Decode}; c.DecodeMax = 1000 },
 		"kind":       func(c *Config) { c.Kinds = []AgentKind{9} },
+		"nan prob":   func(c *Config) { c.FreeProb = math.NaN() },
+		"inf weight": func(c *Config) { c.BatchWeights = []float64{1, math.Inf(1), 1} },
+		"nan weight": func(c *Config) { c.BatchWeights = []float64{1, math.NaN(), 1} },
+		"inf flops":  func(c *Config) { c.FLOPS = math.Inf(1) },
+		"nan bw":     func(c *Config) { c.MemBW = math.NaN() },
 	}
 	for name, mod := range bad {
 		cfg := DefaultConfig()

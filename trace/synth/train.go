@@ -126,56 +126,7 @@ func (g *gen) trainStep(a *agent) {
 	g.freeT(gp)
 
 	for l := len(layers) - 1; l >= 0; l-- {
-		t := &layers[l]
-		// Output LayerNorm, dropout, feed-forward.
-		g2 := g.layerNormBackward(bs, H, f, l, grad, t.r2, t.st2a, t.st2b)
-		gd2 := g.out(bs*H, f, opGrad, l)
-		g.freeT(t.mask2)
-		gi := g.linearBackward(bs, I, H, f, l, true)
-		g.freeT(gd2)
-		g.freeT(t.gelu)
-		gg := g.out(bs*I, f, opGrad, l)
-		g.freeT(gi)
-		g.freeT(t.fc)
-		gf := g.linearBackward(bs, H, I, f, l, true)
-		g.freeT(gg)
-		g.freeT(t.ln1)
-		g.freeT(gf) // accumulated into g2 (the residual path)
-		// Attention LayerNorm, dropout, output dense, attention.
-		g1 := g.layerNormBackward(bs, H, f, l, g2, t.r, t.st1a, t.st1b)
-		gd1 := g.out(bs*H, f, opGrad, l)
-		g.freeT(t.mask1)
-		ga := g.linearBackward(bs, H, H, f, l, true)
-		g.freeT(gd1)
-		gq := g.out(bs*H, f, opGrad, l)
-		gk := g.out(bs*H, f, opGrad, l)
-		gv := g.out(bs*H, f, opGrad, l)
-		gout := g.out(bs*H, f, opGrad, l)
-		delta := g.alloc(uint64(b*A*s)*4, opGrad, l)
-		delta2 := g.alloc(uint64(b*A*s)*4, opGrad, l)
-		g.freeT(delta)
-		g.freeT(gout)
-		work := g.alloc(uint64(b*A*s)*304, opGrad, l)
-		g.freeT(delta2)
-		g.freeT(work)
-		g.freeT(ga)
-		g.freeT(t.k)
-		g.freeT(t.q)
-		g.freeT(t.v)
-		g.freeT(t.lse)
-		g.freeT(t.ctx)
-		// Value, key and query projections; their input gradients are
-		// accumulated into g1 (the residual path).
-		for i, gx := range [3]tensor{gv, gk, gq} {
-			gin := g.linearBackward(bs, H, H, f, l, true)
-			g.freeT(gx)
-			if i == 2 {
-				g.freeT(t.input)
-			}
-			g.freeT(gin)
-		}
-		grad = g1
-		*t = trainLayer{}
+		grad = g.layerBackward(a, &layers[l], grad, b, s, l)
 	}
 
 	// Embeddings: dropout, LayerNorm, then the three lookups (a sort of
@@ -199,6 +150,73 @@ func (g *gen) trainStep(a *agent) {
 	g.freeT(ge)
 	g.freeT(seed)
 
+	g.optimizerStep(a, ps)
+	g.freeT(loss)
+	g.sync()
+}
+
+// layerBackward runs the backward of encoder layer l, whose saved
+// activations t are freed as autograd frees them, from the gradient grad
+// of its output; it returns the gradient of its input.
+func (g *gen) layerBackward(a *agent, t *trainLayer, grad tensor, b, s, l int) tensor {
+	m := a.model
+	H, I, A, f := m.Hidden, m.Intermediate, m.Heads, m.DTypeBytes
+	bs := b * s
+	// Output LayerNorm, dropout, feed-forward.
+	g2 := g.layerNormBackward(bs, H, f, l, grad, t.r2, t.st2a, t.st2b)
+	gd2 := g.out(bs*H, f, opGrad, l)
+	g.freeT(t.mask2)
+	gi := g.linearBackward(bs, I, H, f, l, true)
+	g.freeT(gd2)
+	g.freeT(t.gelu)
+	gg := g.out(bs*I, f, opGrad, l)
+	g.freeT(gi)
+	g.freeT(t.fc)
+	gf := g.linearBackward(bs, H, I, f, l, true)
+	g.freeT(gg)
+	g.freeT(t.ln1)
+	g.freeT(gf) // accumulated into g2 (the residual path)
+	// Attention LayerNorm, dropout, output dense, attention.
+	g1 := g.layerNormBackward(bs, H, f, l, g2, t.r, t.st1a, t.st1b)
+	gd1 := g.out(bs*H, f, opGrad, l)
+	g.freeT(t.mask1)
+	ga := g.linearBackward(bs, H, H, f, l, true)
+	g.freeT(gd1)
+	gq := g.out(bs*H, f, opGrad, l)
+	gk := g.out(bs*H, f, opGrad, l)
+	gv := g.out(bs*H, f, opGrad, l)
+	gout := g.out(bs*H, f, opGrad, l)
+	delta := g.alloc(uint64(b*A*s)*4, opGrad, l)
+	delta2 := g.alloc(uint64(b*A*s)*4, opGrad, l)
+	g.freeT(delta)
+	g.freeT(gout)
+	work := g.alloc(uint64(b*A*s)*304, opGrad, l)
+	g.freeT(delta2)
+	g.freeT(work)
+	g.freeT(ga)
+	g.freeT(t.k)
+	g.freeT(t.q)
+	g.freeT(t.v)
+	g.freeT(t.lse)
+	g.freeT(t.ctx)
+	// Value, key and query projections; their input gradients are
+	// accumulated into g1 (the residual path).
+	for i, gx := range [3]tensor{gv, gk, gq} {
+		gin := g.linearBackward(bs, H, H, f, l, true)
+		g.freeT(gx)
+		if i == 2 {
+			g.freeT(t.input)
+		}
+		g.freeT(gin)
+	}
+	*t = trainLayer{}
+	return g1
+}
+
+// optimizerStep runs AdamW (foreach) on the parameters of sizes ps, then
+// zero_grad(set_to_none=True).
+func (g *gen) optimizerStep(a *agent, ps []int) {
+	f := a.model.DTypeBytes
 	// AdamW (foreach): state on the first step, then one temporary per
 	// parameter (the square root of the second moment), freed in reverse.
 	if a.optState == nil {
@@ -220,8 +238,6 @@ func (g *gen) trainStep(a *agent) {
 		g.freeT(t)
 	}
 	g.grads = g.grads[:0]
-	g.freeT(loss)
-	g.sync()
 }
 
 // dropoutTrain runs dropout in training: the byte mask, then the output.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the pickle decoder's test inputs: values.p{1..5}.pickle (with
+"""Writes the pickle decoder's test inputs: values.p{0..5}.pickle (with
 values.json, the same value as JSON: tuples as lists), evil_*.pickle (pickles
 that would run os.system if Python loaded them) and the fuzz seed corpus.
 Run from this directory: python3 gen.py"""
@@ -34,10 +34,10 @@ def plain(v):
 
 with open("values.json", "w") as f:
     json.dump(plain(value), f, sort_keys=True)
-for proto in (1, 2, 3, 4, 5):
+for proto in (0, 1, 2, 3, 4, 5):
     v = dict(value)
     if proto < 3:
-        del v["bytes"]  # protocols 1 and 2 pickle bytes through a REDUCE call
+        del v["bytes"]  # protocols 0 to 2 pickle bytes through a REDUCE call
     with open("values.p%d.pickle" % proto, "wb") as f:
         pickle.dump(v, f, protocol=proto)
 
@@ -64,6 +64,7 @@ seeds = {
     "values_p5": pickle.dumps({"a": [1, (2, 3)], "b": -2**62, "c": 1.5, "d": None}, protocol=5),
     "snapshot": pickle.dumps({"segments": [], "device_traces": [[{"action": "alloc", "addr": 2**45, "size": 512, "stream": 0, "time_us": 2**50, "frames": [shared]}]]}, protocol=4),
     "evil": pickle.dumps(Evil(), protocol=2),
+    "values_p0": pickle.dumps({"a": [1, (2, 3)], "b": 2**64 - 1, "c": "x\u00e9\u2713\\\n", "d": None, "e": 0.5, "f": True}, protocol=0),
 }
 for name, b in seeds.items():
     with open(os.path.join("fuzz", "FuzzDecode", name), "w") as f:
