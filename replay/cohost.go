@@ -61,6 +61,13 @@ type CohostConfig struct {
 	Forecast bool
 	// ForecastPoints bounds each forecast's series (0: DefaultForecastPoints).
 	ForecastPoints int
+	// Outside models each process's memory outside its allocator for the
+	// forecast's silent-OOM risk (the zero value: DefaultOutsideModel).
+	// Traces with device_mem samples replace the model by what they
+	// measured: the device's memory less the free bytes, the processes'
+	// reserved bytes and what the capacity leaves to others. The replay
+	// itself charges ContextOverheadBytes only, as before.
+	Outside OutsideModel
 	// Progress, when set, is called now and then with the events done.
 	Progress func(events int64)
 
@@ -200,6 +207,9 @@ type proc struct {
 
 	fc *Forecaster
 
+	startT  int64 // merged time of the first event
+	started bool
+
 	avoidable, blamed int64
 }
 
@@ -314,6 +324,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			len(procs), FormatBytes(cfg.ContextOverheadBytes), FormatBytes(cfg.CapacityBytes))
 	}
 	qs := make([]*proc, len(procs))
+	sil := newSilent(cfg, qs)
 	defer func() {
 		for _, q := range qs {
 			if q != nil && q.c != nil {
@@ -352,6 +363,9 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			q.index = s.Index
 			if q.fc != nil && isRequest(s.Event.Kind) {
 				q.fc.Request(s.Event.SizeBytes)
+			}
+			if s.Event.Kind == trace.KindDeviceMem {
+				sil.sample(s.Event.SizeBytes)
 			}
 		}
 		inner := p.Factory
@@ -454,6 +468,9 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			}
 		}
 		t.measure(merged, bestT)
+		if !q.started {
+			q.startT, q.started = bestT, true
+		}
 		if cfg.Forecast {
 			free := pool.free()
 			for _, o := range qs {
@@ -461,6 +478,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 					o.fc.Observe(o.index, bestT, Headroom(o.largest, free, o.cachedFree(), o.stranded))
 				}
 			}
+			sil.observe(bestT)
 		}
 		// the head's time, now that the previous one is consumed
 		if q.next < q.n {
@@ -486,12 +504,86 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			pr.Scale = 1
 		}
 		if q.fc != nil {
+			q.fc.finishSilent(sil.source(), q.e.hdr.GPUTotalBytes, r.PeakReservedBytes)
 			pr.Forecast = q.fc.Result()
 		}
 		res.Processes = append(res.Processes, pr)
 	}
 	res.Total = t.result(merged)
 	return res, nil
+}
+
+// silent tracks the device's free memory with the processes' outside
+// memory for the forecast's silent-OOM risk.
+type silent struct {
+	on       bool
+	capacity uint64
+	model    OutsideModel
+	qs       []*proc
+	measured bool
+	outside  uint64 // measured: capacity − free − Σ reserved at the last sample
+	pending  bool
+	free     uint64 // the pending sample's free bytes
+}
+
+func newSilent(cfg CohostConfig, qs []*proc) *silent {
+	m := cfg.Outside
+	if m == (OutsideModel{}) {
+		m = DefaultOutsideModel()
+	}
+	return &silent{on: cfg.Forecast && cfg.CapacityBytes > 0, capacity: cfg.CapacityBytes, model: m, qs: qs}
+}
+
+// sample takes a device_mem sample's free bytes; observe, once the
+// processes' reserved bytes are up to date, turns it into outside memory.
+func (s *silent) sample(free uint64) {
+	s.free, s.pending = free, true
+}
+
+func (s *silent) source() string {
+	if s.measured {
+		return "measured"
+	}
+	return "model"
+}
+
+// observe gives every running process the device's free memory at merged
+// time at.
+func (s *silent) observe(at int64) {
+	if !s.on {
+		return
+	}
+	var reserved uint64
+	for _, q := range s.qs {
+		reserved += q.reserved
+	}
+	if s.pending {
+		s.pending = false
+		s.measured = true
+		s.outside = 0
+		if used := reserved + s.free; used < s.capacity {
+			s.outside = s.capacity - used
+		}
+	}
+	outside := s.outside
+	if !s.measured {
+		outside = 0
+		for _, q := range s.qs {
+			if q.started {
+				outside += s.model.At(at - q.startT)
+			}
+		}
+	}
+	free := uint64(0)
+	if used := reserved + outside; used >= reserved && used < s.capacity {
+		free = s.capacity - used
+	}
+	for _, q := range s.qs {
+		if q.fc != nil && q.started {
+			q.fc.observeSilent(silentState{index: q.index, timeNS: at, free: free, outside: outside,
+				reserved: q.reserved, cachedFree: q.cachedFree(), releasable: q.releasable(), reserveOK: s.model.ReserveBytes})
+		}
+	}
 }
 
 // shareClock reads each process's first events and gives every process
