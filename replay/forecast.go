@@ -250,16 +250,106 @@ func isRequest(k trace.Kind) bool { return k == trace.KindAlloc || k == trace.Ki
 // too, on the device Run sizes: cfg.CapacityBytes, else the trace header's
 // GPU total, else unlimited (no shortfall), less cfg.OutsideBytes.
 // maxPoints bounds the series (0: DefaultForecastPoints). cfg.Observer,
-// when set, is still called.
+// when set, is still called. The silent-OOM risk uses the default
+// outside-memory model (RunForecastOutside).
 func RunForecast(r *trace.Reader, f driver.Factory, cfg Config, maxPoints int) (*Result, *Forecast, error) {
+	return RunForecastOutside(r, f, cfg, maxPoints, OutsideModel{})
+}
+
+// RunForecastOutside is RunForecast with the outside-memory model m (the
+// zero value: DefaultOutsideModel) for the silent-OOM risk; a trace's
+// device_mem samples replace the model by what they measured (the
+// device's memory less its free bytes and the replayed reserved bytes,
+// less what the capacity leaves to others). Times are the trace's.
+func RunForecastOutside(r *trace.Reader, f driver.Factory, cfg Config, maxPoints int, m OutsideModel) (*Result, *Forecast, error) {
 	capacity := cfg.CapacityBytes
-	if capacity == 0 && r.Header() != nil {
-		capacity = r.Header().GPUTotalBytes
+	var total uint64
+	if r.Header() != nil {
+		total = r.Header().GPUTotalBytes
+	}
+	if capacity == 0 {
+		capacity = total
+	}
+	if m == (OutsideModel{}) {
+		m = DefaultOutsideModel()
 	}
 	fc := NewForecaster(maxPoints)
-	cfg.Observer = fc.ForecastObserver(capacity, cfg.OutsideBytes, cfg.Observer)
+	s := &soloSilent{m: m, capacity: capacity}
+	cfg.Observer = fc.ForecastObserver(capacity, cfg.OutsideBytes, s.observer(fc, cfg.Observer))
 	res, err := Run(r, f, cfg)
+	if res != nil {
+		fc.finishSilent(s.source(), total, res.PeakReservedBytes)
+	}
 	return res, fc.Result(), err
+}
+
+// soloSilent tracks one replayed process's silent-OOM risk.
+type soloSilent struct {
+	m        OutsideModel
+	capacity uint64
+	t0       int64
+	haveT0   bool
+	measured bool
+	outside  uint64 // measured: capacity − free − reserved at the last sample
+	lastT    int64
+}
+
+func (s *soloSilent) source() string {
+	if s.measured {
+		return "measured"
+	}
+	return "model"
+}
+
+func (s *soloSilent) observer(fc *Forecaster, next func(*Sample)) func(*Sample) {
+	return func(smp *Sample) {
+		if s.capacity > 0 {
+			s.observe(fc, smp)
+		}
+		if next != nil {
+			next(smp)
+		}
+	}
+}
+
+func (s *soloSilent) observe(fc *Forecaster, smp *Sample) {
+	t := smp.TimeNS
+	if t == 0 {
+		t = s.lastT
+	}
+	s.lastT = t
+	if t != 0 && !s.haveT0 {
+		s.t0, s.haveT0 = t, true
+	}
+	if smp.Event.Kind == trace.KindDeviceMem {
+		s.measured = true
+		s.outside = 0
+		if used := smp.ReservedBytes + smp.Event.SizeBytes; used < s.capacity {
+			s.outside = s.capacity - used
+		}
+	}
+	outside := s.outside
+	if !s.measured {
+		outside = s.m.At(t - s.t0)
+	}
+	free := uint64(0)
+	if used := smp.ReservedBytes + outside; used >= outside && used < s.capacity {
+		free = s.capacity - used
+	}
+	var cached, releasable uint64
+	if smp.ReservedBytes > smp.ActiveBytes {
+		cached = smp.ReservedBytes - smp.ActiveBytes
+	}
+	releasable = cached
+	if smp.Policy != nil {
+		if st := smp.Policy.Stats(); st.StrandedBytes < cached {
+			releasable = cached - st.StrandedBytes
+		} else {
+			releasable = 0
+		}
+	}
+	fc.observeSilent(silentState{index: smp.Index, timeNS: t, free: free, outside: outside,
+		reserved: smp.ReservedBytes, cachedFree: cached, releasable: releasable, reserveOK: s.m.ReserveBytes})
 }
 
 // OutsideModel is the device memory a process holds outside its allocator,

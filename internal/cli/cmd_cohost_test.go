@@ -152,3 +152,61 @@ func TestCohostBadFlags(t *testing.T) {
 		t.Errorf("missing trace: exit %d, %q", code, errs)
 	}
 }
+
+// The silent-OOM risk: with 10 MiB contexts, the model's outside memory is
+// 182 MiB a process; when b starts (20 ms), both caches hold 100 MiB and a
+// 1 GiB device has 460 MiB free: above the default 172 MiB reserve, below
+// a 500 MiB one.
+func TestCohostSilentRisk(t *testing.T) {
+	a, b := cohostPair(t)
+	args := []string{"cohost", a, b, "--capacity", "1GiB", "--context-overhead", "10MiB", "--offset", "0,20ms"}
+	type fc struct {
+		SilentRiskTimeNS    int64  `json:"silent_risk_time_ns"`
+		SilentRiskFreeBytes uint64 `json:"silent_risk_free_bytes"`
+		SilentMinFreeBytes  uint64 `json:"silent_min_free_bytes"`
+		OutsideSource       string `json:"outside_source"`
+		SilentRisk          string `json:"silent_risk"`
+	}
+	parse := func(out string) []fc {
+		var r struct{ Processes []struct{ Forecast fc } }
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var fs []fc
+		for _, p := range r.Processes {
+			fs = append(fs, p.Forecast)
+		}
+		return fs
+	}
+	out, errs, code := runReplayCLI(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for i, f := range parse(out) {
+		if f.SilentRiskTimeNS != -1 || f.SilentRisk != "" || f.OutsideSource != "model" {
+			t.Errorf("process %d flagged with the default reserve: %+v", i, f)
+		}
+		const outside = 2 * (10 + 172) << 20
+		if lo, hi := uint64(1<<30-200<<20-outside-1<<20), uint64(1<<30-200<<20-outside); f.SilentMinFreeBytes < lo || f.SilentMinFreeBytes > hi {
+			t.Errorf("process %d: min free %d, want about 1 GiB - 200 MiB - %d", i, f.SilentMinFreeBytes, outside)
+		}
+	}
+	out, errs, code = runReplayCLI(t, append(args, "--outside-reserve", "500MiB", "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for i, f := range parse(out) {
+		if f.SilentRiskTimeNS != 20e6 || f.SilentRiskFreeBytes >= 500<<20 || !strings.Contains(f.SilentRisk, "empty_cache()") {
+			t.Errorf("process %d with a 500 MiB reserve: %+v, want flagged at 20 ms", i, f)
+		}
+	}
+	out, _, _ = runReplayCLI(t, append(args, "--outside-reserve", "500MiB")...)
+	if !strings.Contains(out, "b: silent OOM risk at event 0") || !strings.Contains(out, "CUDA_MODULE_LOADING=EAGER") {
+		t.Errorf("human output lacks b's risk line:\n%s", out)
+	}
+	for _, bad := range []string{"NaN", "-5MiB", "1GiB", "inf"} {
+		if _, errs, code := runReplayCLI(t, append(args, "--outside-reserve", bad)...); code != 2 || !strings.Contains(errs, "--outside-reserve") {
+			t.Errorf("--outside-reserve %s: exit %d, %s", bad, code, errs)
+		}
+	}
+}
