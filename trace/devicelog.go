@@ -129,6 +129,7 @@ func MergeDeviceSamples(r *Reader, w *Writer, samples []Event) (int, error) {
 	var index int64
 	var tab idRemap
 	var last int64 // the time of the last timed event written
+	prev := KindInvalid
 	for {
 		n, err := r.ReadEvents(buf)
 		tab.sync(r, w)
@@ -137,7 +138,7 @@ func MergeDeviceSamples(r *Reader, w *Writer, samples []Event) (int, error) {
 				return next, fmt.Errorf("event %d: undefined string %d or stack %d", index, ev.Text, ev.Stack)
 			}
 			ev.Text, ev.Stack = tab.str[ev.Text], tab.stk[ev.Stack]
-			if ev.TimeNS != 0 && (index > 0 || h == nil || h.Initial == nil) {
+			if ev.TimeNS != 0 && prev != KindFreeRequested && (index > 0 || h == nil || h.Initial == nil) {
 				for next < len(samples) && samples[next].TimeNS < ev.TimeNS {
 					sm := samples[next]
 					sm.TimeNS = max(sm.TimeNS, last)
@@ -153,6 +154,7 @@ func MergeDeviceSamples(r *Reader, w *Writer, samples []Event) (int, error) {
 			if ev.TimeNS != 0 {
 				last = ev.TimeNS
 			}
+			prev = ev.Kind
 			index++
 		}
 		if err == io.EOF || (err == nil && n == 0) {
