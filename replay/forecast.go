@@ -257,7 +257,8 @@ func RunForecast(r *trace.Reader, f driver.Factory, cfg Config, maxPoints int) (
 }
 
 // RunForecastOutside is RunForecast with the outside-memory model m (the
-// zero value: DefaultOutsideModel) for the silent-OOM risk; a trace's
+// zero value: DefaultOutsideModel, with cfg.OutsideBytes, when set, in
+// place of its context and libraries) for the silent-OOM risk; a trace's
 // device_mem samples replace the model by what they measured (the
 // device's memory less its free bytes and the replayed reserved bytes,
 // less what the capacity leaves to others). Times are the trace's.
@@ -272,6 +273,9 @@ func RunForecastOutside(r *trace.Reader, f driver.Factory, cfg Config, maxPoints
 	}
 	if m == (OutsideModel{}) {
 		m = DefaultOutsideModel()
+		if cfg.OutsideBytes > 0 {
+			m.ContextBytes, m.LibraryBytes, m.ContextOverrides = cfg.OutsideBytes, 0, true
+		}
 	}
 	fc := NewForecaster(maxPoints)
 	s := &soloSilent{m: m, capacity: capacity}
@@ -371,7 +375,7 @@ type OutsideModel struct {
 	GrowthBytesPerS  float64 `json:"growth_bytes_per_s"`
 	GrowthCapBytes   uint64  `json:"growth_cap_bytes"`
 	ReserveBytes     uint64  `json:"reserve_bytes"`
-	ContextOverrides bool    `json:"-"` // ContextBytes was given, not calibrated
+	ContextOverrides bool    `json:"-"` // ContextBytes was given (LibraryBytes then 0), not calibrated
 }
 
 // The outside-memory model's figures, calibrated on the co-hosted serving

@@ -38,7 +38,7 @@ func cohostCommand() *cli.Command {
 			"the first moment the device's free memory falls below --outside-reserve. Outside\n" +
 			"memory comes from the traces' device_mem samples (import --device-log) or, without\n" +
 			"them, from a model calibrated on H200 recordings (docs/outside-memory.md):\n" +
-			"context (--context-overhead when given, else 524MiB) + 172MiB of libraries +\n" +
+			"524MiB of context + 172MiB of libraries (or --context-overhead, when given) +\n" +
 			"1.5MiB/s of lazily loaded kernels up to 128MiB.\n\n" +
 			"The silent-OOM forecast: per process, the largest request it could still be served\n" +
 			"(its largest free block, or what the device could give after it released its own\n" +
@@ -215,8 +215,9 @@ func runCohost(c *cli.Context) error {
 }
 
 // outsideModel returns the outside-memory model the flags give: the
-// calibrated one, with the context of the flag ctxFlag when it is given
-// and --outside-reserve (below the capacity, when there is one).
+// calibrated one; the flag ctxFlag, when given, replaces its context and
+// libraries (the lazy growth stays), --outside-reserve its reserve (below
+// the capacity, when there is one).
 func outsideModel(c *cli.Context, ctxFlag string, capacity uint64) (replay.OutsideModel, error) {
 	m := replay.DefaultOutsideModel()
 	if c.IsSet(ctxFlag) {
@@ -224,7 +225,8 @@ func outsideModel(c *cli.Context, ctxFlag string, capacity uint64) (replay.Outsi
 		if err != nil {
 			return m, fmt.Errorf("--%s: %w", ctxFlag, err)
 		}
-		m.ContextBytes, m.ContextOverrides = v, true
+		// the figure given is all the process holds outside at its start
+		m.ContextBytes, m.LibraryBytes, m.ContextOverrides = v, 0, true
 	}
 	if s := c.String("outside-reserve"); s != "" {
 		v, err := replay.ParseCapacity(s)
