@@ -333,67 +333,11 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 	}()
 	for i := range procs {
-		p := &procs[i]
-		if p.Name == "" {
-			p.Name = fmt.Sprintf("process %d", i)
-		}
-		if p.Open == nil || p.Factory == nil {
-			return nil, fmt.Errorf("cohost: %s: no trace or no policy", p.Name)
-		}
-		if p.Scale < 0 || math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
-			return nil, fmt.Errorf("cohost: %s: bad time scale %g", p.Name, p.Scale)
-		}
-		r, c, err := p.Open()
+		q, err := openProc(i, &procs[i], cfg, pool, sil)
+		qs[i] = q // closed by the deferred function, also on an error
 		if err != nil {
-			return nil, fmt.Errorf("cohost: %s: %w", p.Name, err)
+			return nil, err
 		}
-		q := &proc{i: i, p: p, r: r, c: c, buf: make([]trace.Event, cohostBatch)}
-		qs[i] = q
-		if cfg.Forecast {
-			q.fc = NewForecaster(cfg.ForecastPoints)
-		}
-		ecfg := p.Config
-		ecfg.CapacityBytes = cfg.CapacityBytes
-		ecfg.OutsideBytes = 0
-		ecfg.Progress = nil
-		ecfg.noFraction = cfg.noFraction
-		ecfg.Observer = func(s *Sample) {
-			q.active = s.ActiveBytes
-			q.allocated, q.requested = s.AllocatedBytes, s.RequestedBytes
-			q.index = s.Index
-			if q.fc != nil && isRequest(s.Event.Kind) {
-				q.fc.Request(s.Event.SizeBytes)
-			}
-			if s.Event.Kind == trace.KindDeviceMem {
-				sil.sample(s.Event.SizeBytes)
-			}
-		}
-		inner := p.Factory
-		f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
-			pol, err := inner(dev, h)
-			if err != nil {
-				return nil, err
-			}
-			d, ok := dev.(*device)
-			if !ok {
-				return nil, errors.New("cohost: the engine's device is not shareable")
-			}
-			d.pool = pool
-			pool.devs = append(pool.devs, d)
-			q.devs = append(q.devs, d)
-			q.pols = append(q.pols, pol)
-			return pol, nil
-		}
-		hdr := r.Header()
-		if hdr == nil {
-			hdr = &trace.Header{}
-		}
-		q.e = &engine{cfg: ecfg, factory: f, hdr: hdr}
-		if err := q.e.start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Name, err)
-		}
-		q.reserved = q.e.reserved
-		q.active = q.e.active
 	}
 
 	if cfg.SharedClock {
@@ -511,6 +455,71 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 	}
 	res.Total = t.result(merged)
 	return res, nil
+}
+
+// openProc opens process i's trace and starts its engine on the shared
+// pool. A process opened is returned also with an error, to be closed.
+func openProc(i int, p *Process, cfg CohostConfig, pool *sharedPool, sil *silent) (*proc, error) {
+	if p.Name == "" {
+		p.Name = fmt.Sprintf("process %d", i)
+	}
+	if p.Open == nil || p.Factory == nil {
+		return nil, fmt.Errorf("cohost: %s: no trace or no policy", p.Name)
+	}
+	if p.Scale < 0 || math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
+		return nil, fmt.Errorf("cohost: %s: bad time scale %g", p.Name, p.Scale)
+	}
+	r, c, err := p.Open()
+	if err != nil {
+		return nil, fmt.Errorf("cohost: %s: %w", p.Name, err)
+	}
+	q := &proc{i: i, p: p, r: r, c: c, buf: make([]trace.Event, cohostBatch)}
+	if cfg.Forecast {
+		q.fc = NewForecaster(cfg.ForecastPoints)
+	}
+	ecfg := p.Config
+	ecfg.CapacityBytes = cfg.CapacityBytes
+	ecfg.OutsideBytes = 0
+	ecfg.Progress = nil
+	ecfg.noFraction = cfg.noFraction
+	ecfg.Observer = func(s *Sample) {
+		q.active = s.ActiveBytes
+		q.allocated, q.requested = s.AllocatedBytes, s.RequestedBytes
+		q.index = s.Index
+		if q.fc != nil && isRequest(s.Event.Kind) {
+			q.fc.Request(s.Event.SizeBytes)
+		}
+		if s.Event.Kind == trace.KindDeviceMem {
+			sil.sample(s.Event.SizeBytes)
+		}
+	}
+	inner := p.Factory
+	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
+		pol, err := inner(dev, h)
+		if err != nil {
+			return nil, err
+		}
+		d, ok := dev.(*device)
+		if !ok {
+			return nil, errors.New("cohost: the engine's device is not shareable")
+		}
+		d.pool = pool
+		pool.devs = append(pool.devs, d)
+		q.devs = append(q.devs, d)
+		q.pols = append(q.pols, pol)
+		return pol, nil
+	}
+	hdr := r.Header()
+	if hdr == nil {
+		hdr = &trace.Header{}
+	}
+	q.e = &engine{cfg: ecfg, factory: f, hdr: hdr}
+	if err := q.e.start(); err != nil {
+		return q, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	q.reserved = q.e.reserved
+	q.active = q.e.active
+	return q, nil
 }
 
 // silent tracks the device's free memory with the processes' outside
