@@ -85,6 +85,10 @@ type CohostResult struct {
 	// (at most 1000; Total.OOMs counts all).
 	OOMEvents        []CohostOOM `json:"oom_events,omitempty"`
 	MinCapacityBytes uint64      `json:"min_capacity_bytes,omitempty"`
+	// OutsideModel is the outside-memory model the forecast's silent-OOM
+	// risk used where the traces had no device_mem samples; nil without a
+	// forecast or a capacity.
+	OutsideModel *OutsideModel `json:"outside_model,omitempty"`
 }
 
 // ProcessResult is one process's replay.
@@ -360,6 +364,10 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 	}
 	res := &CohostResult{CapacityBytes: cfg.CapacityBytes, ContextOverheadBytes: cfg.ContextOverheadBytes}
+	if sil.on {
+		m := sil.model
+		res.OutsideModel = &m
+	}
 	t := &totals{qs: qs, pool: pool}
 	var merged int64
 	for {
