@@ -61,6 +61,13 @@ type CohostConfig struct {
 	Forecast bool
 	// ForecastPoints bounds each forecast's series (0: DefaultForecastPoints).
 	ForecastPoints int
+	// Outside models each process's memory outside its allocator for the
+	// forecast's silent-OOM risk (the zero value: DefaultOutsideModel).
+	// Traces with device_mem samples replace the model by what they
+	// measured: the device's memory less the free bytes, the processes'
+	// reserved bytes and what the capacity leaves to others. The replay
+	// itself charges ContextOverheadBytes only, as before.
+	Outside OutsideModel
 	// Progress, when set, is called now and then with the events done.
 	Progress func(events int64)
 
@@ -78,6 +85,10 @@ type CohostResult struct {
 	// (at most 1000; Total.OOMs counts all).
 	OOMEvents        []CohostOOM `json:"oom_events,omitempty"`
 	MinCapacityBytes uint64      `json:"min_capacity_bytes,omitempty"`
+	// OutsideModel is the outside-memory model the forecast's silent-OOM
+	// risk used where the traces had no device_mem samples; nil without a
+	// forecast or a capacity.
+	OutsideModel *OutsideModel `json:"outside_model,omitempty"`
 }
 
 // ProcessResult is one process's replay.
@@ -200,6 +211,9 @@ type proc struct {
 
 	fc *Forecaster
 
+	startT  int64 // merged time of the first event
+	started bool
+
 	avoidable, blamed int64
 }
 
@@ -314,6 +328,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			len(procs), FormatBytes(cfg.ContextOverheadBytes), FormatBytes(cfg.CapacityBytes))
 	}
 	qs := make([]*proc, len(procs))
+	sil := newSilent(cfg, qs)
 	defer func() {
 		for _, q := range qs {
 			if q != nil && q.c != nil {
@@ -322,64 +337,11 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 	}()
 	for i := range procs {
-		p := &procs[i]
-		if p.Name == "" {
-			p.Name = fmt.Sprintf("process %d", i)
-		}
-		if p.Open == nil || p.Factory == nil {
-			return nil, fmt.Errorf("cohost: %s: no trace or no policy", p.Name)
-		}
-		if p.Scale < 0 || math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
-			return nil, fmt.Errorf("cohost: %s: bad time scale %g", p.Name, p.Scale)
-		}
-		r, c, err := p.Open()
+		q, err := openProc(i, &procs[i], cfg, pool, sil)
+		qs[i] = q // closed by the deferred function, also on an error
 		if err != nil {
-			return nil, fmt.Errorf("cohost: %s: %w", p.Name, err)
+			return nil, err
 		}
-		q := &proc{i: i, p: p, r: r, c: c, buf: make([]trace.Event, cohostBatch)}
-		qs[i] = q
-		if cfg.Forecast {
-			q.fc = NewForecaster(cfg.ForecastPoints)
-		}
-		ecfg := p.Config
-		ecfg.CapacityBytes = cfg.CapacityBytes
-		ecfg.OutsideBytes = 0
-		ecfg.Progress = nil
-		ecfg.noFraction = cfg.noFraction
-		ecfg.Observer = func(s *Sample) {
-			q.active = s.ActiveBytes
-			q.allocated, q.requested = s.AllocatedBytes, s.RequestedBytes
-			q.index = s.Index
-			if q.fc != nil && isRequest(s.Event.Kind) {
-				q.fc.Request(s.Event.SizeBytes)
-			}
-		}
-		inner := p.Factory
-		f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
-			pol, err := inner(dev, h)
-			if err != nil {
-				return nil, err
-			}
-			d, ok := dev.(*device)
-			if !ok {
-				return nil, errors.New("cohost: the engine's device is not shareable")
-			}
-			d.pool = pool
-			pool.devs = append(pool.devs, d)
-			q.devs = append(q.devs, d)
-			q.pols = append(q.pols, pol)
-			return pol, nil
-		}
-		hdr := r.Header()
-		if hdr == nil {
-			hdr = &trace.Header{}
-		}
-		q.e = &engine{cfg: ecfg, factory: f, hdr: hdr}
-		if err := q.e.start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", p.Name, err)
-		}
-		q.reserved = q.e.reserved
-		q.active = q.e.active
 	}
 
 	if cfg.SharedClock {
@@ -402,6 +364,10 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 	}
 	res := &CohostResult{CapacityBytes: cfg.CapacityBytes, ContextOverheadBytes: cfg.ContextOverheadBytes}
+	if sil.on {
+		m := sil.model
+		res.OutsideModel = &m
+	}
 	t := &totals{qs: qs, pool: pool}
 	var merged int64
 	for {
@@ -454,6 +420,9 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			}
 		}
 		t.measure(merged, bestT)
+		if !q.started {
+			q.startT, q.started = bestT, true
+		}
 		if cfg.Forecast {
 			free := pool.free()
 			for _, o := range qs {
@@ -461,6 +430,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 					o.fc.Observe(o.index, bestT, Headroom(o.largest, free, o.cachedFree(), o.stranded))
 				}
 			}
+			sil.observe(bestT)
 		}
 		// the head's time, now that the previous one is consumed
 		if q.next < q.n {
@@ -486,12 +456,151 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			pr.Scale = 1
 		}
 		if q.fc != nil {
+			q.fc.finishSilent(sil.source(), q.e.hdr.GPUTotalBytes, r.PeakReservedBytes)
 			pr.Forecast = q.fc.Result()
 		}
 		res.Processes = append(res.Processes, pr)
 	}
 	res.Total = t.result(merged)
 	return res, nil
+}
+
+// openProc opens process i's trace and starts its engine on the shared
+// pool. A process opened is returned also with an error, to be closed.
+func openProc(i int, p *Process, cfg CohostConfig, pool *sharedPool, sil *silent) (*proc, error) {
+	if p.Name == "" {
+		p.Name = fmt.Sprintf("process %d", i)
+	}
+	if p.Open == nil || p.Factory == nil {
+		return nil, fmt.Errorf("cohost: %s: no trace or no policy", p.Name)
+	}
+	if p.Scale < 0 || math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
+		return nil, fmt.Errorf("cohost: %s: bad time scale %g", p.Name, p.Scale)
+	}
+	r, c, err := p.Open()
+	if err != nil {
+		return nil, fmt.Errorf("cohost: %s: %w", p.Name, err)
+	}
+	q := &proc{i: i, p: p, r: r, c: c, buf: make([]trace.Event, cohostBatch)}
+	if cfg.Forecast {
+		q.fc = NewForecaster(cfg.ForecastPoints)
+	}
+	ecfg := p.Config
+	ecfg.CapacityBytes = cfg.CapacityBytes
+	ecfg.OutsideBytes = 0
+	ecfg.Progress = nil
+	ecfg.noFraction = cfg.noFraction
+	ecfg.Observer = func(s *Sample) {
+		q.active = s.ActiveBytes
+		q.allocated, q.requested = s.AllocatedBytes, s.RequestedBytes
+		q.index = s.Index
+		if q.fc != nil && isRequest(s.Event.Kind) {
+			q.fc.Request(s.Event.SizeBytes)
+		}
+		if s.Event.Kind == trace.KindDeviceMem {
+			sil.sample(s.Event.SizeBytes)
+		}
+	}
+	inner := p.Factory
+	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
+		pol, err := inner(dev, h)
+		if err != nil {
+			return nil, err
+		}
+		d, ok := dev.(*device)
+		if !ok {
+			return nil, errors.New("cohost: the engine's device is not shareable")
+		}
+		d.pool = pool
+		pool.devs = append(pool.devs, d)
+		q.devs = append(q.devs, d)
+		q.pols = append(q.pols, pol)
+		return pol, nil
+	}
+	hdr := r.Header()
+	if hdr == nil {
+		hdr = &trace.Header{}
+	}
+	q.e = &engine{cfg: ecfg, factory: f, hdr: hdr}
+	if err := q.e.start(); err != nil {
+		return q, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	q.reserved = q.e.reserved
+	q.active = q.e.active
+	return q, nil
+}
+
+// silent tracks the device's free memory with the processes' outside
+// memory for the forecast's silent-OOM risk.
+type silent struct {
+	on       bool
+	capacity uint64
+	model    OutsideModel
+	qs       []*proc
+	measured bool
+	outside  uint64 // measured: capacity − free − Σ reserved at the last sample
+	pending  bool
+	free     uint64 // the pending sample's free bytes
+}
+
+func newSilent(cfg CohostConfig, qs []*proc) *silent {
+	m := cfg.Outside
+	if m == (OutsideModel{}) {
+		m = DefaultOutsideModel()
+	}
+	return &silent{on: cfg.Forecast && cfg.CapacityBytes > 0, capacity: cfg.CapacityBytes, model: m, qs: qs}
+}
+
+// sample takes a device_mem sample's free bytes; observe, once the
+// processes' reserved bytes are up to date, turns it into outside memory.
+func (s *silent) sample(free uint64) {
+	s.free, s.pending = free, true
+}
+
+func (s *silent) source() string {
+	if s.measured {
+		return "measured"
+	}
+	return "model"
+}
+
+// observe gives every running process the device's free memory at merged
+// time at.
+func (s *silent) observe(at int64) {
+	if !s.on {
+		return
+	}
+	var reserved uint64
+	for _, q := range s.qs {
+		reserved += q.reserved
+	}
+	if s.pending {
+		s.pending = false
+		s.measured = true
+		s.outside = 0
+		if used := reserved + s.free; used < s.capacity {
+			s.outside = s.capacity - used
+		}
+	}
+	outside := s.outside
+	if !s.measured {
+		outside = 0
+		for _, q := range s.qs {
+			if q.started {
+				outside += s.model.At(at - q.startT)
+			}
+		}
+	}
+	free := uint64(0)
+	if used := reserved + outside; used >= reserved && used < s.capacity {
+		free = s.capacity - used
+	}
+	for _, q := range s.qs {
+		if q.fc != nil && q.started {
+			q.fc.observeSilent(silentState{index: q.index, timeNS: at, free: free, outside: outside,
+				reserved: q.reserved, cachedFree: q.cachedFree(), releasable: q.releasable(), reserveOK: s.model.ReserveBytes})
+		}
+	}
 }
 
 // shareClock reads each process's first events and gives every process

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/fragsim/fragsim/replay"
@@ -112,5 +113,97 @@ func TestForecasterDownsamplesKeepingMinimum(t *testing.T) {
 	}
 	if !found || f.FirstShortfallIndex != 537 || f.Shortfalls != 1 || f.MinHeadroomBytes != 3 {
 		t.Errorf("dip kept %v, first shortfall %d, shortfalls %d, min %d", found, f.FirstShortfallIndex, f.Shortfalls, f.MinHeadroomBytes)
+	}
+}
+
+func TestOutsideModelAt(t *testing.T) {
+	m := replay.OutsideModel{ContextBytes: 500 * mib, LibraryBytes: 100 * mib, GrowthBytesPerS: 2 * mib, GrowthCapBytes: 10 * mib}
+	for _, c := range []struct {
+		ns   int64
+		want uint64
+	}{{-5, 600 * mib}, {0, 600 * mib}, {1e9, 602 * mib}, {4.5e9, 609 * mib}, {5e9, 610 * mib}, {1e15, 610 * mib}} {
+		if got := m.At(c.ns); got != c.want {
+			t.Errorf("At(%d) = %d, want %d", c.ns, got, c.want)
+		}
+	}
+	d := replay.DefaultOutsideModel()
+	if d.At(0) != replay.DefaultOutsideContextBytes+replay.DefaultOutsideLibraryBytes || d.ReserveBytes != replay.DefaultOutsideLibraryBytes {
+		t.Errorf("default model %+v", d)
+	}
+}
+
+// silentTrace: 40 MiB at 1 s, freed (cached) at 2 s, 30 MiB at 3 s; with
+// samples, the device's free memory is given before each request.
+func silentTrace(t *testing.T, samples bool, free ...uint64) *trace.Reader {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, &trace.Header{Producer: trace.ProducerSynthetic, GPUTotalBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const s = int64(1e9)
+	evs := []trace.Event{
+		{Kind: trace.KindAlloc, TimeNS: s, Addr: 0x1000, SizeBytes: 40 * mib},
+		{Kind: trace.KindFreeRequested, TimeNS: 2 * s, Addr: 0x1000, SizeBytes: 40 * mib},
+		{Kind: trace.KindFreeCompleted, TimeNS: 2 * s, Addr: 0x1000, SizeBytes: 40 * mib},
+		{Kind: trace.KindAlloc, TimeNS: 3 * s, Addr: 0x9000000, SizeBytes: 30 * mib},
+	}
+	for i, e := range evs {
+		if samples && i < len(free) && evs[i].Kind != trace.KindFreeCompleted {
+			if err := w.WriteEvent(trace.Event{Kind: trace.KindDeviceMem, TimeNS: e.TimeNS - 1, SizeBytes: free[i], Aux: 1 << 30}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := trace.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestForecastSilentRisk(t *testing.T) {
+	// model: 600 MiB outside at the first event (1 s), growing 2 MiB/s;
+	// 40 MiB reserved on a 700 MiB device: 60 MiB free at 1 s, 58 MiB at
+	// 2 s, below a 59 MiB reserve.
+	m := replay.OutsideModel{ContextBytes: 500 * mib, LibraryBytes: 100 * mib, GrowthBytesPerS: 2 * mib, GrowthCapBytes: 10 * mib, ReserveBytes: 59 * mib}
+	_, f, err := replay.RunForecastOutside(silentTrace(t, false), factory(t, "caching"), replay.Config{CapacityBytes: 700 * mib}, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.OutsideSource != "model" || f.SilentRiskIndex != 1 || f.SilentRiskFreeBytes != 58*mib {
+		t.Errorf("model: %+v, want a risk at event 1 with 58 MiB free", f)
+	}
+	if f.SilentRiskTimeNS != 2e9 || !strings.Contains(f.SilentRisk, "empty_cache()") {
+		t.Errorf("model: risk at %d: %q", f.SilentRiskTimeNS, f.SilentRisk)
+	}
+	// a 20 MiB reserve: the smallest free is 700-604-40 = 56 MiB at 3 s
+	// (the 30 MiB request reuses the cached 40 MiB segment)
+	m.ReserveBytes = 20 * mib
+	_, f, err = replay.RunForecastOutside(silentTrace(t, false), factory(t, "caching"), replay.Config{CapacityBytes: 700 * mib}, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.SilentRiskTimeNS != -1 || f.SilentMinFreeBytes != 56*mib || f.SilentMinFreeTimeNS != 3e9 || f.SilentRisk != "" {
+		t.Errorf("model, 20 MiB reserve: %+v, want no risk and 56 MiB free at 3 s", f)
+	}
+
+	// measured: samples of 900, 800 and 500 MiB free on the 1 GiB device
+	// (the header's total); the last, with 40 MiB reserved, puts the
+	// outside at 1024-500-40 = 484 MiB: 500 MiB free, below a 510 MiB
+	// reserve (the 30 MiB request then reuses the cached segment).
+	m.ReserveBytes = 510 * mib
+	_, f, err = replay.RunForecastOutside(silentTrace(t, true, 900*mib, 800*mib, 800*mib, 500*mib), factory(t, "caching"), replay.Config{}, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.OutsideSource != "measured" || f.SilentRiskFreeBytes != 500*mib || f.SilentRiskTimeNS != 3e9-1 || f.OutsideBytes != 484*mib {
+		t.Errorf("measured: %+v, want a risk at the last sample with 500 MiB free, 484 MiB outside", f)
 	}
 }

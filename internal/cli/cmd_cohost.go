@@ -33,6 +33,13 @@ func cohostCommand() *cli.Command {
 			"the others' releasable memory would have covered the shortfall.\n\n" +
 			"Each process also holds --context-overhead outside its allocator (CUDA context,\n" +
 			"cuBLAS workspace; default 500MiB, typical on H100/H200).\n\n" +
+			"The silent-OOM risk: memory outside the allocators (contexts, libraries, kernels\n" +
+			"loaded lazily) grows while the caches hold the device; a process is at risk from\n" +
+			"the first moment the device's free memory falls below --outside-reserve. Outside\n" +
+			"memory comes from the traces' device_mem samples (import --device-log) or, without\n" +
+			"them, from a model calibrated on H200 recordings (docs/outside-memory.md):\n" +
+			"524MiB of context + 172MiB of libraries (or --context-overhead, when given) +\n" +
+			"1.5MiB/s of lazily loaded kernels up to 128MiB.\n\n" +
 			"The silent-OOM forecast: per process, the largest request it could still be served\n" +
 			"(its largest free block, or what the device could give after it released its own\n" +
 			"cache) over time, and the first moment it falls below the largest request the\n" +
@@ -47,6 +54,7 @@ func cohostCommand() *cli.Command {
 			&cli.BoolFlag{Name: "shared-clock", Usage: "keep the traces' recorded clocks (traces recorded at the same time) instead of starting each at its offset"},
 			&cli.StringFlag{Name: "scale", Usage: "time scale of each trace, separated by ',' (2: twice as slow)"},
 			&cli.StringFlag{Name: "context-overhead", Value: "500MiB", Usage: "memory each process holds outside its allocator"},
+			&cli.StringFlag{Name: "outside-reserve", Usage: "free device memory a process's outside memory may still ask for; below it, a silent-OOM risk (default 172MiB)"},
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity on which every process completes (bisection to 2 MiB)"},
 			&cli.StringFlag{Name: "out", Usage: "write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
@@ -134,6 +142,9 @@ func runCohost(c *cli.Context) error {
 	}
 	cfg.Forecast = true
 	cfg.SharedClock = c.Bool("shared-clock")
+	if cfg.Outside, err = outsideModel(c, "context-overhead", cfg.CapacityBytes); err != nil {
+		return exitCode(2, fmt.Errorf("cohost: %w", err))
+	}
 
 	procs := make([]replay.Process, n)
 	seen := map[string]int{}
@@ -203,6 +214,47 @@ func runCohost(c *cli.Context) error {
 	return nil
 }
 
+// outsideModel returns the outside-memory model the flags give: the
+// calibrated one; the flag ctxFlag, when given, replaces its context and
+// libraries (the lazy growth stays), --outside-reserve its reserve (below
+// the capacity, when there is one).
+func outsideModel(c *cli.Context, ctxFlag string, capacity uint64) (replay.OutsideModel, error) {
+	m := replay.DefaultOutsideModel()
+	if c.IsSet(ctxFlag) {
+		v, err := replay.ParseCapacity(c.String(ctxFlag))
+		if err != nil {
+			return m, fmt.Errorf("--%s: %w", ctxFlag, err)
+		}
+		// the figure given is all the process holds outside at its start
+		m.ContextBytes, m.LibraryBytes, m.ContextOverrides = v, 0, true
+	}
+	if s := c.String("outside-reserve"); s != "" {
+		v, err := replay.ParseCapacity(s)
+		if err != nil {
+			return m, fmt.Errorf("--outside-reserve: %w", err)
+		}
+		if capacity > 0 && v >= capacity {
+			return m, fmt.Errorf("--outside-reserve %s: want less than the capacity %s", replay.FormatBytes(v), replay.FormatBytes(capacity))
+		}
+		m.ReserveBytes = v
+	}
+	return m, nil
+}
+
+// writeSilent prints a forecast's silent-OOM risk in one line, or how
+// close the run came.
+func writeSilent(w io.Writer, name string, f *replay.Forecast) {
+	if f == nil || f.OutsideSource == "" {
+		return
+	}
+	if f.SilentRisk != "" {
+		fmt.Fprintf(w, "%s: %s\n", name, f.SilentRisk)
+		return
+	}
+	fmt.Fprintf(w, "%s: no silent-OOM risk: the device's free memory stayed at or above %s (outside memory from the %s; reserve %s)\n",
+		name, replay.FormatBytes(f.SilentMinFreeBytes), f.OutsideSource, replay.FormatBytes(f.OutsideReserveBytes))
+}
+
 func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) error {
 	var lines []plot.ForecastLine
 	for _, p := range res.Processes {
@@ -267,6 +319,9 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 		replay.FormatBytes(t.PeakUsedBytes), replay.FormatBytes(t.MaxCachedFreeBytes), t.Fragmentation.ExternalPct)
 	if r.MinCapacityBytes > 0 {
 		fmt.Fprintf(w, "min capacity: %s (%d B)\n", replay.FormatBytes(r.MinCapacityBytes), r.MinCapacityBytes)
+	}
+	for _, p := range r.Processes {
+		writeSilent(w, p.Name, p.Forecast)
 	}
 	if t.OOMs > 0 {
 		fmt.Fprintf(w, "%d OOMs, %d avoidable had the other processes released their cache\n", t.OOMs, t.AvoidableOOMs)

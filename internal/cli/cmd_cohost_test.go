@@ -152,3 +152,87 @@ func TestCohostBadFlags(t *testing.T) {
 		t.Errorf("missing trace: exit %d, %q", code, errs)
 	}
 }
+
+// The silent-OOM risk: --context-overhead 10MiB replaces the model's
+// context and libraries, so each process holds 10 MiB outside (and its
+// lazy growth, 30 KiB in 20 ms); when b starts (20 ms), both caches hold
+// 100 MiB and a 400 MiB device has 180 MiB free: above the default 172 MiB
+// reserve, below a 200 MiB one.
+func TestCohostSilentRisk(t *testing.T) {
+	a, b := cohostPair(t)
+	args := []string{"cohost", a, b, "--capacity", "400MiB", "--context-overhead", "10MiB", "--offset", "0,20ms"}
+	type fc struct {
+		SilentRiskTimeNS    int64  `json:"silent_risk_time_ns"`
+		SilentRiskFreeBytes uint64 `json:"silent_risk_free_bytes"`
+		SilentMinFreeBytes  uint64 `json:"silent_min_free_bytes"`
+		OutsideSource       string `json:"outside_source"`
+		SilentRisk          string `json:"silent_risk"`
+	}
+	parse := func(out string) []fc {
+		var r struct{ Processes []struct{ Forecast fc } }
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var fs []fc
+		for _, p := range r.Processes {
+			fs = append(fs, p.Forecast)
+		}
+		return fs
+	}
+	out, errs, code := runReplayCLI(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for i, f := range parse(out) {
+		if f.SilentRiskTimeNS != -1 || f.SilentRisk != "" || f.OutsideSource != "model" {
+			t.Errorf("process %d flagged with the default reserve: %+v", i, f)
+		}
+		if lo, hi := uint64(179<<20), uint64(180<<20); f.SilentMinFreeBytes < lo || f.SilentMinFreeBytes >= hi {
+			t.Errorf("process %d: min free %d, want 400 - 200 - 20 MiB less the growth", i, f.SilentMinFreeBytes)
+		}
+	}
+	out, errs, code = runReplayCLI(t, append(args, "--outside-reserve", "200MiB", "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for i, f := range parse(out) {
+		if f.SilentRiskTimeNS != 20e6 || f.SilentRiskFreeBytes >= 180<<20 || !strings.Contains(f.SilentRisk, "empty_cache()") {
+			t.Errorf("process %d with a 200 MiB reserve: %+v, want flagged at 20 ms", i, f)
+		}
+	}
+	out, _, _ = runReplayCLI(t, append(args, "--outside-reserve", "200MiB")...)
+	if !strings.Contains(out, "b: silent OOM risk at event 0") || !strings.Contains(out, "CUDA_MODULE_LOADING=EAGER") {
+		t.Errorf("human output lacks b's risk line:\n%s", out)
+	}
+	for _, bad := range []string{"NaN", "-5MiB", "1GiB", "inf"} {
+		if _, errs, code := runReplayCLI(t, append(args, "--outside-reserve", bad)...); code != 2 || !strings.Contains(errs, "--outside-reserve") {
+			t.Errorf("--outside-reserve %s: exit %d, %s", bad, code, errs)
+		}
+	}
+}
+
+// replay --forecast: a's 100 MiB and its 10 MiB outside leave 290 MiB of
+// 400 MiB free (no risk), 140 MiB of 250 MiB (below the 172 MiB reserve).
+func TestReplayForecastSilentRisk(t *testing.T) {
+	a, _ := cohostPair(t)
+	out, errs, code := runReplayCLI(t, "replay", a, "--forecast", "--outside", "10MiB", "--capacity", "400MiB")
+	if code != 0 || !strings.Contains(out, "forecast: no silent-OOM risk: the device's free memory stayed at or above 289.99 MiB") { // less 10 ms of growth
+		t.Errorf("400 MiB: exit %d, %s\n%s", code, errs, out)
+	}
+	out, errs, code = runReplayCLI(t, "replay", a, "--forecast", "--outside", "10MiB", "--capacity", "250MiB", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r struct {
+		Forecast struct {
+			SilentRiskTimeNS    int64  `json:"silent_risk_time_ns"`
+			SilentRiskFreeBytes uint64 `json:"silent_risk_free_bytes"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Forecast.SilentRiskTimeNS != 1e12 || r.Forecast.SilentRiskFreeBytes != 140<<20 {
+		t.Errorf("250 MiB: %+v, want a risk at the first event with 140 MiB free", r.Forecast)
+	}
+}

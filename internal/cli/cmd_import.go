@@ -47,6 +47,7 @@ func importCommand() *cli.Command {
 			&cli.StringFlag{Name: "cuda", Usage: "the CUDA `VERSION`, stored in the header"},
 			&cli.StringFlag{Name: "driver", Usage: "the driver `VERSION`, stored in the header"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "a `KEY=VALUE` tag for the header (repeatable), e.g. wall_native_s=1.31"},
+			&cli.StringFlag{Name: "device-log", Usage: "merge the device-memory samples of `FILE` (lines of \"time_ns device free_bytes total_bytes\", plain or gzip'd) into the trace as device_mem events"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
 		},
@@ -54,7 +55,7 @@ func importCommand() *cli.Command {
 	}
 }
 
-func runImport(c *cli.Context) error {
+func runImport(c *cli.Context) (err error) {
 	if c.String("output") == "" {
 		return exitCode(2, fmt.Errorf("import: -o OUT is required"))
 	}
@@ -79,6 +80,18 @@ func runImport(c *cli.Context) error {
 	case "pytorch", "rmm":
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
+	}
+	var samples []trace.Event
+	if p := c.String("device-log"); p != "" {
+		var err error
+		if samples, err = trace.ReadDeviceLogFile(p); err != nil {
+			return fmt.Errorf("import: --device-log: %w", err)
+		}
+		defer func() {
+			if err == nil {
+				err = importDeviceLog(c.App.ErrWriter, out, samples)
+			}
+		}()
 	}
 	prog := startProgress(c.App.ErrWriter, "import", c.Bool("quiet"))
 	start := time.Now()

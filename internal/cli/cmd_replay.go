@@ -258,4 +258,5 @@ func writeForecast(w io.Writer, f *replay.Forecast) {
 		fmt.Fprintln(w, "forecast: the largest request made could be served at every event")
 	}
 	fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
+	writeSilent(w, "forecast", f)
 }

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// kindsOf reads the trace at path and returns its events' kinds, with the
+// free bytes of each device_mem.
+func kindsOf(t *testing.T, path string) (kinds []string, free []uint64) {
+	t.Helper()
+	r, c, err := replay.OpenFile(path)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		e, err := r.ReadEvent()
+		if err != nil {
+			break
+		}
+		kinds = append(kinds, e.Kind.String())
+		if e.Kind == trace.KindDeviceMem {
+			free = append(free, e.SizeBytes)
+		}
+	}
+	return kinds, free
+}
+
+func TestImportDeviceLog(t *testing.T) {
+	dir := t.TempDir()
+	plain, merged := filepath.Join(dir, "plain.fst"), filepath.Join(dir, "merged.fst")
+	if code, out, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", plain, "-q"); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	log := filepath.Join(dir, "dev.log")
+	// before the first event, between events, after the last
+	const samples = "1764000000000000001 0 3000 8000\n1764000000000200000 0 2000 8000\n1764000000009000000 0 1000 8000\n"
+	if err := os.WriteFile(log, []byte(samples), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", merged, "-q", "--device-log", log)
+	if code != 0 || !strings.Contains(errs, "merged 2 device-memory samples") || !strings.Contains(errs, "1 after the trace's last event left out") {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	pk, _ := kindsOf(t, plain)
+	mk, free := kindsOf(t, merged)
+	// the trace starts mid-run: the sample before its first event comes
+	// just after it (a replay would otherwise measure the initial state)
+	if len(mk) != len(pk)+2 || mk[0] == "device_mem" || mk[1] != "device_mem" {
+		t.Fatalf("merged kinds %v from %v", mk, pk)
+	}
+	if len(free) != 2 || free[0] != 3000 || free[1] != 2000 {
+		t.Errorf("samples' free bytes %v, want [3000 2000] in time order", free)
+	}
+	var rest []string
+	for _, k := range mk {
+		if k != "device_mem" {
+			rest = append(rest, k)
+		}
+	}
+	if strings.Join(rest, " ") != strings.Join(pk, " ") {
+		t.Errorf("the trace's own events changed order:\n%v\n%v", rest, pk)
+	}
+	// the samples change no replay
+	f, err := allocator.NewFactory("caching", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := replay.RunFile(plain, f, replay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := replay.RunFile(merged, f, replay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := a.Fragmentation, b.Fragmentation
+	tw := math.Abs(fa.TimeWeightedPct-fb.TimeWeightedPct) <= 1e-9*math.Abs(fa.TimeWeightedPct)
+	fa.TimeWeightedPct, fb.TimeWeightedPct = 0, 0
+	if a.PeakReservedBytes != b.PeakReservedBytes || a.PeakActiveBytes != b.PeakActiveBytes || a.OOMs != b.OOMs || fa != fb || !tw {
+		t.Errorf("replay changed by the samples: %+v vs %+v", a, b)
+	}
+}
+
+// TestImportDeviceLogRefused: a corrupt device log is a failure (exit 1,
+// as any corrupt input), named with its line, and nothing is written.
+func TestImportDeviceLogRefused(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.fst")
+	log := filepath.Join(dir, "bad.log")
+	if err := os.WriteFile(log, []byte("1 0 5 10\n2 0 NaN 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out, "-q", "--device-log", log)
+	if code != 1 || !strings.Contains(errs, "bad.log: line 2") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Fatalf("exit %d: %q", code, errs)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a trace was written despite the bad device log")
+	}
+}
