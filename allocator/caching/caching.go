@@ -87,8 +87,9 @@ type Allocator struct {
 	segs   []expSeg
 	// private are the live private pools, by ID; routes the pools that
 	// requests are routed to now, oldest first (see pools.go).
-	private []privatePool
-	routes  []route
+	private  []privatePool
+	routes   []route
+	freeable freeableSet
 
 	reserved      uint64
 	stranded      uint64 // inactive_split_bytes

@@ -21,7 +21,9 @@ import (
 //   - ReleasePool (the pool's use count dropping to 0: its graph or
 //     MemPool destroyed) makes the pool freeable: each release of cached
 //     blocks (empty_cache, a malloc's retry) then frees its whole free
-//     segments too, and the pool goes once it holds none.
+//     segments too (pools in the order PyTorch's table of freeable pools
+//     keeps them, each small then large), and the pool goes once it
+//     holds none.
 
 // firstPrivate is the index of the first private BlockPool.
 const firstPrivate = 2
@@ -97,7 +99,10 @@ func (a *Allocator) BeginPool(id uint64, stream trace.StreamID) error {
 		copy(a.private[i+1:], a.private[i:])
 		a.private[i] = privatePool{id: id, base: base}
 	}
-	a.private[i].freeable = false
+	if a.private[i].freeable {
+		a.private[i].freeable = false
+		a.freeable.eraseID(id)
+	}
 	a.routes = append(a.routes, route{id: id, stream: stream, base: a.private[i].base})
 	return nil
 }
@@ -131,28 +136,32 @@ func (a *Allocator) EndPool(id uint64, stream trace.StreamID) {
 // ReleasePool makes private pool id freeable (driver.Pooler): its free
 // segments go back to the device at the next release of cached blocks.
 func (a *Allocator) ReleasePool(id uint64) {
-	if i := a.findPrivate(id); i >= 0 {
+	if i := a.findPrivate(id); i >= 0 && !a.private[i].freeable {
 		a.private[i].freeable = true
+		a.freeable.insert(id)
 	}
 }
 
 // releaseFreeable is the private pools' part of release_cached_blocks,
-// in pool ID order.
+// in the order of PyTorch's graph_pools_freeable (see freeableSet).
 func (a *Allocator) releaseFreeable() {
-	for i := 0; i < len(a.private); {
-		p := a.private[i]
-		if !p.freeable {
+	f := &a.freeable
+	for i := 0; i < len(f.slots); {
+		if f.slots[i].dist < 0 {
 			i++
 			continue
 		}
+		j := a.findPrivate(f.slots[i].id)
+		p := a.private[j]
 		a.releasePool(p.base + smallPool)
 		a.releasePool(p.base + largePool)
-		if a.private[i].segments > 0 {
+		if a.private[j].segments > 0 {
 			i++
 			continue
 		}
 		a.pools[p.base], a.pools[p.base+1] = blockPool{}, blockPool{}
-		a.private = append(a.private[:i], a.private[i+1:]...)
+		a.private = append(a.private[:j], a.private[j+1:]...)
+		f.eraseAt(i) // the next entry may shift into slot i
 	}
 }
 

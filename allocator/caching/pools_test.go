@@ -1,6 +1,9 @@
 package caching
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // TestPoolRules checks private pools (CUDA graph capture, MemPool) step
 // by step: where requests go while a pool is routed, what empty_cache and
@@ -26,7 +29,7 @@ func TestPoolRules(t *testing.T) {
 				{op: "malloc", size: 1000, stream: 7, addr: B + 2*M, calls: "-"},
 				{op: "end", pool: 1, stream: 7},
 			},
-			after: "S0 " + hx(B) + ": A1024 A1024 F2095104 | S7 " + hx(B+2*M) + ": A1024 A1024 F2095104 | S7 " + hx(B+4*M) + ": A1024 F2096128",
+			after:  "S0 " + hx(B) + ": A1024 A1024 F2095104 | S7 " + hx(B+2*M) + ": A1024 A1024 F2095104 | S7 " + hx(B+4*M) + ": A1024 F2096128",
 			strand: 2*(rem-1024) + rem,
 		},
 		{
@@ -61,7 +64,7 @@ func TestPoolRules(t *testing.T) {
 			after: "S7 " + hx(B+22*M) + ": A1024 F2096128", strand: rem,
 		},
 		{
-			name: "release order: default pools, then freeable pools by ID, each small then large",
+			name: "release order: default pools, then freeable pools in hash-table order (2 before 1), each small then large",
 			steps: []step{
 				{op: "begin", pool: 2, stream: 7},
 				{op: "malloc", size: 2 * M, stream: 7, addr: B},
@@ -75,11 +78,11 @@ func TestPoolRules(t *testing.T) {
 				{op: "free", addr: B}, {op: "free", addr: B + 20*M}, {op: "free", addr: B + 22*M},
 				{op: "free", addr: B + 42*M}, {op: "free", addr: B + 44*M},
 				{op: "release", pool: 2}, {op: "release", pool: 1},
-				{op: "empty", calls: calls(fre(B+44*M, 2*M), fre(B+42*M, 2*M), fre(B+22*M, 20*M), fre(B+20*M, 2*M), fre(B, 20*M))},
+				{op: "empty", calls: calls(fre(B+44*M, 2*M), fre(B+20*M, 2*M), fre(B, 20*M), fre(B+42*M, 2*M), fre(B+22*M, 20*M))},
 			},
 		},
 		{
-			name: "no release and retry while a pool is routed",
+			name:  "no release and retry while a pool is routed",
 			total: 22 * M,
 			steps: []step{
 				{op: "malloc", size: 2 * M, addr: B},
@@ -90,7 +93,7 @@ func TestPoolRules(t *testing.T) {
 				{op: "end", pool: 1, stream: 7},
 				{op: "malloc", size: 2 * M, stream: 7, addr: B + 22*M, calls: calls(fre(B, 20*M), mal(B+22*M, 20*M))},
 			},
-			after: "S7 " + hx(B+20*M) + ": A1024 F2096128 | L7 " + hx(B+22*M) + ": A2097152 F18874368",
+			after:  "S7 " + hx(B+20*M) + ": A1024 F2096128 | L7 " + hx(B+22*M) + ": A2097152 F18874368",
 			strand: rem + 18874368,
 		},
 		{
@@ -108,7 +111,7 @@ func TestPoolRules(t *testing.T) {
 				{op: "release", pool: 1},
 				{op: "release", pool: 2},
 				{op: "free", addr: B},
-				{op: "empty", calls: calls(fre(B+4*M, 2*M), fre(B, 2*M))},
+				{op: "empty", calls: calls(fre(B, 2*M), fre(B+4*M, 2*M))},
 			},
 			after: "S0 " + hx(B+2*M) + ": A1024 F2096128 | S0 " + hx(B+6*M) + ": A1024 F2096128", strand: 2 * rem,
 		},
@@ -128,4 +131,54 @@ func TestPoolRules(t *testing.T) {
 			},
 		},
 	})
+}
+
+// TestFreeableOrder checks the walk order of the freeable pools against
+// PyTorch's: a real release of graph pools 1, 2 and 3 freed pool 2's
+// segments, then 1's, then 3's (traces/serving/graphs_recapture_s1).
+func TestFreeableOrder(t *testing.T) {
+	order := func(f *freeableSet) []uint64 {
+		var ids []uint64
+		for _, s := range f.slots {
+			if s.dist >= 0 {
+				ids = append(ids, s.id)
+			}
+		}
+		return ids
+	}
+	var f freeableSet
+	for _, id := range []uint64{1, 2, 3} {
+		f.insert(id)
+	}
+	if got := order(&f); !reflect.DeepEqual(got, []uint64{2, 1, 3}) {
+		t.Errorf("order of 1, 2, 3 = %v, want [2 1 3]", got)
+	}
+	f.eraseID(2)
+	if got := order(&f); !reflect.DeepEqual(got, []uint64{1, 3}) {
+		t.Errorf("after erasing 2: %v, want [1 3]", got)
+	}
+	// Many IDs: each once, whatever the collisions and growths.
+	var g freeableSet
+	for id := uint64(1); id <= 100; id++ {
+		g.insert(id)
+		g.insert(id)
+	}
+	seen := map[uint64]bool{}
+	for _, id := range order(&g) {
+		seen[id] = true
+	}
+	if len(seen) != 100 || g.n != 100 || len(order(&g)) != 100 {
+		t.Errorf("100 IDs inserted twice: %d distinct, n = %d, %d entries", len(seen), g.n, len(order(&g)))
+	}
+	for id := uint64(1); id <= 100; id += 2 {
+		g.eraseID(id)
+	}
+	for _, id := range order(&g) {
+		if id%2 == 1 {
+			t.Fatalf("erased ID %d still there", id)
+		}
+	}
+	if len(order(&g)) != 50 {
+		t.Errorf("%d left after erasing 50 of 100", len(order(&g)))
+	}
 }

@@ -12,6 +12,7 @@ type state struct {
 	pools         []blockPool
 	private       []privatePool
 	routes        []route
+	freeable      freeableSet
 	segs          []expSeg
 	reserved      uint64
 	stranded      uint64
@@ -47,6 +48,7 @@ func (a *Allocator) save() *state {
 		pools:    clonePools(a.pools),
 		private:  append([]privatePool(nil), a.private...),
 		routes:   append([]route(nil), a.routes...),
+		freeable: a.freeable.clone(),
 		segs:     append([]expSeg(nil), a.segs...),
 		reserved: a.reserved, stranded: a.stranded, strandedCount: a.strandedCount,
 		retries: a.retries, ooms: a.ooms, completions: append([]int32(nil), a.completions...),
@@ -56,7 +58,7 @@ func (a *Allocator) save() *state {
 // restore puts back a saved state; s must not be used afterwards.
 func (a *Allocator) restore(s *state) {
 	a.blocks, a.spare, a.pools, a.segs = s.blocks, s.spare, s.pools, s.segs
-	a.private, a.routes = s.private, s.routes
+	a.private, a.routes, a.freeable = s.private, s.routes, s.freeable
 	a.reserved, a.stranded, a.strandedCount = s.reserved, s.stranded, s.strandedCount
 	a.retries, a.ooms, a.completions = s.retries, s.ooms, s.completions
 }
