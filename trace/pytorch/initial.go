@@ -16,6 +16,7 @@ type rseg struct {
 	stream     trace.StreamID
 	pool       string
 	expandable bool
+	poolID     uint64 // trace.PoolID of segment_pool_id; 0 when not given
 }
 
 type devState struct {
@@ -59,6 +60,8 @@ func finalStates(doc *pickle.Doc, segs pickle.Value) (map[int]*devState, error) 
 				seg.stream = trace.StreamID(docUint(doc, v))
 			case "segment_type":
 				seg.pool, _ = doc.Str(v)
+			case "segment_pool_id":
+				seg.poolID = docPoolID(doc, v)
 			case "is_expandable":
 				x, _ := doc.Int(v)
 				seg.expandable = doc.Kind(v) == pickle.KindBool && x != 0

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/fragsim/fragsim/trace"
+	"github.com/fragsim/fragsim/trace/pickle"
 )
 
 // Private pools in a snapshot. PyTorch's trace entries carry a stream but
@@ -394,4 +395,84 @@ func merge(evs []trace.Event, ins []insert) []trace.Event {
 		out = append(out, ins[k].ev)
 	}
 	return out
+}
+
+// docPoolID reads a segment's segment_pool_id, a pair (a, b), as
+// trace.PoolID; 0 when it is not a pair of numbers.
+func docPoolID(doc *pickle.Doc, v pickle.Value) uint64 {
+	var ab [2]uint64
+	n := 0
+	doc.Items(v, func(i int, item pickle.Value) bool {
+		if i < 2 {
+			ab[i] = docUint(doc, item)
+			n++
+		}
+		return true
+	})
+	if n != 2 {
+		return 0
+	}
+	return trace.PoolID(ab[0], ab[1])
+}
+
+// finalPools lists the final segments whose pool the snapshot names.
+func finalPools(states map[int]*devState) []FinalSegment {
+	var out []FinalSegment
+	for dev, st := range states {
+		for _, sg := range st.segs {
+			if sg.poolID != 0 {
+				out = append(out, FinalSegment{Device: trace.DeviceID(dev), Addr: sg.addr, SizeBytes: sg.size, Pool: sg.poolID})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Device != out[j].Device {
+			return out[i].Device < out[j].Device
+		}
+		return out[i].Addr < out[j].Addr
+	})
+	return out
+}
+
+// poolEvents is a sink that keeps a snapshot's events, for InferPools to
+// add the pool events before they go to the sink it wraps. Texts and
+// stacks go to that sink at once.
+type poolEvents struct {
+	trace.Sink
+	evs []trace.Event
+}
+
+func (p *poolEvents) WriteEvent(e trace.Event) error {
+	p.evs = append(p.evs, e)
+	return nil
+}
+
+// poolSink returns the sink Emit writes to when the snapshot's final
+// segments name a private pool; ok is false otherwise (and for the
+// sink it returns itself, to emit to).
+func (s *Snapshot) poolSink(sink trace.Sink) (*poolEvents, bool) {
+	if _, inner := sink.(*poolEvents); inner {
+		return nil, false
+	}
+	for _, f := range s.pools {
+		if f.Pool != DefaultPool {
+			return &poolEvents{Sink: sink}, true
+		}
+	}
+	return nil, false
+}
+
+// emit writes the snapshot's events with their pools to the wrapped sink.
+func (p *poolEvents) emit(s *Snapshot, progress func(string, int64, int64)) error {
+	if err := s.emit(p, progress, false); err != nil {
+		return err
+	}
+	evs, _ := InferPools(p.evs, s.pools)
+	p.evs = nil
+	for _, e := range evs {
+		if err := p.Sink.WriteEvent(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }

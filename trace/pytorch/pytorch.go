@@ -259,6 +259,7 @@ type Snapshot struct {
 	stacks  *stackTable
 	summary Summary
 	par     pickle.ParallelStats // what the decoder's workers did
+	pools   []FinalSegment       // the final segments and their pools (see InferPools)
 }
 
 // devSeq is a device's event sequence: its trace entries, with the
@@ -690,6 +691,9 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 // emit is Emit; closing is set when the sink is given nothing after the
 // events but its end (see eventWriter.closing).
 func (s *Snapshot) emit(sink trace.Sink, progress func(string, int64, int64), closing bool) error {
+	if ps, ok := s.poolSink(sink); ok {
+		return ps.emit(s, progress)
+	}
 	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events), closing: closing}
 	w.batcher, _ = sink.(batcher)
 	if doc := s.doc; doc != nil {
@@ -1552,6 +1556,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 			if states, err = finalStates(c.doc, c.segs); err != nil {
 				return err
 			}
+			c.snap.pools = finalPools(states)
 		}
 		for dev := range nTrace {
 			if states[dev] == nil {
