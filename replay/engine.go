@@ -639,6 +639,10 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 			e.oom(ds, *ev, idx)
 		}
 		e.updateStats(ds)
+	case trace.KindPoolBegin, trace.KindPoolEnd, trace.KindPoolRelease:
+		if err := poolEvent(ds.policy, ev); err != nil {
+			return fmt.Errorf("event %d: %w", idx, err)
+		}
 	case trace.KindSetFraction:
 		if !e.cfg.noFraction {
 			ds.dev.SetFraction(math.Float64frombits(ev.Aux))
@@ -653,6 +657,23 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	}
 	if e.injects {
 		e.inject(ds)
+	}
+	return nil
+}
+
+// poolEvent passes a pool event to a policy that keeps private pools.
+func poolEvent(p driver.Policy, ev *trace.Event) error {
+	pp, ok := p.(driver.Pooler)
+	if !ok {
+		return nil
+	}
+	switch ev.Kind {
+	case trace.KindPoolBegin:
+		return pp.BeginPool(ev.Aux, ev.Stream)
+	case trace.KindPoolEnd:
+		pp.EndPool(ev.Aux, ev.Stream)
+	default:
+		pp.ReleasePool(ev.Aux)
 	}
 	return nil
 }

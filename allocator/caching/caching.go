@@ -75,12 +75,21 @@ type Allocator struct {
 	name   string
 	blocks []block
 	spare  []int32
-	pools  [2]blockPool
+	// pools are the BlockPools: the default large and small pools at
+	// largePool and smallPool, then each private pool's large and small
+	// pair (see privatePool). A block's pool indexes it; an even index is
+	// a large pool.
+	pools []blockPool
 	// seeded holds the live blocks of the initial state (Seed) by
 	// address, until their frees complete: the engine passes their frees
 	// no Handle. Blocks Malloc hands out are found by their Handle.
 	seeded addrmap.Map
 	segs   []expSeg
+	// private are the live private pools, by ID; routes the pools that
+	// requests are routed to now, oldest first (see pools.go).
+	private  []privatePool
+	routes   []route
+	freeable freeableSet
 
 	reserved      uint64
 	stranded      uint64 // inactive_split_bytes
@@ -112,7 +121,7 @@ func New(dev driver.Device, cfg Config) (*Allocator, error) {
 	if cfg.Expandable {
 		name = "expandable"
 	}
-	a := &Allocator{cfg: cfg, dev: dev, name: name}
+	a := &Allocator{cfg: cfg, dev: dev, name: name, pools: make([]blockPool, 2)}
 	if p, ok := arenas.Get().(*[]block); ok {
 		a.blocks = (*p)[:0]
 	}
@@ -267,6 +276,9 @@ func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (driver.Block, er
 	if s <= SmallSize {
 		pool = smallPool
 	}
+	if len(a.routes) > 0 {
+		pool = a.route(pool, stream)
+	}
 	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
 		return a.allocFound(id, s, size, fs), nil
 	}
@@ -282,6 +294,9 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (driver.Bl
 	pool := uint8(largePool)
 	if s <= SmallSize {
 		pool = smallPool
+	}
+	if len(a.routes) > 0 {
+		pool = a.route(pool, stream)
 	}
 	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
 		return a.allocFound(id, s, orig, fs), nil
@@ -300,7 +315,9 @@ func (a *Allocator) mallocNew(orig uint64, stream trace.StreamID, s uint64, pool
 	if !ok && a.releaseAvailable(pool, stream, s) {
 		id, ok = a.allocBlock(pool, stream, s, allocSize, false)
 	}
-	if !ok {
+	// No release and retry while requests are routed to a private pool
+	// (a capture, or use_mem_pool, is underway).
+	if !ok && len(a.routes) == 0 {
 		a.releaseCached()
 		id, ok = a.allocBlock(pool, stream, s, allocSize, true)
 	}
@@ -391,6 +408,9 @@ func (a *Allocator) allocBlock(pool uint8, stream trace.StreamID, s, allocSize u
 		return none, false
 	}
 	a.reserved += allocSize
+	if pool >= firstPrivate {
+		a.privateOf(pool).segments++
+	}
 	id := a.newBlock()
 	a.blocks[id] = block{addr: addr, size: allocSize, stream: stream, prev: none, next: none, seg: none,
 		pool: pool, flags: fUsed | fMapped}
@@ -400,7 +420,7 @@ func (a *Allocator) allocBlock(pool uint8, stream trace.StreamID, s, allocSize u
 func (a *Allocator) shouldSplit(id int32, s uint64) bool {
 	b := &a.blocks[id]
 	remaining := b.size - s
-	if b.pool == smallPool || a.cfg.Expandable {
+	if b.pool&1 == smallPool || a.cfg.Expandable {
 		return remaining >= MinBlockSize
 	}
 	return s < a.cfg.MaxSplitSize && remaining > SmallSize
@@ -546,6 +566,9 @@ func (a *Allocator) MallocAfter(freed []driver.Block, size uint64, stream trace.
 	pool := uint8(largePool)
 	if s <= SmallSize {
 		pool = smallPool
+	}
+	if len(a.routes) > 0 {
+		pool = a.route(pool, stream)
 	}
 	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
 		b := a.allocFound(id, s, size, fs)
@@ -721,6 +744,9 @@ func (a *Allocator) releaseBlock(id int32) {
 	}
 	a.dev.Free(b.addr, b.size)
 	a.reserved -= b.size
+	if b.pool >= firstPrivate {
+		a.privateOf(b.pool).segments--
+	}
 	a.dropBlock(id)
 }
 
@@ -816,36 +842,50 @@ func (a *Allocator) releaseAvailable(pool uint8, stream trace.StreamID, s uint64
 	return released >= key
 }
 
-// releaseCached is release_cached_blocks: complete every pending free,
-// release every whole free segment (large pool, then small, each in
-// (stream, size, addr) order), and unmap the free pages of expandable
-// segments after each pool's walk.
+// releaseCached is release_cached_blocks: unless requests are routed to
+// a private pool, complete every pending free and release every whole
+// free segment of the default pools (large, then small, each in (stream,
+// size, addr) order), unmapping the free pages of expandable segments
+// after each pool's walk; then the same for each freeable private pool
+// (small, then large), which goes once it holds no segment.
 func (a *Allocator) releaseCached() {
-	a.applyCompletions(len(a.completions))
-	for _, pool := range [2]uint8{largePool, smallPool} {
-		bp := &a.pools[pool]
-		ents := a.scratch[:0]
-		for _, sp := range bp.streams {
-			ents = sp.free.entries(a.blocks, ents)
+	if len(a.routes) == 0 {
+		a.applyCompletions(len(a.completions))
+		a.releasePool(largePool)
+		a.releasePool(smallPool)
+	}
+	if len(a.private) > 0 {
+		a.releaseFreeable()
+	}
+}
+
+// releasePool is release_blocks of one BlockPool.
+func (a *Allocator) releasePool(pool uint8) {
+	bp := &a.pools[pool]
+	ents := a.scratch[:0]
+	for _, sp := range bp.streams {
+		ents = sp.free.entries(a.blocks, ents)
+	}
+	var unmap []int32
+	for _, e := range ents {
+		b := &a.blocks[e.id]
+		if b.seg != none {
+			unmap = append(unmap, e.id)
+		} else if b.prev == none && b.next == none {
+			a.releaseBlock(e.id)
 		}
-		var unmap []int32
-		for _, e := range ents {
-			b := &a.blocks[e.id]
-			if b.seg != none {
-				unmap = append(unmap, e.id)
-			} else if b.prev == none && b.next == none {
-				a.releaseBlock(e.id)
+	}
+	a.scratch = ents[:0]
+	for _, id := range unmap {
+		a.unmapBlock(id)
+		b := &a.blocks[id]
+		if !b.has(fMapped) && b.prev == none && b.next == none {
+			a.eraseUnmapped(id)
+			a.segs[b.seg].alive = false
+			if b.pool >= firstPrivate {
+				a.privateOf(b.pool).segments--
 			}
-		}
-		a.scratch = ents[:0]
-		for _, id := range unmap {
-			a.unmapBlock(id)
-			b := &a.blocks[id]
-			if !b.has(fMapped) && b.prev == none && b.next == none {
-				a.eraseUnmapped(id)
-				a.segs[b.seg].alive = false
-				a.dropBlock(id)
-			}
+			a.dropBlock(id)
 		}
 	}
 }

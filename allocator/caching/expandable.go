@@ -31,7 +31,7 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 		}
 	}
 	page := uint64(SmallBuffer)
-	if pool == largePool {
+	if pool&1 == largePool {
 		page = a.cfg.LargeSegmentSize
 	}
 	total := a.dev.TotalBytes()
@@ -41,6 +41,9 @@ func (a *Allocator) findExpandable(pool uint8, stream trace.StreamID, s uint64) 
 		return none
 	}
 	base := a.dev.Reserve(size, stream)
+	if pool >= firstPrivate {
+		a.privateOf(pool).segments++
+	}
 	a.segs = append(a.segs, expSeg{base: base, size: size, page: page, stream: stream, pool: pool, alive: true})
 	id := a.newBlock()
 	a.blocks[id] = block{addr: base, size: size, stream: stream, prev: none, next: none,

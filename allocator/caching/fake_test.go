@@ -121,7 +121,8 @@ func segString(a *Allocator) string {
 
 // step is one operation of a table test.
 type step struct {
-	op     string // malloc, free (requested+completed), req, done, empty, fraction
+	op     string // malloc, free (requested+completed), req, done, empty, fraction, begin, end, release
+	pool   uint64 // begin, end, release: the private pool's ID
 	size   uint64 // malloc size
 	stream trace.StreamID
 	addr   uint64 // malloc: want address (0: OOM expected); free/req/done: the block
@@ -199,6 +200,14 @@ func runTable(t *testing.T, cases []tableCase) {
 					dev.rec = s.rec
 				case "fraction":
 					dev.fraction = float64(s.size) / 100
+				case "begin":
+					if err := a.BeginPool(s.pool, s.stream); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+				case "end":
+					a.EndPool(s.pool, s.stream)
+				case "release":
+					a.ReleasePool(s.pool)
 				default:
 					t.Fatalf("bad op %q", s.op)
 				}

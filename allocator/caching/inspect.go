@@ -8,7 +8,7 @@ import (
 )
 
 func poolName(p uint8) string {
-	if p == smallPool {
+	if p&1 == smallPool {
 		return "small"
 	}
 	return "large"

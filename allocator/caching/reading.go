@@ -9,7 +9,10 @@ import (
 type state struct {
 	blocks        []block
 	spare         []int32
-	pools         [2]blockPool
+	pools         []blockPool
+	private       []privatePool
+	routes        []route
+	freeable      freeableSet
 	segs          []expSeg
 	reserved      uint64
 	stranded      uint64
@@ -31,10 +34,21 @@ func clonePool(p *blockPool) blockPool {
 	return c
 }
 
+func clonePools(ps []blockPool) []blockPool {
+	c := make([]blockPool, len(ps))
+	for i := range ps {
+		c[i] = clonePool(&ps[i])
+	}
+	return c
+}
+
 func (a *Allocator) save() *state {
 	return &state{
 		blocks: append([]block(nil), a.blocks...), spare: append([]int32(nil), a.spare...),
-		pools:    [2]blockPool{clonePool(&a.pools[0]), clonePool(&a.pools[1])},
+		pools:    clonePools(a.pools),
+		private:  append([]privatePool(nil), a.private...),
+		routes:   append([]route(nil), a.routes...),
+		freeable: a.freeable.clone(),
 		segs:     append([]expSeg(nil), a.segs...),
 		reserved: a.reserved, stranded: a.stranded, strandedCount: a.strandedCount,
 		retries: a.retries, ooms: a.ooms, completions: append([]int32(nil), a.completions...),
@@ -44,6 +58,7 @@ func (a *Allocator) save() *state {
 // restore puts back a saved state; s must not be used afterwards.
 func (a *Allocator) restore(s *state) {
 	a.blocks, a.spare, a.pools, a.segs = s.blocks, s.spare, s.pools, s.segs
+	a.private, a.routes, a.freeable = s.private, s.routes, s.freeable
 	a.reserved, a.stranded, a.strandedCount = s.reserved, s.stranded, s.strandedCount
 	a.retries, a.ooms, a.completions = s.retries, s.ooms, s.completions
 }

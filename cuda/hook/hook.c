@@ -584,12 +584,25 @@ static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult 
 	abort();
 }
 
+/* The private-pool hooks (pools.cc): routes whose pool_begin waits for an
+ * allocation on a stream their filter takes. */
+__attribute__((visibility("hidden"))) int fs_pools_pending;
+__attribute__((visibility("hidden"))) void fs_pools_resolve(int device, uint64_t stream);
+
+/* fs_record_pool records a private-pool hook's call (pools.cc). */
+__attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, uint64_t stream, uint64_t pool) {
+	if (recording())
+		record((uint8_t)kind, 0, device, stream, 0, 0, pool);
+}
+
 void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
 	fs_device *dv = device_ready(device);
 	if (!dv)
 		return NULL;
+	if (__atomic_load_n(&fs_pools_pending, __ATOMIC_ACQUIRE) && recording())
+		fs_pools_resolve(device, (uint64_t)(uintptr_t)stream); /* a capture's pool_begin (pools.cc) */
 	CUcontext prev = with_ctx(dv);
 	CUdeviceptr p = 0;
 	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);

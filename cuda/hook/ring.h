@@ -45,6 +45,9 @@ enum {
 	FS_REC_FRACTION = 5,
 	FS_REC_MARKER = 6,
 	FS_REC_DEVICE_MEM = 7,
+	FS_REC_POOL_BEGIN = 8,   /* stream: the routed stream (0: every stream of a thread); aux: pool ID */
+	FS_REC_POOL_END = 9,     /* as FS_REC_POOL_BEGIN */
+	FS_REC_POOL_RELEASE = 10, /* aux: pool ID */
 };
 
 /*

@@ -134,6 +134,7 @@ def install(path=None, lib=None, tags=None):
         raise FragsimError(_last_error(cdll))
     try:
         alloc = mem.CUDAPluggableAllocator(lib, "fragsim_alloc", "fragsim_free")
+        _set_pool_hooks(alloc, cdll)
         mem.change_current_allocator(alloc)
     except RuntimeError as e:
         cdll.fragsim_close()
@@ -148,6 +149,19 @@ def install(path=None, lib=None, tags=None):
     _wrap_torch(torch)
     atexit.register(close)
     _install_sigterm()
+
+
+def _set_pool_hooks(alloc, cdll):
+    """Gives the allocator the hook's private-pool functions, where PyTorch
+    has them (2.3 and newer): CUDA graph captures and MemPools are then
+    recorded as pool events."""
+    hooks = getattr(alloc, "_allocator", None)
+    if hooks is None or not hasattr(hooks, "set_begin_allocate_to_pool"):
+        return
+    addr = lambda name: ctypes.cast(getattr(cdll, name), ctypes.c_void_p).value
+    hooks.set_begin_allocate_to_pool(addr("fragsim_begin_allocate_to_pool"))
+    hooks.set_end_allocate_to_pool_fn(addr("fragsim_end_allocate_to_pool"))
+    hooks.set_release_pool(addr("fragsim_release_pool"))
 
 
 def _device_index(torch, device):
@@ -216,6 +230,26 @@ def _wrap_torch(torch):
         for name, fn in wrappers.items():
             if hasattr(mod, name):
                 setattr(mod, name, fn)
+    _wrap_mempool(torch)
+
+
+def _wrap_mempool(torch):
+    """Count the use a torch.cuda.MemPool holds of its pool (its
+    constructor's, which the pluggable allocator's hooks do not see), so
+    that the pool's release is recorded when the MemPool goes."""
+    pool_cls = getattr(torch.cuda, "MemPool", None) or getattr(torch.cuda.memory, "MemPool", None)
+    if pool_cls is None or not hasattr(_lib, "fragsim_pool_incref"):
+        return
+    _lib.fragsim_pool_incref.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+    orig_init = pool_cls.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        a, b = self.id
+        _lib.fragsim_pool_incref(int(a), int(b))
+
+    pool_cls.__init__ = __init__
 
 
 def _install_sigterm():

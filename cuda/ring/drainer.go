@@ -132,6 +132,11 @@ func (d *Drainer) write(x rec) {
 		// Addr keeps the pool's reserved bytes: outside = total - free - reserved.
 		e.Kind, e.Aux = trace.KindDeviceMem, x.aux
 		err = d.w.WriteEvent(e)
+	case KindPoolBegin, KindPoolEnd, KindPoolRelease:
+		// In the order of trace's pool kinds.
+		e.Kind = trace.KindPoolBegin + trace.Kind(x.kind-KindPoolBegin)
+		e.Aux = x.aux
+		err = d.w.WriteEvent(e)
 	case KindMarker:
 		e.Kind, e.Marker, e.Aux, e.SizeBytes = trace.KindMarker, trace.MarkerKind(x.marker), uint64(x.marker), 0
 		e.Text = d.w.String(d.texts[x.seq])

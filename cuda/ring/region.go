@@ -63,6 +63,11 @@ const (
 	KindFraction   = 5
 	KindMarker     = 6
 	KindDeviceMem  = 7
+	// The private-pool hooks' records: Stream the routed stream (0 for
+	// every stream of a thread), Aux the pool's ID (trace.PoolID).
+	KindPoolBegin   = 8
+	KindPoolEnd     = 9
+	KindPoolRelease = 10
 )
 
 // Header field offsets.

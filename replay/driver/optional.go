@@ -55,3 +55,19 @@ type Inspector interface {
 type Reproducer interface {
 	Reproduces(h *trace.Header) bool
 }
+
+// Pooler is implemented by policies that keep private pools, as PyTorch's
+// caching allocator does for CUDA graph capture and torch.cuda.MemPool.
+// The engine passes a trace's pool_begin, pool_end and pool_release events
+// to it; a policy without it serves every request from its one pool.
+type Pooler interface {
+	// BeginPool routes the requests on stream (every request when stream
+	// is 0: a MemPool routed by thread) to private pool id, made if new,
+	// until EndPool(id, stream). The newest route that matches wins.
+	BeginPool(id uint64, stream trace.StreamID) error
+	// EndPool ends the route begun by BeginPool(id, stream).
+	EndPool(id uint64, stream trace.StreamID)
+	// ReleasePool says pool id's last user let it go (its graph or
+	// MemPool was destroyed): its free memory may go back to the device.
+	ReleasePool(id uint64)
+}

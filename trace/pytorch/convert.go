@@ -90,6 +90,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 			if states, err = finalStates(c.doc, c.segs, c.maxSize()); err != nil {
 				return err
 			}
+			c.snap.pools = finalPools(states)
 		}
 		for dev := range nTrace {
 			if states[dev] == nil {

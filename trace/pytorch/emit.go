@@ -17,6 +17,9 @@ func (s *Snapshot) Emit(sink trace.Sink, progress func(string, int64, int64)) er
 // emit is Emit; closing is set when the sink is given nothing after the
 // events but its end (see eventWriter.closing).
 func (s *Snapshot) emit(sink trace.Sink, progress func(string, int64, int64), closing bool) error {
+	if ps, ok := s.poolSink(sink); ok {
+		return ps.emit(s, progress)
+	}
 	w := &eventWriter{s: s, sink: sink, progress: progress, total: int64(s.summary.Events), closing: closing}
 	w.batcher, _ = sink.(trace.RangeSink)
 	if doc := s.doc; doc != nil {

@@ -18,6 +18,7 @@ type rseg struct {
 	stream     trace.StreamID
 	pool       string
 	expandable bool
+	poolID     uint64 // trace.PoolID of segment_pool_id; 0 when not given
 }
 
 type devState struct {
@@ -63,6 +64,8 @@ func finalStates(doc *pickle.Doc, segs pickle.Value, most uint64) (map[int]*devS
 				seg.stream = trace.StreamID(docUint(doc, v))
 			case "segment_type":
 				seg.pool, _ = doc.Str(v)
+			case "segment_pool_id":
+				seg.poolID = docPoolID(doc, v)
 			case "is_expandable":
 				x, _ := doc.Int(v)
 				seg.expandable = doc.Kind(v) == pickle.KindBool && x != 0

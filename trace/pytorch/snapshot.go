@@ -85,6 +85,7 @@ type Snapshot struct {
 	stacks  *stackTable
 	summary Summary
 	par     pickle.ParallelStats // what the decoder's workers did
+	pools   []FinalSegment       // the final segments and their pools (see InferPools)
 }
 
 // devSeq is a device's event sequence: its trace entries, with the

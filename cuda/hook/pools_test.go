@@ -1,0 +1,54 @@
+//go:build cgo
+
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fragsim/fragsim/trace"
+)
+
+// TestPoolHooks drives the private-pool hooks as PyTorch's pluggable
+// allocator calls them (testdata/pools_harness.cc) and checks the pool
+// events recorded around the allocations.
+func TestPoolHooks(t *testing.T) {
+	dir, lib, _ := build(t)
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ not found")
+	}
+	harness := filepath.Join(t.TempDir(), "pools_harness")
+	if out, err := exec.Command("g++", "-O2", "-std=c++17", "-o", harness, "testdata/pools_harness.cc", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("g++: %v\n%s", err, out)
+	}
+	path := filepath.Join(t.TempDir(), "pools.fst")
+	if out, err := harnessCmd(dir, harness, lib, path).CombinedOutput(); err != nil {
+		t.Fatalf("pools_harness: %v\n%s", err, out)
+	}
+	_, evs, err := trace.ReadAll(mustOpen(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		switch e.Kind {
+		case trace.KindAlloc:
+			got = append(got, fmt.Sprintf("alloc %#x %d", e.Stream, e.SizeBytes))
+		case trace.KindPoolBegin, trace.KindPoolEnd, trace.KindPoolRelease:
+			got = append(got, fmt.Sprintf("%s %#x %#x", e.Kind, e.Stream, e.Aux))
+		}
+	}
+	want := []string{
+		"alloc 0x300 1000",
+		"pool_begin 0x200 0x1", "alloc 0x200 2000", "pool_end 0x200 0x1",
+		"alloc 0x200 3000",
+		"pool_begin 0x100 0x8000000000000001", "alloc 0x100 4000", "pool_end 0x100 0x8000000000000001",
+		"pool_release 0x0 0x1", "pool_release 0x0 0x8000000000000001",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
