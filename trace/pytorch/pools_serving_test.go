@@ -15,12 +15,16 @@ var updatePools = flag.Bool("update-pools", false, "rewrite the graph traces of 
 
 // TestPoolsServingTraces checks the pool events of the CUDA-graph traces
 // of traces/serving: they are what InferPools finds in the trace without
-// them (with -update-pools, it writes them so).
+// them (with -update-pools, it writes them so). graphs_mempool_s1 was
+// imported with its final segments' segment_pool_id, which name a MemPool
+// that the events alone cannot show: there, the events find the four graph
+// pools, and the trace holds a fifth, the MemPool's (a, b) = (0, 1).
 func TestPoolsServingTraces(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		pools int
-	}{{"graphs_s1", 4}, {"graphs_expandable_s1", 4}, {"graphs_recapture_s1", 8}, {"graphs_mempool_s1", 4}} {
+		name    string
+		pools   int
+		memPool bool // the trace also names a MemPool from segment_pool_id
+	}{{"graphs_s1", 4, false}, {"graphs_expandable_s1", 4, false}, {"graphs_recapture_s1", 8, false}, {"graphs_mempool_s1", 4, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join("..", "..", "traces", "serving", c.name+".fst")
 			data, err := os.ReadFile(path)
@@ -55,6 +59,18 @@ func TestPoolsServingTraces(t *testing.T) {
 				}
 				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 					t.Fatal(err)
+				}
+				return
+			}
+			if c.memPool {
+				ids := map[uint64]bool{}
+				for _, e := range evs {
+					if e.Kind == trace.KindPoolBegin {
+						ids[e.Aux] = true
+					}
+				}
+				if len(ids) != c.pools+1 || !ids[trace.PoolID(0, 1)] {
+					t.Errorf("%s: pools %v, want the %d graph pools and the MemPool %d", path, ids, c.pools, trace.PoolID(0, 1))
 				}
 				return
 			}
