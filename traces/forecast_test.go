@@ -217,3 +217,59 @@ func TestForecastServingRoomNoFlag(t *testing.T) {
 		}
 	}
 }
+
+// The same scenario recorded live by fragsim record, whose hook samples
+// the device's memory itself (device_mem events): co-hosted on what the
+// blocker left, each server is flagged from those samples before its
+// first recorded OOM.
+func TestForecastLiveRecordings(t *testing.T) {
+	cs := servingCases(t)["cohost_leave3.3_p1"]
+	procs := make([]replay.Process, 2)
+	firstOOM := make([]int64, 2)
+	var t0 int64
+	for i := range procs {
+		path := filepath.Join("serving", fmt.Sprintf("cohost_leave3.3_p%d.live.fst", i+1))
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, evs, err := trace.ReadAll(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples := 0
+		for _, e := range evs {
+			switch {
+			case e.Kind == trace.KindDeviceMem:
+				samples++
+			case e.Kind == trace.KindOOM && firstOOM[i] == 0:
+				firstOOM[i] = e.TimeNS
+			}
+			if e.TimeNS != 0 && (t0 == 0 || e.TimeNS < t0) {
+				t0 = e.TimeNS
+			}
+		}
+		if samples < 100 || firstOOM[i] == 0 || h.Producer != trace.ProducerLive {
+			t.Fatalf("%s: %d device samples, first OOM at %d, producer %q: not the live recording of a failing server", path, samples, firstOOM[i], h.Producer)
+		}
+		f, err := allocator.NewFactory("caching", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = replay.Process{Name: filepath.Base(path), Open: replay.OpenFile(path), Factory: f}
+	}
+	res, err := replay.Cohost(procs, replay.CohostConfig{CapacityBytes: cs.BlockerFreeBeforeBytes - cs.BlockerHeldBytes,
+		ContextOverheadBytes: replay.DefaultContextOverheadBytes, SharedClock: true, Forecast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range res.Processes {
+		f := p.Forecast
+		fail := firstOOM[i] - t0
+		if f.OutsideSource != "measured" || f.SilentRiskTimeNS < 0 || f.SilentRiskTimeNS > fail {
+			t.Errorf("%s: risk at %d ns from %q outside memory, want one from the samples at or before the first OOM at %d ns",
+				p.Name, f.SilentRiskTimeNS, f.OutsideSource, fail)
+		}
+		t.Logf("%s: risk %.2f s before the first OOM", p.Name, float64(fail-f.SilentRiskTimeNS)/1e9)
+	}
+}

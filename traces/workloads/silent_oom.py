@@ -73,7 +73,10 @@ def server(args):
     th.join()
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
-    st = torch.cuda.memory_stats()
+    try:
+        st = torch.cuda.memory_stats()
+    except RuntimeError:  # an allocator that keeps no statistics (fragsim record's)
+        st = {}
     if args.memlog:
         with open(args.memlog, "w") as f:
             for t, free, total in samples:
