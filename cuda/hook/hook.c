@@ -51,6 +51,9 @@ static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
 /* The pool's reserved bytes at the device's last memory sample. */
 static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
 static _Atomic int g_sampler_on, g_sampler_stop;
+/* fs_routes_active counts the private-pool routes open (pools.cc): while
+ * one is, a CUDA graph may be capturing, and no sample is taken. */
+__attribute__((visibility("hidden"))) int fs_routes_active;
 /* The pool's cap per device from set_per_process_memory_fraction, plus one; 0: none. */
 static _Atomic uint64_t g_cap[FS_MAX_DEVICES];
 
@@ -417,6 +420,8 @@ static inline void restore_ctx(fs_device *dv, CUcontext prev) {
  * process's pool: total - free - reserved. dv's context must be current.
  */
 static void sample(fs_device *dv, int device) {
+	if (__atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE))
+		return; /* a capture may be under way: no driver query */
 	size_t freeb = 0, total = 0;
 	unsigned long long res = 0, again = 0;
 	/* Read the pool on both sides of cuMemGetInfo: a sample is kept only
@@ -440,7 +445,7 @@ static void sample(fs_device *dv, int device) {
  */
 static inline void sample_if_grown(fs_device *dv, int device, int64_t live) {
 	uint64_t seen = atomic_load_explicit(&g_res_seen[device], memory_order_relaxed);
-	if ((uint64_t)live <= seen)
+	if ((uint64_t)live <= seen || __atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE))
 		return;
 	CUcontext prev = with_ctx(dv);
 	unsigned long long res = 0;

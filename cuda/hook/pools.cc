@@ -35,6 +35,7 @@ typedef std::function<bool(cudaStream_t)> Filter;
 extern "C" {
 __attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, uint64_t stream, uint64_t pool);
 __attribute__((visibility("hidden"))) extern int fs_pools_pending;
+__attribute__((visibility("hidden"))) extern int fs_routes_active;
 }
 
 namespace {
@@ -59,6 +60,11 @@ int pending;                               // routes not begun yet
 
 void setPending() { __atomic_store_n(&fs_pools_pending, pending, __ATOMIC_RELEASE); }
 
+// setActive publishes how many routes are open: while one is, a CUDA graph
+// may be capturing, and the device-memory sampler keeps off the driver
+// (in global capture mode any thread's query can invalidate the capture).
+void setActive() { __atomic_store_n(&fs_routes_active, (int)routes.size(), __ATOMIC_RELEASE); }
+
 } // namespace
 
 extern "C" {
@@ -70,6 +76,7 @@ void fragsim_begin_allocate_to_pool(int device, MempoolId_t id, Filter filter) {
 	routes.push_back(Route{device, pool, std::move(filter), false, 0});
 	pending++;
 	setPending();
+	setActive();
 }
 
 // fragsim_pool_incref counts the use a MemPool object holds of its pool.
@@ -91,6 +98,7 @@ void fragsim_end_allocate_to_pool(int device, MempoolId_t id) {
 			setPending();
 		}
 		routes.erase(std::next(r).base());
+		setActive();
 		return;
 	}
 }

@@ -154,7 +154,8 @@ def install(path=None, lib=None, tags=None):
 def _set_pool_hooks(alloc, cdll):
     """Gives the allocator the hook's private-pool functions, where PyTorch
     has them (2.3 and newer): CUDA graph captures and MemPools are then
-    recorded as pool events."""
+    recorded as pool events, and the device-memory sampler keeps off the
+    driver while a capture may be under way."""
     hooks = getattr(alloc, "_allocator", None)
     if hooks is None or not hasattr(hooks, "set_begin_allocate_to_pool"):
         return
