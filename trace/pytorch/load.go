@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
@@ -315,22 +316,25 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// during the decode (above), so the decoder's garbage has nothing
 		// to serve before the trace is written.
 	}
-	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
-	w, err := trace.Create(tmp, s.Header(), s.WriterOptions()...)
+	// The trace goes to a temporary file of its own beside out, renamed
+	// over it once whole (see internal/outfile).
+	of, err := outfile.Create(out, in)
 	if err != nil {
 		return nil, err
 	}
+	defer of.Abort()
+	w, err := trace.NewWriter(of, s.Header(), s.WriterOptions()...)
+	if err != nil {
+		return nil, &Error{out, err}
+	}
 	if err := s.emit(w, opt.Progress, true); err != nil {
 		w.Close()
-		os.Remove(tmp)
 		return nil, &Error{out, err}
 	}
 	if err := w.Close(); err != nil {
-		os.Remove(tmp)
 		return nil, &Error{out, err}
 	}
-	if err := os.Rename(tmp, out); err != nil {
-		os.Remove(tmp)
+	if err := of.Commit(); err != nil {
 		return nil, err
 	}
 	s.summary.Output = out

@@ -15,10 +15,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -262,8 +262,14 @@ func ImportFile(in, out string) (*Summary, error) {
 	if ierr != nil {
 		h.Approximate = append(h.Approximate, "the log was cut at a bad line: "+ierr.Error()+"; only the events before it are kept")
 	}
-	tmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp")
-	w, err := trace.Create(tmp, h)
+	// The trace goes to a temporary file of its own beside out, renamed
+	// over it once whole (see internal/outfile).
+	of, err := outfile.Create(out, in)
+	if err != nil {
+		return sum, err
+	}
+	defer of.Abort()
+	w, err := trace.NewWriter(of, h)
 	if err != nil {
 		return sum, err
 	}
@@ -283,15 +289,12 @@ func ImportFile(in, out string) (*Summary, error) {
 	}
 	if err != nil {
 		w.Close()
-		os.Remove(tmp)
 		return sum, err
 	}
 	if err := w.Close(); err != nil {
-		os.Remove(tmp)
 		return sum, err
 	}
-	if err := os.Rename(tmp, out); err != nil {
-		os.Remove(tmp)
+	if err := of.Commit(); err != nil {
 		return sum, err
 	}
 	sum.Output = out
