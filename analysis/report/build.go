@@ -45,9 +45,13 @@ type Report struct {
 	Breakdowns     []analysis.Breakdown `json:"breakdowns"`
 	Runs           []RunRow             `json:"runs"`
 	Fidelity       string               `json:"fidelity"`
-	Verdict        []string             `json:"verdict"`
-	Truncated      string               `json:"truncated,omitempty"`
-	comparison     *analysis.Comparison
+	// Silent is the silent-OOM forecast of the segment map's run on the
+	// trace's GPU (replay --forecast): the risk and what reduces it, or how
+	// close the run came.
+	Silent     string   `json:"silent"`
+	Verdict    []string `json:"verdict"`
+	Truncated  string   `json:"truncated,omitempty"`
+	comparison *analysis.Comparison
 }
 
 // TraceHeader is the page's header.
@@ -134,6 +138,9 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 	rep.Verdict = cmp.VerdictLines()
 	rep.Runs = runRows(cmp)
 	rep.Fidelity = fidelityLine(an.Result, cmp.Trace.Producer)
+	if rep.Silent, err = silentLine(open, policy, opts); err != nil {
+		return nil, err
+	}
 	for _, bd := range an.Breakdowns {
 		bd.BySize, bd.ByStream = capShares(bd.BySize), capShares(bd.ByStream)
 		bd.ByMarker, bd.ByStack = capShares(bd.ByMarker), capShares(bd.ByStack)
@@ -278,4 +285,34 @@ func capShares(s []analysis.Share) []analysis.Share {
 		other.Pct += x.Pct
 	}
 	return append(out, other)
+}
+
+// silentLine replays the trace under policy with the silent-OOM forecast
+// (replay --forecast) and says in one line what it found.
+func silentLine(open analysis.Opener, policy string, opts Options) (string, error) {
+	r, c, err := open()
+	if err != nil {
+		return "", err
+	}
+	if c != nil {
+		defer c.Close()
+	}
+	f, err := allocator.NewFactory(policy, opts.Compare.Conf, r.Header())
+	if err != nil {
+		return "", err
+	}
+	cfg := opts.Compare.Config
+	cfg.Observer, cfg.Progress = nil, nil
+	_, fc, err := replay.RunForecast(r, f, cfg, 0)
+	if err != nil && !errors.Is(err, trace.ErrTruncated) {
+		return "", fmt.Errorf("%s: forecast: %w", policy, err)
+	}
+	switch {
+	case fc == nil || fc.OutsideSource == "":
+		return "Silent-OOM forecast: the trace names no device size, so there is no free memory to forecast (pass --capacity).", nil
+	case fc.SilentRisk != "":
+		return "Silent-OOM risk: " + fc.SilentRisk, nil
+	}
+	return fmt.Sprintf("No silent-OOM risk: the device's free memory stayed at or above %s (outside memory from the %s; its reserve %s).",
+		replay.FormatBytes(fc.SilentMinFreeBytes), fc.OutsideSource, replay.FormatBytes(fc.OutsideReserveBytes)), nil
 }

@@ -263,3 +263,28 @@ func TestReportSizeBound(t *testing.T) {
 	}
 	t.Logf("%d events: %d bytes", rep.Trace.Events, buf.Len())
 }
+
+// TestReportSilentForecast checks the page's silent-OOM line: on a device
+// barely larger than the run's peak reserved and the memory outside the
+// allocator, the risk and its remedies; on an 80 GiB one, none.
+func TestReportSilentForecast(t *testing.T) {
+	path := "../../traces/conformance/plain_small.fst"
+	for _, c := range []struct {
+		capacity uint64
+		want     string
+	}{
+		{211812352 + 700<<20, "Silent-OOM risk: "},
+		{80 << 30, "No silent-OOM risk: "},
+	} {
+		line, err := silentLine(replay.OpenFile(path), "caching", Options{Compare: analysis.CompareOptions{Config: replay.Config{CapacityBytes: c.capacity}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(line, c.want) || (c.want == "Silent-OOM risk: " && !strings.Contains(line, "CUDA_MODULE_LOADING=EAGER")) {
+			t.Errorf("capacity %d: %q, want a line starting %q", c.capacity, line, c.want)
+		}
+	}
+	if !strings.HasPrefix(baseline(t).Silent, "No silent-OOM risk: ") {
+		t.Errorf("the built-in trace's page: %q", baseline(t).Silent)
+	}
+}

@@ -326,6 +326,7 @@
       t.appendChild(row);
     });
     $("fidelity").textContent = D.fidelity;
+    $("silent").textContent = D.silent;
     $("verdict").textContent = (D.verdict || []).join("\n");
   }
 
