@@ -253,8 +253,15 @@ func importGC(head inputHead) (restore func()) {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return none
 	}
-	if !head.regular || head.size > gcOffMaxBytes || len(head.bytes) == 0 || head.bytes[0] != 0x80 { // PROTO: a pickle of protocol 2 or later
+	if !head.regular || len(head.bytes) == 0 || head.bytes[0] != 0x80 { // PROTO: a pickle of protocol 2 or later
 		return none
+	}
+	if head.size > gcOffMaxBytes {
+		// The decoder holds what it builds to a budget proportional to the
+		// input (trace/pickle); a soft memory limit a little above it keeps
+		// the collector's slack from doubling that in a hostile file.
+		limit := debug.SetMemoryLimit(int64(memLimitPerByte*head.size) + memLimitFloor)
+		return func() { debug.SetMemoryLimit(limit) }
 	}
 	pct := debug.SetGCPercent(-1)
 	limit := debug.SetMemoryLimit(gcOffLimitBytes)
@@ -270,6 +277,15 @@ func importGC(head inputHead) (restore func()) {
 const (
 	gcOffMaxBytes   = 64 << 20
 	gcOffLimitBytes = 1 << 30
+)
+
+// A larger plain pickle is imported under a soft memory limit of
+// memLimitPerByte bytes per byte of input and memLimitFloor more: real
+// snapshots' decoded tables take 1.2 to 2.2 bytes per byte, and the
+// decoder refuses a pickle past 3.
+const (
+	memLimitPerByte = 4
+	memLimitFloor   = 256 << 20
 )
 
 // importMeta gathers the header fields given on the command line.

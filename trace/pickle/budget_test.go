@@ -60,7 +60,7 @@ func TestBudget(t *testing.T) {
 			t.Errorf("%s: %d bytes allocated for %d bytes of input, more than %d", name, got, len(data), bound)
 		}
 	}
-	// The default budget: empty lists past 6 bytes a byte of input.
+	// The default budget: empty lists past 3 bytes a byte of input.
 	if os.Getenv("FRAGSIM_LONG") == "" {
 		t.Log("long: set FRAGSIM_LONG=1 for the default budget's case")
 		return
@@ -88,7 +88,7 @@ func TestBudgetSnapshot(t *testing.T) {
 // TestBudgetSmall checks the budget's check with a small budget: the
 // error comes at the first check past it, and a pickle within it decodes.
 func TestBudgetSmall(t *testing.T) {
-	data := append(append([]byte{opProto, 4, opEmptyList, opMark}, bytes.Repeat([]byte{opNone}, 3<<20)...), opAppends, opStop)
+	data := append(append([]byte{opProto, 4, opEmptyList, opMark}, bytes.Repeat([]byte{opNone}, 2<<20)...), opAppends, opStop)
 	d := NewDecoder(data)
 	d.budget = 8 << 20
 	_, err := d.DecodeDoc()

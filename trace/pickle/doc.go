@@ -27,7 +27,7 @@
 // NEWOBJ_EX, EXT1/2/4, PERSID and BINPERSID are refused with an error naming the
 // opcode and its byte offset (errors.Is(err, ErrUnsafe)). Every length and count
 // is checked against the remaining input before anything is allocated, and
-// what the decoder builds is held to a budget of 32 MiB and 6 bytes a byte
+// what the decoder builds is held to a budget of 32 MiB and 3 bytes a byte
 // of input (an error names the offset past it), so no input makes the
 // decoder panic or allocate much more than the input's size.
 package pickle

@@ -75,7 +75,7 @@ func moreRoom[T any](s []T, was int, span float64, rest, first int) int {
 // tables are sized for the whole input.
 const (
 	budgetFloor = 32 << 20
-	budgetRatio = 6
+	budgetRatio = 3
 	budgetEvery = 1 << 20
 )
 
