@@ -50,17 +50,38 @@ type PoolUsage struct {
 
 // poolLabel names a pool for tables.
 func poolLabel(id uint64, stream trace.StreamID) (label, kind string) {
-	if id == 0 {
+	tag := PoolTag(id, stream)
+	switch {
+	case id == 0:
 		return "default pool", "default"
+	case stream == 0:
+		return tag, "mempool"
+	}
+	return fmt.Sprintf("%s pool, stream %#x", tag, uint64(stream)), "graph"
+}
+
+// PoolLabel names pool id (trace.PoolID's, 0 the default pool), first
+// begun on stream (0: a MemPool routed by thread), as the tables do:
+// "default pool", "graph (1,0) pool, stream 0x7", "MemPool (0,1)".
+func PoolLabel(id uint64, stream trace.StreamID) string {
+	l, _ := poolLabel(id, stream)
+	return l
+}
+
+// PoolTag is PoolLabel's short form: "default", "graph (1,0)",
+// "MemPool (0,1)"; the pair is PyTorch's MempoolId_t.
+func PoolTag(id uint64, stream trace.StreamID) string {
+	if id == 0 {
+		return "default"
 	}
 	pair := fmt.Sprintf("(%d,0)", id)
 	if id&(1<<63) != 0 {
 		pair = fmt.Sprintf("(0,%d)", id&^(1<<63))
 	}
 	if stream == 0 {
-		return "MemPool " + pair, "mempool"
+		return "MemPool " + pair
 	}
-	return fmt.Sprintf("graph pool %s, stream %#x", pair, uint64(stream)), "graph"
+	return "graph " + pair
 }
 
 // poolAt is one pool's part of a walk of the segments.

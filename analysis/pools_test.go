@@ -48,7 +48,7 @@ func TestPoolsOfGraphServing(t *testing.T) {
 			continue
 		}
 		private += p.ReservedAtPeakBytes
-		if p.Kind != "graph" || p.Stream == 0 || !strings.HasPrefix(p.Label, "graph pool") {
+		if p.Kind != "graph" || p.Stream == 0 || !strings.HasPrefix(p.Label, "graph (") {
 			t.Errorf("pool %d: kind %q, stream %#x, label %q: want a graph pool with its capture stream", p.ID, p.Kind, uint64(p.Stream), p.Label)
 		}
 		if p.WithoutError != "" || p.WithoutPeakReservedBytes == 0 || p.WithoutPeakReservedBytes > peak {
