@@ -330,8 +330,10 @@ func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 	walk := func(fn func(seg trace.Segment, pool uint64) bool) {
 		t.in.Segments(func(seg trace.Segment) bool { return fn(seg, 0) })
 	}
+	// With a policy that keeps private pools, each pool's part too (kept
+	// only when the trace turns out to use private pools).
 	pi, pooled := t.in.(PoolInspector)
-	if pooled = pooled && x.pools.active(); pooled {
+	if pooled {
 		walk = pi.PoolSegments
 		bd.pools = map[uint64]*poolAt{}
 	}
@@ -539,7 +541,11 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	if x.strandedBD != nil && (x.peakBD == nil || x.strandedBD.Moment.Index != x.peakBD.Moment.Index) {
 		a.Breakdowns = append(a.Breakdowns, *x.strandedBD)
 	}
-	if x.peakBD != nil && x.peakBD.pools != nil {
+	if !x.pools.active() {
+		for i := range a.Breakdowns {
+			a.Breakdowns[i].ByPool = nil
+		}
+	} else if x.peakBD != nil && x.peakBD.pools != nil {
 		a.Pools = x.pools.usage(x.peakBD.pools)
 		wj := withoutPoolJobs(open, main, a.Pools)
 		if err := runJobs(open, wj, opts.Parallel, 0, nil); err != nil {

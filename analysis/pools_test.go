@@ -162,3 +162,48 @@ func TestWithoutPoolDropsItsRequests(t *testing.T) {
 		t.Errorf("events %q, want %q", strings.Join(got, " "), want)
 	}
 }
+
+// TestPoolsWhenPeakPrecedesCaptures checks a run whose peak comes before
+// any capture: at the peak the default pool holds everything, the graph
+// pool has its own peak later, and leaving it out saves nothing.
+func TestPoolsWhenPeakPrecedesCaptures(t *testing.T) {
+	const mib = 1 << 20
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, &trace.Header{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []trace.Event{
+		{Kind: trace.KindAlloc, Addr: 0x1000000, SizeBytes: 100 * mib},
+		{Kind: trace.KindAlloc, Addr: 0x9000000, SizeBytes: 512},
+		{Kind: trace.KindFreeCompleted, Addr: 0x1000000, SizeBytes: 100 * mib},
+		{Kind: trace.KindEmptyCache},
+		{Kind: trace.KindPoolBegin, Stream: 7, Aux: 1},
+		{Kind: trace.KindAlloc, Addr: 0x20000000, SizeBytes: 4 * mib, Stream: 7},
+		{Kind: trace.KindPoolEnd, Stream: 7, Aux: 1},
+	}
+	for i := range evs {
+		evs[i].TimeNS = int64(i + 1)
+		if err := w.WriteEvent(evs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Analyze(opener(buf.Bytes()), AnalyzeOptions{NoAdvice: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := a.Result.PeakReservedBytes
+	if len(a.Pools) != 2 {
+		t.Fatalf("pools %+v, want the default and one graph pool", a.Pools)
+	}
+	d, g := a.Pools[0], a.Pools[1]
+	if d.ReservedAtPeakBytes != peak || d.PeakReservedBytes != peak || g.ReservedAtPeakBytes != 0 || g.PeakReservedBytes == 0 {
+		t.Errorf("default pool %+v, graph pool %+v: want all of the peak %d in the default pool and the graph's own peak later", d, g, peak)
+	}
+	if g.Label != "graph (1,0) pool, stream 0x7" || g.WithoutPeakReservedBytes != peak || g.SavedBytes != 0 {
+		t.Errorf("graph pool %+v: want label \"graph (1,0) pool, stream 0x7\" and no saving without it (peak %d)", g, peak)
+	}
+}
