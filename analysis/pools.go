@@ -25,6 +25,7 @@ const maxPoolWhatIfs = 8
 type PoolUsage struct {
 	ID    uint64 `json:"id"` // trace.PoolID's; 0: the default pool
 	Label string `json:"label"`
+	Tag   string `json:"tag"` // the short label, PoolTag
 	// Kind is "default", "graph" (routed by capture stream) or "mempool"
 	// (routed by thread).
 	Kind   string         `json:"kind"`
@@ -149,6 +150,7 @@ func (p *poolTracker) usage(at map[uint64]*poolAt) []PoolUsage {
 	for _, id := range ids {
 		u := PoolUsage{ID: id, Stream: p.streams[id], PeakReservedBytes: p.peaks[id]}
 		u.Label, u.Kind = poolLabel(id, u.Stream)
+		u.Tag = PoolTag(id, u.Stream)
 		if a := at[id]; a != nil {
 			u.ReservedAtPeakBytes, u.ActiveAtPeakBytes, u.StrandedAtPeakBytes = a.reserved, a.active, a.stranded
 		}

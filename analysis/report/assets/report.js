@@ -335,8 +335,8 @@
       var row = el("tr");
       var without = !p.id ? "" : p.without_error ? "failed: " + p.without_error :
         p.without_peak_reserved_bytes ? fmtBytes(p.without_peak_reserved_bytes) + ", " + (p.saved_bytes < 0 ? "adds " + fmtBytes(-p.saved_bytes) : "saves " + fmtBytes(p.saved_bytes || 0)) : "";
-      [p.label, fmtBytes(p.reserved_at_peak_bytes), fmtBytes(p.active_at_peak_bytes), fmtBytes(p.stranded_at_peak_bytes),
-        fmtBytes(p.peak_reserved_bytes), without].forEach(function (c, i) { row.appendChild(el("td", i ? null : { "class": "k" }, c)); });
+      [p.tag, fmtBytes(p.reserved_at_peak_bytes), fmtBytes(p.active_at_peak_bytes), fmtBytes(p.stranded_at_peak_bytes),
+        fmtBytes(p.peak_reserved_bytes), without].forEach(function (c, i) { row.appendChild(el("td", i ? null : { "class": "k", title: p.label }, c)); });
       t.appendChild(row);
     });
     d.appendChild(t);
