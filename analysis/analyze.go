@@ -74,6 +74,10 @@ type Analysis struct {
 	// Truncated says what was lost when the trace was cut short: the
 	// figures then cover the events before the cut ("" for a whole trace).
 	Truncated string `json:"truncated,omitempty"`
+	// Pools is the memory of each pool, the default and the private ones
+	// (CUDA graphs, MemPools), at the peak reserved, with what leaving
+	// each private pool out would save; nil without private pools.
+	Pools []PoolUsage `json:"pools,omitempty"`
 	// State describes the allocator state a state-only snapshot holds
 	// (nil for a trace with events).
 	State *StateReport `json:"state,omitempty"`
@@ -141,6 +145,11 @@ type Breakdown struct {
 	ByStream      []Share `json:"by_stream"`
 	ByMarker      []Share `json:"by_marker,omitempty"`
 	ByStack       []Share `json:"by_stack,omitempty"`
+	// ByPool attributes the stranded bytes to the pool whose segments
+	// hold them (a trace with private pools only).
+	ByPool []Share `json:"by_pool,omitempty"`
+
+	pools map[uint64]*poolAt // each pool's part of the walk, with private pools
 }
 
 // Share is one key's part of a breakdown.
@@ -193,11 +202,12 @@ type explainer struct {
 	peakBD, strandedBD   *Breakdown
 	lastStrandedCaptured uint64
 	hasStacks            bool
+	pools                *poolTracker
 }
 
 func newExplainer(r *trace.Reader) *explainer {
 	return &explainer{r: r, markers: map[string]bool{}, stacks: map[trace.StackID]string{},
-		origins: map[driver.Policy]*origins{}, moments: newMomentBuckets(512)}
+		origins: map[driver.Policy]*origins{}, moments: newMomentBuckets(512), pools: newPoolTracker()}
 }
 
 // stackKey names a stack by its top frames.
@@ -266,6 +276,8 @@ func (x *explainer) observe(s *replay.Sample) {
 	if t == nil {
 		return
 	}
+	pi, _ := t.in.(PoolInspector)
+	x.pools.observe(s, pi)
 	if s.ReservedBytes > x.peak || !x.peakSeen {
 		x.peak, x.peakSeen = s.ReservedBytes, true
 		x.peakBD = x.breakdown(t, "peak reserved", m)
@@ -314,8 +326,18 @@ func (a shareAcc) sorted(total uint64) []Share {
 // breakdown walks the policy's segments and attributes their stranded bytes.
 func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 	bd := &Breakdown{What: what, Moment: m}
-	bySize, byStream, byMarker, byStack := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
-	t.in.Segments(func(seg trace.Segment) bool {
+	bySize, byStream, byMarker, byStack, byPool := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
+	walk := func(fn func(seg trace.Segment, pool uint64) bool) {
+		t.in.Segments(func(seg trace.Segment) bool { return fn(seg, 0) })
+	}
+	// With a policy that keeps private pools, each pool's part too (kept
+	// only when the trace turns out to use private pools).
+	pi, pooled := t.in.(PoolInspector)
+	if pooled {
+		walk = pi.PoolSegments
+		bd.pools = map[uint64]*poolAt{}
+	}
+	walk(func(seg trace.Segment, pool uint64) bool {
 		var free, live uint64
 		for _, b := range seg.Blocks {
 			if b.State == trace.BlockInactive {
@@ -324,11 +346,27 @@ func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 				live += b.SizeBytes
 			}
 		}
+		if pooled {
+			at := bd.pools[pool]
+			if at == nil {
+				at = &poolAt{}
+				bd.pools[pool] = at
+			}
+			at.reserved += seg.SizeBytes
+			at.active += live
+			if live > 0 {
+				at.stranded += free
+			}
+		}
 		if free == 0 || live == 0 {
 			return true
 		}
 		bd.SplitSegments++
 		bd.StrandedBytes += free
+		if pooled {
+			label, _ := poolLabel(pool, x.pools.streams[pool])
+			byPool.add(label, float64(free), int64(len(seg.Blocks))-inactiveBlocks(seg))
+		}
 		for _, b := range seg.Blocks {
 			if b.State == trace.BlockInactive {
 				continue
@@ -361,6 +399,9 @@ func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 	bd.ByStream = byStream.sorted(bd.StrandedBytes)
 	bd.ByMarker = byMarker.sorted(bd.StrandedBytes)
 	bd.ByStack = byStack.sorted(bd.StrandedBytes)
+	if pooled {
+		bd.ByPool = byPool.sorted(bd.StrandedBytes)
+	}
 	return bd
 }
 
@@ -499,6 +540,18 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	}
 	if x.strandedBD != nil && (x.peakBD == nil || x.strandedBD.Moment.Index != x.peakBD.Moment.Index) {
 		a.Breakdowns = append(a.Breakdowns, *x.strandedBD)
+	}
+	if !x.pools.active() {
+		for i := range a.Breakdowns {
+			a.Breakdowns[i].ByPool = nil
+		}
+	} else if x.peakBD != nil && x.peakBD.pools != nil {
+		a.Pools = x.pools.usage(x.peakBD.pools)
+		wj := withoutPoolJobs(open, main, a.Pools)
+		if err := runJobs(open, wj, opts.Parallel, 0, nil); err != nil {
+			return nil, err
+		}
+		applyWithout(a.Pools, wj, a.Result.PeakReservedBytes)
 	}
 	a.HasStacks = x.hasStacks
 	if !a.HasStacks {

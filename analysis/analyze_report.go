@@ -74,7 +74,11 @@ func (a *Analysis) WriteText(w io.Writer) error {
 		if len(bd.ByStack) > 0 {
 			writeShares(ew, "by call stack (top frames)", bd.ByStack)
 		}
+		if len(bd.ByPool) > 0 {
+			writeShares(ew, "by pool", bd.ByPool)
+		}
 	}
+	a.writePools(ew)
 
 	var total int64
 	for _, c := range a.Requests {

@@ -181,6 +181,12 @@ func nextPow2(n uint64) uint64 {
 // request rounded up to the next power of two. The recorded device events
 // are dropped: they belong to the unpadded run.
 func padTransform(open Opener) Opener {
+	return transformTrace(open, func(src *trace.Reader, w io.Writer) error { return copyPadded(src, w) })
+}
+
+// transformTrace returns an opener of the trace that copy writes from
+// the trace open gives, streamed through a pipe.
+func transformTrace(open Opener, copy func(src *trace.Reader, w io.Writer) error) Opener {
 	return func() (*trace.Reader, io.Closer, error) {
 		src, c, err := open()
 		if err != nil {
@@ -188,7 +194,7 @@ func padTransform(open Opener) Opener {
 		}
 		pr, pw := io.Pipe()
 		go func() {
-			pw.CloseWithError(copyPadded(src, pw))
+			pw.CloseWithError(copy(src, pw))
 		}()
 		r, err := trace.NewReader(pr)
 		if err != nil {
@@ -204,8 +210,22 @@ func padTransform(open Opener) Opener {
 
 // copyPadded re-encodes src into w with padded requests.
 func copyPadded(src *trace.Reader, w io.Writer) error {
+	return copyEdited(src, w, "requests padded to powers of two by fragsim analyze", func(e *trace.Event) bool {
+		switch e.Kind {
+		case trace.KindAlloc, trace.KindFreeRequested, trace.KindFreeCompleted:
+			e.SizeBytes = nextPow2(e.SizeBytes)
+		}
+		return true
+	})
+}
+
+// copyEdited re-encodes src into w with each event as edit leaves it,
+// dropping the device events (they belong to the recorded run) and the
+// events edit returns false for; note is added to the header's
+// Approximate list.
+func copyEdited(src *trace.Reader, w io.Writer, note string, edit func(e *trace.Event) bool) error {
 	h := *src.Header()
-	h.Approximate = append(append([]string(nil), h.Approximate...), "requests padded to powers of two by fragsim analyze")
+	h.Approximate = append(append([]string(nil), h.Approximate...), note)
 	tw, err := trace.NewWriter(w, &h)
 	if err != nil {
 		return err
@@ -227,12 +247,8 @@ func copyPadded(src *trace.Reader, w io.Writer) error {
 	for {
 		n, rerr := src.ReadEvents(buf)
 		for _, e := range buf[:n] {
-			if e.Kind.IsDevice() {
+			if e.Kind.IsDevice() || !edit(&e) {
 				continue
-			}
-			switch e.Kind {
-			case trace.KindAlloc, trace.KindFreeRequested, trace.KindFreeCompleted:
-				e.SizeBytes = nextPow2(e.SizeBytes)
 			}
 			e.Text = str(e.Text)
 			if e.Stack != trace.NoStack {

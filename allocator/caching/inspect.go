@@ -16,8 +16,23 @@ func poolName(p uint8) string {
 
 // Segments lists the allocator's segments in address order: each
 // cudaMalloc segment, and each contiguous mapped range of an expandable
-// segment, with its blocks.
+// segment, with its blocks (driver.Inspector).
 func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
+	a.PoolSegments(func(seg trace.Segment, _ uint64) bool { return fn(seg) })
+}
+
+// poolIDOf returns the ID of the private pool that owns BlockPool index
+// pool, or 0 for the default pools.
+func (a *Allocator) poolIDOf(pool uint8) uint64 {
+	if pool < firstPrivate {
+		return 0
+	}
+	return a.privateOf(pool).id
+}
+
+// PoolSegments lists the segments as Segments does, each with the ID of
+// the private pool that holds it (trace.PoolID's; 0: the default pool).
+func (a *Allocator) PoolSegments(fn func(seg trace.Segment, pool uint64) bool) {
 	var heads []int32
 	for i := range a.blocks {
 		b := &a.blocks[i]
@@ -28,11 +43,12 @@ func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
 	sort.Slice(heads, func(i, j int) bool { return a.blocks[heads[i]].addr < a.blocks[heads[j]].addr })
 	for _, h := range heads {
 		var cur *trace.Segment
+		pid := a.poolIDOf(a.blocks[h].pool)
 		for id := h; id != none; id = a.blocks[id].next {
 			b := &a.blocks[id]
 			if !b.has(fMapped) {
 				if cur != nil {
-					if !fn(*cur) {
+					if !fn(*cur, pid) {
 						return
 					}
 					cur = nil
@@ -53,7 +69,7 @@ func (a *Allocator) Segments(fn func(seg trace.Segment) bool) {
 			cur.SizeBytes += b.size
 			cur.Blocks = append(cur.Blocks, trace.Block{Addr: b.addr, SizeBytes: b.size, RequestedBytes: req, State: st})
 		}
-		if cur != nil && !fn(*cur) {
+		if cur != nil && !fn(*cur, pid) {
 			return
 		}
 	}

@@ -43,8 +43,12 @@ type Report struct {
 	Selected       int                  `json:"selected"` // the layout shown first: the worst moment
 	Stacks         []string             `json:"stacks"`
 	Breakdowns     []analysis.Breakdown `json:"breakdowns"`
-	Runs           []RunRow             `json:"runs"`
-	Fidelity       string               `json:"fidelity"`
+	// Pools is the memory of each pool at peak reserved, with the
+	// estimated saving of each private pool left out (analyze's "Memory by
+	// pool"); nil for a trace without private pools.
+	Pools    []analysis.PoolUsage `json:"pools,omitempty"`
+	Runs     []RunRow             `json:"runs"`
+	Fidelity string               `json:"fidelity"`
 	// Silent is the silent-OOM forecast of the segment map's run on the
 	// trace's GPU (replay --forecast): the risk and what reduces it, or how
 	// close the run came.
@@ -144,8 +148,10 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 	for _, bd := range an.Breakdowns {
 		bd.BySize, bd.ByStream = capShares(bd.BySize), capShares(bd.ByStream)
 		bd.ByMarker, bd.ByStack = capShares(bd.ByMarker), capShares(bd.ByStack)
+		bd.ByPool = capShares(bd.ByPool)
 		rep.Breakdowns = append(rep.Breakdowns, bd)
 	}
+	rep.Pools = an.Pools
 
 	k := opts.Moments
 	if k <= 0 {

@@ -47,11 +47,15 @@ type Layout struct {
 // Row is one segment: its blocks in address order, each
 // [size, state, requested bytes, stack index or -1, blocks merged].
 type Row struct {
-	Addr   uint64     `json:"addr"`
-	Size   uint64     `json:"size"`
-	Stream string     `json:"stream"`
-	Pool   string     `json:"pool,omitempty"`
-	Blocks [][5]int64 `json:"blocks"`
+	Addr   uint64 `json:"addr"`
+	Size   uint64 `json:"size"`
+	Stream string `json:"stream"`
+	Pool   string `json:"pool,omitempty"` // "small" or "large"
+	// PoolID is the private pool (CUDA graph, MemPool) that holds the
+	// segment, trace.PoolID's; 0 the default pool. PoolTag names it.
+	PoolID  uint64     `json:"pool_id,omitempty"`
+	PoolTag string     `json:"pool_tag,omitempty"`
+	Blocks  [][5]int64 `json:"blocks"`
 }
 
 // HistBin is one log2 class of free blocks: LowBytes <= size < 2·LowBytes.
@@ -74,6 +78,9 @@ type layoutCapture struct {
 	layouts []Layout
 	stacks  []string
 	stackIx map[trace.StackID]int
+	// poolStreams are the private pools begun so far, each with the
+	// stream of its first begin.
+	poolStreams map[uint64]trace.StreamID
 }
 
 func newLayoutCapture(r *trace.Reader, targets []int64, what map[int64]string) *layoutCapture {
@@ -84,7 +91,7 @@ func newLayoutCapture(r *trace.Reader, targets []int64, what map[int64]string) *
 			uniq = append(uniq, t)
 		}
 	}
-	return &layoutCapture{r: r, targets: uniq, what: what, stackIx: map[trace.StackID]int{}}
+	return &layoutCapture{r: r, targets: uniq, what: what, stackIx: map[trace.StackID]int{}, poolStreams: map[uint64]trace.StreamID{}}
 }
 
 func (c *layoutCapture) observe(s *replay.Sample) {
@@ -95,8 +102,13 @@ func (c *layoutCapture) observe(s *replay.Sample) {
 	if p == nil {
 		return
 	}
-	if s.Event.Kind == trace.KindAlloc {
+	switch s.Event.Kind {
+	case trace.KindAlloc:
 		p.noteAlloc(&s.Event)
+	case trace.KindPoolBegin:
+		if _, ok := c.poolStreams[s.Event.Aux]; !ok {
+			c.poolStreams[s.Event.Aux] = s.Event.Stream
+		}
 	}
 	t := float64(s.TimeNS-c.t0) / 1e9
 	dueT := c.nextT < len(c.times) && t >= c.times[c.nextT]
@@ -152,7 +164,11 @@ func (c *layoutCapture) snapshot(p *probe, s *replay.Sample, what string) Layout
 		ReservedBytes: s.ReservedBytes, ActiveBytes: s.ActiveBytes}
 	var bins [64]HistBin
 	var segs []trace.Segment
-	p.Segments(func(seg trace.Segment) bool {
+	pools := map[uint64]uint64{} // by segment address
+	p.PoolSegments(func(seg trace.Segment, pool uint64) bool {
+		if pool != 0 {
+			pools[seg.Addr] = pool
+		}
 		live := false
 		for _, b := range seg.Blocks {
 			if b.State != trace.BlockInactive {
@@ -195,8 +211,15 @@ func (c *layoutCapture) snapshot(p *probe, s *replay.Sample, what string) Layout
 			l.MoreBytes += seg.SizeBytes
 			continue
 		}
-		l.Segments = append(l.Segments, c.row(p, seg))
+		r := c.row(p, seg)
+		if id := pools[seg.Addr]; id != 0 {
+			r.PoolID, r.PoolTag = id, analysis.PoolTag(id, c.poolStreams[id])
+		}
+		l.Segments = append(l.Segments, r)
 	}
+	// The default pool's segments first, then each private pool's
+	// together, largest first within each.
+	sort.SliceStable(l.Segments, func(i, j int) bool { return l.Segments[i].PoolID < l.Segments[j].PoolID })
 	return l
 }
 

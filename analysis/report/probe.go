@@ -1,6 +1,7 @@
 package report
 
 import (
+	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -105,6 +106,38 @@ func (p *probe) observed(dev trace.DeviceID) {
 func (p *probe) Segments(fn func(trace.Segment) bool) {
 	if in, ok := p.Policy.(driver.Inspector); ok {
 		in.Segments(fn)
+	}
+}
+
+// PoolSegments lists the wrapped policy's segments with their pools; with
+// the default pool's ID, 0, for a policy that keeps no private pools.
+func (p *probe) PoolSegments(fn func(seg trace.Segment, pool uint64) bool) {
+	if in, ok := p.Policy.(analysis.PoolInspector); ok {
+		in.PoolSegments(fn)
+		return
+	}
+	p.Segments(func(seg trace.Segment) bool { return fn(seg, 0) })
+}
+
+// BeginPool, EndPool and ReleasePool pass the trace's pool events on to
+// the wrapped policy when it keeps private pools (driver.Pooler), as the
+// engine does: a probed replay then serves the requests as a plain one.
+func (p *probe) BeginPool(id uint64, stream trace.StreamID) error {
+	if pp, ok := p.Policy.(driver.Pooler); ok {
+		return pp.BeginPool(id, stream)
+	}
+	return nil
+}
+
+func (p *probe) EndPool(id uint64, stream trace.StreamID) {
+	if pp, ok := p.Policy.(driver.Pooler); ok {
+		pp.EndPool(id, stream)
+	}
+}
+
+func (p *probe) ReleasePool(id uint64) {
+	if pp, ok := p.Policy.(driver.Pooler); ok {
+		pp.ReleasePool(id)
 	}
 }
 

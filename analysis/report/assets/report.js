@@ -158,7 +158,12 @@
     out.textContent = "t = " + u.data[0][i].toFixed(2) + " s (GiB): " + parts.join(" · ");
   }
 
-  // Segment map: a row per segment, its blocks in address order.
+  // A private pool's colour in the segment map, from its ID.
+  var POOL_COLORS = ["#7b4fc9", "#c94f8a", "#2f8f9d", "#b8860b", "#5a7d2a", "#a0522d", "#4169e1", "#8b3a3a"];
+  function poolColor(id) { return POOL_COLORS[id % POOL_COLORS.length]; }
+
+  // Segment map: a row per segment, its blocks in address order (the
+  // default pool's first, then each private pool's).
   var ROW = 16, LABEL = 190, hits = [];
   function segmentMap() {
     var cv = $("map"), sel = $("moment");
@@ -190,8 +195,13 @@
       var bw = w - LABEL - 8;
       l.segments.forEach(function (s, r) {
         var y = r * ROW;
+        if (s.pool_id) { // a private pool's rows: tinted, with the pool's colour at the left
+          ctx.fillStyle = "#f3eefb"; ctx.fillRect(0, y, w, ROW);
+          ctx.fillStyle = poolColor(s.pool_id); ctx.fillRect(0, y + 1, 3, ROW - 2);
+        }
         ctx.fillStyle = "#3d4750";
-        ctx.fillText(fmtBytes(s.size) + "  " + (s.pool || "") + "  stream " + s.stream, 4, y + ROW / 2);
+        ctx.fillText(fmtBytes(s.size) + "  " + (s.pool_tag ? s.pool_tag + " " : "") + (s.pool || "") +
+          (s.pool_tag ? "" : "  stream " + s.stream), 6, y + ROW / 2);
         var x = LABEL, off = 0;
         s.blocks.forEach(function (b) {
           var x0 = LABEL + bw * off / s.size, x1 = LABEL + bw * (off + b[0]) / s.size;
@@ -214,7 +224,8 @@
       if (!hit) { tip.hidden = true; return; }
       var b = hit.b, lines = [STATE[b[1]] + ": " + fmtBytes(b[0]) + (b[4] > 1 ? " in " + b[4] + " blocks" : "")];
       if (b[1] === 0 && b[2] > 0) lines.push("requested " + fmtBytes(b[2]));
-      lines.push("segment " + fmtBytes(hit.seg.size) + " at 0x" + hit.seg.addr.toString(16) + ", stream " + hit.seg.stream);
+      lines.push("segment " + fmtBytes(hit.seg.size) + " at 0x" + hit.seg.addr.toString(16) + ", stream " + hit.seg.stream +
+        ", " + (hit.seg.pool_tag ? "private pool " + hit.seg.pool_tag : "default pool"));
       if (b[3] >= 0) lines.push("\n" + D.stacks[b[3]]);
       tip.textContent = lines.join("\n");
       tip.style.left = Math.min(e.clientX + 14, window.innerWidth - 540) + "px";
@@ -282,7 +293,7 @@
       box.textContent = "";
       box.appendChild(el("div", { "class": "small" }, fmtBytes(bd.stranded_bytes) + " stranded in " + bd.split_segments +
         " split segments at event " + fmtCount(bd.moment.index) + " (" + bd.moment.t_s.toFixed(2) + " s)"));
-      [["by request size", bd.by_size], ["by stream", bd.by_stream], ["by agent or model", bd.by_marker], ["by call stack", bd.by_stack]].forEach(function (p) {
+      [["by request size", bd.by_size], ["by stream", bd.by_stream], ["by agent or model", bd.by_marker], ["by call stack", bd.by_stack], ["by pool", bd.by_pool]].forEach(function (p) {
         if (!p[1] || !p[1].length) return;
         var d = el("div", { "class": "bdt" });
         d.appendChild(el("h3", null, p[0]));
@@ -307,6 +318,32 @@
       buttons.push(b); tabs.appendChild(b);
     });
     show(D.breakdowns.length > 1 ? 1 : 0);
+  }
+
+  // Memory by pool at peak reserved, with what leaving each private pool
+  // out would save (an estimate).
+  function pools() {
+    if (!D.pools || !D.pools.length) return;
+    var box = $("bd"), d = el("div", { "class": "bdt" }), t = el("table"), priv = 0, peak = 0;
+    d.appendChild(el("h3", null, "Memory by pool at peak reserved"));
+    var tr = el("tr");
+    ["pool", "reserved", "active", "stranded", "own peak", "without it (estimate)"].forEach(function (c, i) { tr.appendChild(el("th", i ? null : { "class": "l" }, c)); });
+    t.appendChild(tr);
+    D.pools.forEach(function (p) {
+      peak += p.reserved_at_peak_bytes;
+      if (p.id) priv += p.reserved_at_peak_bytes;
+      var row = el("tr");
+      var without = !p.id ? "" : p.without_error ? "failed: " + p.without_error :
+        p.without_peak_reserved_bytes ? fmtBytes(p.without_peak_reserved_bytes) + ", " + (p.saved_bytes < 0 ? "adds " + fmtBytes(-p.saved_bytes) : "saves " + fmtBytes(p.saved_bytes || 0)) : "";
+      [p.tag, fmtBytes(p.reserved_at_peak_bytes), fmtBytes(p.active_at_peak_bytes), fmtBytes(p.stranded_at_peak_bytes),
+        fmtBytes(p.peak_reserved_bytes), without].forEach(function (c, i) { row.appendChild(el("td", i ? null : { "class": "k", title: p.label }, c)); });
+      t.appendChild(row);
+    });
+    d.appendChild(t);
+    d.appendChild(el("div", { "class": "small" }, "The private pools (CUDA graphs, MemPools) hold " + fmtBytes(priv) + " of the " +
+      fmtBytes(peak) + " reserved at the peak. Without it: the peak reserved had the pool's captures not happened; an estimate, " +
+      "since the dropped graph's replays would then run eagerly and allocate as eager passes do."));
+    box.parentElement.appendChild(d);
   }
 
   // Policies and settings, in the decision's order.
@@ -359,7 +396,7 @@
   }
 
   try {
-    header(); timeline(); segmentMap(); histogram(); breakdowns(); runs();
+    header(); timeline(); segmentMap(); histogram(); breakdowns(); pools(); runs();
     select(selected);
   } catch (e) {
     errors.push(String(e && e.stack || e));
