@@ -98,16 +98,7 @@ func (e *engine) fast(evs []trace.Event) (n int, err error) {
 			if st > r.Fragmentation.MaxStrandedBytes {
 				r.Fragmentation.MaxStrandedBytes = st
 			}
-			// Active, allocated and requested bytes grow only here.
-			if e.active > r.PeakActiveBytes {
-				r.PeakActiveBytes = e.active
-			}
-			if e.allocated > r.PeakAllocatedBytes {
-				r.PeakAllocatedBytes = e.allocated
-			}
-			if e.requested > r.PeakRequestedBytes {
-				r.PeakRequestedBytes = e.requested
-			}
+			e.raisePeaks() // active, allocated and requested bytes grow only here
 		case trace.KindFreeRequested:
 			l, slot, ok := ds.live.ref(ev.Addr)
 			if !ok || l.freed {

@@ -7,12 +7,10 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// measure updates the metrics after event idx.
-func (e *engine) measure(ev *trace.Event, idx int64) {
+// raisePeaks raises the peaks of active, allocated and requested bytes
+// to the current ones.
+func (e *engine) raisePeaks() {
 	r := &e.res
-	if e.reserved > e.peakReserved {
-		e.newPeak(idx)
-	}
 	if e.active > r.PeakActiveBytes {
 		r.PeakActiveBytes = e.active
 	}
@@ -22,6 +20,14 @@ func (e *engine) measure(ev *trace.Event, idx int64) {
 	if e.requested > r.PeakRequestedBytes {
 		r.PeakRequestedBytes = e.requested
 	}
+}
+
+// measure updates the metrics after event idx.
+func (e *engine) measure(ev *trace.Event, idx int64) {
+	if e.reserved > e.peakReserved {
+		e.newPeak(idx)
+	}
+	e.raisePeaks()
 	e.measureTime(ev.TimeNS)
 	if e.cfg.Observer != nil {
 		s := &e.sample

@@ -177,6 +177,9 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	// error reported is the one a decoder going event by event, field by
 	// field (prefix, time, address, size, suffix; version 2 decodes
 	// sizes before addresses), meets first.
+	// Each column loop spells out its uvarint decode (one byte, then four
+	// bytes without a loop, then uvarint): as a function it is over the
+	// inliner's budget, and the call slows every column loop.
 	lim := len(kinds)
 	var ec decodeFault
 	fs := d.fs[:len(kinds)]

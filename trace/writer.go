@@ -441,6 +441,12 @@ const maxPrepared = 16
 // needs what is being prepared waits for it. The traces written are the
 // same bytes. Of opts, the writer's, only FastCompression counts: the
 // encoders are made at its level.
+//
+// PrepareWriter is a package function, not a method of RangeSink or a
+// WriterOption, because it runs before any writer exists: while an
+// import decodes its input, the output file and the trace's header are
+// not known yet, and what it readies is held for whichever writer
+// NewWriter makes next.
 func PrepareWriter(n, events int, opts ...WriterOption) {
 	chunk := DefaultChunkEvents
 	if events > 0 {

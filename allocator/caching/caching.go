@@ -750,7 +750,11 @@ func (a *Allocator) releaseBlock(id int32) {
 	a.dropBlock(id)
 }
 
-// garbageCollect is garbage_collect_cached_blocks (§4 step 4, §12.6).
+// garbageCollect is garbage_collect_cached_blocks: when reserved bytes
+// exceed the garbage-collection threshold, it releases the large pool's
+// unsplit cached blocks of cudaMalloc segments that are at least as old as
+// their mean age, again and again, until enough is reclaimed or a pass
+// frees nothing. mallocNew calls it before it asks for a new segment.
 func (a *Allocator) garbageCollect() {
 	allowed, _ := a.dev.Cap()
 	threshold := uint64(a.cfg.GCThreshold * float64(allowed))
@@ -798,7 +802,13 @@ func (a *Allocator) garbageCollect() {
 	a.scratch = cands[:0]
 }
 
-// releaseAvailable is release_available_cached_blocks (§4 step 5c).
+// releaseAvailable is release_available_cached_blocks, for a request of
+// rounded size s that no new segment could serve, with max_split_size set:
+// it releases the stream pool's smallest cached block of at least
+// max(s, max_split_size) when it is a cudaMalloc segment's, or else the
+// cudaMalloc segments' cached blocks of at least max_split_size below it,
+// largest first, until that many bytes are released. It reports whether
+// they were.
 func (a *Allocator) releaseAvailable(pool uint8, stream trace.StreamID, s uint64) bool {
 	m := a.cfg.MaxSplitSize
 	if m == DefaultConfig().MaxSplitSize {

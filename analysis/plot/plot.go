@@ -313,6 +313,28 @@ func addLine(p *plot.Plot, s *analysis.Series, name string, c color.Color, dash 
 // get an axis of its own: on a shared axis it would squash the others.
 const outlierRatio = 1.3
 
+// farAboveMedian reports which of vals are more than ratio times their
+// median (the lower one of an even count; none when it is not positive),
+// and returns the largest of the other values (0 when none) and the
+// largest of all (0 for no values).
+func farAboveMedian(vals []float64, ratio float64) (far []bool, rest, largest float64) {
+	sorted := append([]float64(nil), vals...)
+	sort.Float64s(sorted)
+	median := 0.0
+	if len(sorted) > 0 {
+		median = sorted[(len(sorted)-1)/2]
+		largest = sorted[len(sorted)-1]
+	}
+	far = make([]bool, len(vals))
+	for i, v := range vals {
+		far[i] = median > 0 && v > ratio*median
+		if !far[i] {
+			rest = math.Max(rest, v)
+		}
+	}
+	return far, rest, largest
+}
+
 // TimelineScales returns the top of each timeline panel's axis, in GiB,
 // and whether the panel has its own scale. The runs share one scale, but
 // for those whose peak is far above the median peak: each of those has
@@ -326,20 +348,7 @@ func TimelineScales(runs []*analysis.Run) (ymax []float64, own []bool) {
 			}
 		}
 	}
-	sorted := append([]float64(nil), peaks...)
-	sort.Float64s(sorted)
-	median := 0.0
-	if len(sorted) > 0 {
-		median = sorted[(len(sorted)-1)/2]
-	}
-	shared := 0.0
-	own = make([]bool, len(runs))
-	for i, p := range peaks {
-		own[i] = median > 0 && p > outlierRatio*median
-		if !own[i] {
-			shared = math.Max(shared, p)
-		}
-	}
+	own, shared, _ := farAboveMedian(peaks, outlierRatio)
 	ymax = make([]float64, len(runs))
 	for i, p := range peaks {
 		top := shared
@@ -447,22 +456,9 @@ const clipRatio = 2
 // the others, so the axis ends a little above the largest of the rest and
 // those bars are cut there (their labels keep the true value).
 func ClipBars(vals []float64) (drawn []float64, top float64, clipped []bool) {
-	sorted := append([]float64(nil), vals...)
-	sort.Float64s(sorted)
-	median := 0.0
-	if len(sorted) > 0 {
-		median = sorted[(len(sorted)-1)/2]
-	}
-	rest := 0.0
-	clipped = make([]bool, len(vals))
-	for i, v := range vals {
-		clipped[i] = median > 0 && v > clipRatio*median
-		if !clipped[i] {
-			rest = math.Max(rest, v)
-		}
-	}
+	clipped, rest, largest := farAboveMedian(vals, clipRatio)
 	if rest <= 0 {
-		rest = math.Max(sorted[len(sorted)-1], 1)
+		rest = math.Max(largest, 1)
 	}
 	top = rest * 1.25
 	drawn = make([]float64, len(vals))

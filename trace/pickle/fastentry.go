@@ -56,18 +56,8 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 		switch data[pos] {
 		case opBinGet, opLongBinGet:
 			var idx uint64
-			if data[pos] == opBinGet {
-				if pos+1 >= len(data) {
-					goto bail
-				}
-				idx = uint64(data[pos+1])
-				pos += 2
-			} else {
-				if pos+4 >= len(data) {
-					goto bail
-				}
-				idx = uint64(binary.LittleEndian.Uint32(data[pos+1:]))
-				pos += 5
+			if idx, pos = getArg(data, pos); pos < 0 {
+				goto bail
 			}
 			switch i := idx - mbase; {
 			case i < uint64(len(look)):
@@ -175,18 +165,8 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			}
 		case opBinGet, opLongBinGet:
 			var idx uint64
-			if data[pos] == opBinGet {
-				if pos+1 >= len(data) {
-					goto bail
-				}
-				idx = uint64(data[pos+1])
-				pos += 2
-			} else {
-				if pos+4 >= len(data) {
-					goto bail
-				}
-				idx = uint64(binary.LittleEndian.Uint32(data[pos+1:]))
-				pos += 5
+			if idx, pos = getArg(data, pos); pos < 0 {
+				goto bail
 			}
 			switch i := idx - mbase; {
 			case i < uint64(len(look)):
@@ -275,6 +255,22 @@ bail:
 	d.doc.pending = d.doc.pending[:p0]
 	d.doc.order = d.doc.order[:o0]
 	return 0, false, nil
+}
+
+// getArg returns the memo index of the BINGET or LONG_BINGET at pos
+// and the position after it, or a negative position when the input ends
+// within it.
+func getArg(data []byte, pos int) (uint64, int) {
+	if data[pos] == opBinGet {
+		if pos+1 >= len(data) {
+			return 0, -1
+		}
+		return uint64(data[pos+1]), pos + 2
+	}
+	if pos+4 >= len(data) {
+		return 0, -1
+	}
+	return uint64(binary.LittleEndian.Uint32(data[pos+1:])), pos + 5
 }
 
 // fetchRef returns, on a worker whose handler is a ParallelLists, the

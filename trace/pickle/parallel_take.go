@@ -166,7 +166,7 @@ func (d *Decoder) takeList(h ParallelLists, items []Value) uint32 {
 // they may hold are unchanged, as for the lists of the workers' chunks:
 // for a handler that takes the lists the decoder makes itself (a
 // snapshot's first entries, and every entry without workers), reading
-// each list's frame dicts was four tenths of a sequential decode of a
+// each list's frame dicts again would be a large share of decoding a
 // snapshot with call stacks.
 func (d *Decoder) ListID(h ParallelLists, v Value) uint32 {
 	return d.takeList(h, d.doc.Slice(v))

@@ -229,10 +229,11 @@ func (st *devState) undoOne(e *event) {
 }
 
 // partOf returns the part, of k, of the block at address a. Its hash is
-// not blkMap's: with the same one, a part's blocks all had the same bits
-// among those blkMap takes its slot from, and crowded a k-th of its
-// slots, and undoing on 2 parts was slower than on one. The hash's
-// top 32 bits are scaled to k by a multiplication, not a division.
+// not blkMap's: with the same one, a part's blocks would all have the
+// same bits among those blkMap takes its slot from, and crowd a k-th of
+// its slots, which would make undoing on k parts slower than on one.
+// The hash's top 32 bits are scaled to k by a multiplication, not a
+// division.
 func partOf(a uint64, k int) int {
 	return int(((a >> 9) * 0xc2b2ae3d27d4eb4f >> 32) * uint64(k) >> 32)
 }

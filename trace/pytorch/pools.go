@@ -298,20 +298,28 @@ func (x *poolInfer) lastOf(p uint64, from, to int) int {
 // the one at last.
 func (x *poolInfer) route(p uint64, dev trace.DeviceID, stream trace.StreamID, from, last int, ins []insert) []insert {
 	// Begin before the device events of the first allocation.
-	pos := from
-	for pos > 0 && x.evs[pos-1].Kind.IsDevice() && x.evs[pos-1].Device == dev {
-		pos--
-	}
-	t := x.evs[pos].TimeNS
-	if pos > 0 {
-		t = x.evs[pos-1].TimeNS
-	}
+	pos, t := x.beforeDeviceRun(from, dev)
 	if stream != trace.DefaultStream && !x.emptiedBefore(pos, dev, stream) {
 		ins = append(ins, insert{pos, 2, trace.Event{Kind: trace.KindEmptyCache, Device: dev, TimeNS: t}})
 	}
 	ins = append(ins, insert{pos, 3, trace.Event{Kind: trace.KindPoolBegin, Device: dev, Stream: stream, TimeNS: t, Aux: p}})
 	ins = append(ins, insert{last + 1, 0, trace.Event{Kind: trace.KindPoolEnd, Device: dev, Stream: stream, TimeNS: x.evs[last].TimeNS, Aux: p}})
 	return ins
+}
+
+// beforeDeviceRun returns the index at which the run of device dev's
+// device events just before index i starts (i when there is none), and
+// the time of the event before that index (of the one at it, for the
+// first event): where an event inserted before the run goes, and its time.
+func (x *poolInfer) beforeDeviceRun(i int, dev trace.DeviceID) (int, int64) {
+	for i > 0 && x.evs[i-1].Kind.IsDevice() && x.evs[i-1].Device == dev {
+		i--
+	}
+	t := x.evs[i].TimeNS
+	if i > 0 {
+		t = x.evs[i-1].TimeNS
+	}
+	return i, t
 }
 
 // emptiedBefore reports whether an empty_cache comes just before index
@@ -363,14 +371,7 @@ func (x *poolInfer) release(p uint64, ins []insert) []insert {
 		return ins
 	}
 	dev := x.evs[first].Device
-	pos := first
-	for pos > 0 && x.evs[pos-1].Kind.IsDevice() && x.evs[pos-1].Device == dev {
-		pos--
-	}
-	t := x.evs[pos].TimeNS
-	if pos > 0 {
-		t = x.evs[pos-1].TimeNS
-	}
+	pos, t := x.beforeDeviceRun(first, dev)
 	return append(ins, insert{pos, 1, trace.Event{Kind: trace.KindPoolRelease, Device: dev, TimeNS: t, Aux: p}})
 }
 

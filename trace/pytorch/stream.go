@@ -77,8 +77,9 @@ type streamer struct {
 	prepare   func(events int) // see Options.prepare
 
 	// copies are Merge's copies of chunks' events into the log, made on
-	// other goroutines (the decoder, which merges the chunks in order,
-	// was the decode's slowest goroutine at its end). The log is not
+	// other goroutines, so that the decoder, which merges the chunks in
+	// order and is the decode's slowest goroutine at its end, does not
+	// copy them itself. The log is not
 	// grown, spilled or read before they are done (wait).
 	copies sync.WaitGroup
 }

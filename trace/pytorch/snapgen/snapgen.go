@@ -121,6 +121,51 @@ func (p *writer) int(x int64) {
 	}
 }
 
+// frame is a Python stack frame of an entry.
+type frame struct {
+	file, name string
+	line       int64
+}
+
+// stackPool draws from rng 600 frames and 300 stacks of depth of them
+// (indexes into the frames).
+func stackPool(rng *rand.Rand, depth int) ([]frame, [][]int) {
+	var pool []frame
+	for i := range 600 {
+		pool = append(pool, frame{fmt.Sprintf("/usr/lib/python3/site-packages/torch/nn/modules/module%d.py", i%40),
+			fmt.Sprintf("forward_%d", i%120), 1 + rng.Int64N(3000)})
+	}
+	stacks := make([][]int, 300)
+	for i := range stacks {
+		for range depth {
+			stacks[i] = append(stacks[i], rng.IntN(len(pool)))
+		}
+	}
+	return pool, stacks
+}
+
+// tail writes the snapshot's keys after device_traces, the default
+// allocator settings and no external annotations, and ends the pickle.
+func (p *writer) tail() {
+	p.str("allocator_settings", true)
+	p.op(opEmptyDict)
+	p.memoize()
+	p.op(opMark)
+	p.str("PYTORCH_CUDA_ALLOC_CONF", true)
+	p.str("", true)
+	p.str("max_split_size", true)
+	p.int(-1)
+	p.str("garbage_collection_threshold", true)
+	p.op(opBinFloat, 0, 0, 0, 0, 0, 0, 0, 0)
+	p.str("expandable_segments", true)
+	p.op(opNewFalse)
+	p.op(opSetItems)
+	p.str("external_annotations", true)
+	p.op(opEmptyList)
+	p.memoize()
+	p.op(opSetItems, opStop)
+}
+
 // Write writes a snapshot of n trace entries to w, drawn from seed, each
 // with a Python stack of depth frames (0: none).
 func Write(w io.Writer, n int64, seed uint64, depth int) error {
@@ -148,22 +193,7 @@ func Write(w io.Writer, n int64, seed uint64, depth int) error {
 	liveSize := map[int64]int64{}
 	next, seg := int64(base), int64(base)
 	var k int64
-	// Stacks: 300 of depth frames drawn from 600 frames.
-	type frame struct {
-		file, name string
-		line       int64
-	}
-	var pool []frame
-	for i := range 600 {
-		pool = append(pool, frame{fmt.Sprintf("/usr/lib/python3/site-packages/torch/nn/modules/module%d.py", i%40),
-			fmt.Sprintf("forward_%d", i%120), 1 + rng.Int64N(3000)})
-	}
-	stacks := make([][]int, 300)
-	for i := range stacks {
-		for range depth {
-			stacks[i] = append(stacks[i], rng.IntN(len(pool)))
-		}
-	}
+	pool, stacks := stackPool(rng, depth)
 	frameMemo := map[int]uint64{}
 	var lastList uint64
 	framesOf := func(action string) {
@@ -264,23 +294,7 @@ func Write(w io.Writer, n int64, seed uint64, depth int) error {
 		}
 	}
 	p.op(opAppend) // the device's list into device_traces
-	p.str("allocator_settings", true)
-	p.op(opEmptyDict)
-	p.memoize()
-	p.op(opMark)
-	p.str("PYTORCH_CUDA_ALLOC_CONF", true)
-	p.str("", true)
-	p.str("max_split_size", true)
-	p.int(-1)
-	p.str("garbage_collection_threshold", true)
-	p.op(opBinFloat, 0, 0, 0, 0, 0, 0, 0, 0)
-	p.str("expandable_segments", true)
-	p.op(opNewFalse)
-	p.op(opSetItems)
-	p.str("external_annotations", true)
-	p.op(opEmptyList)
-	p.memoize()
-	p.op(opSetItems, opStop)
+	p.tail()
 	if err := p.flush(true); err != nil {
 		return err
 	}
