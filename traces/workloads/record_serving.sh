@@ -24,6 +24,8 @@ graph graphs_s1 "" &
 graph graphs_expandable_s1 "expandable_segments:True" &
 graph graphs_mempool_s1 "" --mempool &
 graph graphs_recapture_s1 "" --recapture &
+graph graphs_mempool_expandable_s1 "expandable_segments:True" --mempool &
+graph graphs_recapture_expandable_s1 "expandable_segments:True" --recapture &
 timeout 240 "$fragsim" record -o "$out/live/graphs_s1.live.fst" --tag "workload=graphs.py --seed 1" -- \
   python3 graphs.py --seed 1 --stats-out "$out/stats/graphs_s1.live.json" >"$out/log/graphs_s1.live.log" 2>&1 \
   || echo "FAILED graphs_s1 live"
