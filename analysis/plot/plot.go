@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/internal/outfile"
 )
 
 // DPI is the resolution of the PNG files.
@@ -78,19 +79,13 @@ func (f *Figure) Save(dir string) ([]string, error) {
 	var paths []string
 	for _, ext := range []string{".png", ".svg"} {
 		path := filepath.Join(dir, f.Name+ext)
-		file, err := os.Create(path)
-		if err != nil {
-			return paths, err
-		}
+		write := f.WriteSVG
 		if ext == ".png" {
-			err = f.WritePNG(file)
-		} else {
-			err = f.WriteSVG(file)
+			write = f.WritePNG
 		}
-		if cerr := file.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		// A temporary file renamed into place: an earlier plot stays whole
+		// until the new one is.
+		if err := outfile.Write(path, nil, write); err != nil {
 			return paths, fmt.Errorf("%s: %w", path, err)
 		}
 		paths = append(paths, path)

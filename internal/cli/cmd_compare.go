@@ -183,7 +183,7 @@ func runCompare(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: report: %w", name, err)
 		}
-		if err := writeReport(c, rep, p); err != nil {
+		if err := writeReport(c, rep, p, c.Args().First()); err != nil {
 			return err
 		}
 	}

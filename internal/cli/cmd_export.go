@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -13,6 +11,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/report"
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -67,17 +66,13 @@ func runExport(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("export: %w", err))
 	}
 	path := c.String("o")
-	// Written to a temporary file renamed into place: a failed export
-	// leaves no partial file.
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".fragsim-export-*")
+	// Written to a temporary file renamed into place (internal/outfile): a
+	// failed export leaves no partial file, and an earlier one stays whole.
+	tmp, err := outfile.Create(path, name)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
+	defer tmp.Abort()
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	var res *replay.Result
 	if format == "memory_viz" {
@@ -90,20 +85,15 @@ func runExport(c *cli.Context) error {
 		cut, err = exitCode(2, fmt.Errorf("%s: %v (the export covers the events before the cut)", name, err)), nil
 	}
 	if err != nil {
-		tmp.Close()
 		if !strings.Contains(err.Error(), name) {
 			err = fmt.Errorf("%s: %w", name, err)
 		}
 		return err
 	}
 	if err := bw.Flush(); err != nil {
-		tmp.Close()
 		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return err
 	}
 	if res != nil {

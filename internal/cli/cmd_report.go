@@ -3,7 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,6 +11,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/report"
+	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/replay"
 )
 
@@ -86,16 +87,17 @@ func runReport(c *cli.Context) error {
 		}
 		return err
 	}
-	return writeReport(c, rep, c.String("o"))
+	return writeReport(c, rep, c.String("o"), c.Args().First())
 }
 
-// writeReport writes the report's HTML to path and says so on stderr.
-func writeReport(c *cli.Context, rep *report.Report, path string) error {
+// writeReport writes the report's HTML to path and says so on stderr; a
+// path that is the input trace is refused.
+func writeReport(c *cli.Context, rep *report.Report, path, input string) error {
 	var buf bytes.Buffer
 	if err := rep.WriteHTML(&buf); err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := outfile.Write(path, []string{input}, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "fragsim: wrote %s (%.1f MB)\n", path, float64(buf.Len())/1e6)

@@ -73,6 +73,19 @@ func TestExitCodes(t *testing.T) {
 	} {
 		cases = append(cases, tc{args, 2})
 	}
+	// An output that is the input is refused, and the input kept.
+	same := filepath.Join(t.TempDir(), "same.fst")
+	if err := os.WriteFile(same, mustRead(t, base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"dump", same, "-o", same},
+		{"export", "--format", "perfetto", same, "-o", same},
+		{"report", same, "-o", same},
+		{"compare", same, "--html", same},
+	} {
+		cases = append(cases, tc{args, 1})
+	}
 	// The converters: a snapshot and a text trace.
 	for _, cmd := range []string{"import", "undump"} {
 		cases = append(cases,
@@ -91,6 +104,9 @@ func TestExitCodes(t *testing.T) {
 		if msg := stderr.String(); !strings.Contains(msg, "fragsim: ") {
 			t.Errorf("fragsim %s: stderr %q, want a message starting \"fragsim: \"", strings.Join(c.args, " "), msg)
 		}
+	}
+	if !bytes.Equal(mustRead(t, same), mustRead(t, base)) {
+		t.Errorf("%s changed: an output that is the input must be refused before anything is written", same)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a failed conversion left %s", out)
@@ -132,4 +148,13 @@ func TestEditDistance(t *testing.T) {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
 		}
 	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
