@@ -331,6 +331,7 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 	addrs := make([]uint64, 0, st.active.len())
 	st.active.each(func(a uint64, _ rblk) { addrs = append(addrs, a) })
 	slices.Sort(addrs)
+	ends := c.shownEnds(dev, st, bases, addrs)
 	var out []trace.Segment
 	k := 0
 	oversize, clipped := 0, 0
@@ -351,7 +352,9 @@ func (c *converter) blocks(dev int, st *devState) []trace.Segment {
 				next = addrs[k+1]
 			}
 			size := b.size
-			if size == 0 {
+			if e, ok := ends[a]; ok && size == 0 {
+				size = e - a
+			} else if size == 0 {
 				size = c.set.roundSize(b.req)
 				if a+size > next {
 					size = next - a
