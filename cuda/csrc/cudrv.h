@@ -17,6 +17,7 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 
 enum {
@@ -27,7 +28,11 @@ enum {
 	CUDA_ERROR_DEINITIALIZED = 4,
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_NOT_READY = 600,
 };
+
+/* cuEventCreate flags. */
+enum { CU_EVENT_DISABLE_TIMING = 2 };
 
 /* CUmemPool_attribute values. */
 enum {
@@ -61,6 +66,11 @@ typedef struct {
 	CUresult (*cuMemPoolTrimTo)(CUmemoryPool, size_t);
 	CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 	CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned int);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventDestroy)(CUevent);
 	CUresult (*cuGetErrorString)(CUresult, const char **);
 } cudrv;
 
@@ -124,6 +134,11 @@ static int cudrv_load(cudrv *d, char *err, size_t errlen) {
 	CUDRV_SYM(cuMemPoolTrimTo, "cuMemPoolTrimTo");
 	CUDRV_SYM(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
 	CUDRV_SYM(cuMemFreeAsync, "cuMemFreeAsync");
+	CUDRV_SYM(cuEventCreate, "cuEventCreate");
+	CUDRV_SYM(cuEventRecord, "cuEventRecord");
+	CUDRV_SYM(cuEventQuery, "cuEventQuery");
+	CUDRV_SYM(cuEventSynchronize, "cuEventSynchronize");
+	CUDRV_SYM(cuEventDestroy, "cuEventDestroy_v2");
 #undef CUDRV_SYM
 	*(void **)(&d->cuGetErrorString) = dlsym(d->handle, "cuGetErrorString");
 

@@ -594,6 +594,23 @@ static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult 
 __attribute__((visibility("hidden"))) int fs_pools_pending;
 __attribute__((visibility("hidden"))) void fs_pools_resolve(int device, uint64_t stream);
 
+/* The deferred frees of record_stream (streams.cc): fs_stream_uses counts
+ * the blocks a stream other than their own used, fs_frees_pending the
+ * frees deferred and not completed; both are read without a lock. */
+__attribute__((visibility("hidden"))) int fs_stream_uses, fs_frees_pending;
+__attribute__((visibility("hidden"))) int fs_streams_free(int device, void *ptr, uint64_t size, void *stream);
+__attribute__((visibility("hidden"))) void fs_streams_process(int device, int wait);
+
+/* fs_drv gives streams.cc the driver's entry points. */
+__attribute__((visibility("hidden"))) const cudrv *fs_drv(void) { return &D; }
+
+/* fs_record_call records a deferred free's request or completion (streams.cc). */
+__attribute__((visibility("hidden"))) void fs_record_call(int kind, int device, uint64_t stream, uint64_t addr,
+							   uint64_t size) {
+	if (recording())
+		record((uint8_t)kind, 0, device, stream, addr, size, 0);
+}
+
 /* fs_record_pool records a private-pool hook's call (pools.cc). */
 __attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, uint64_t stream, uint64_t pool) {
 	if (recording())
@@ -609,11 +626,15 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (__atomic_load_n(&fs_pools_pending, __ATOMIC_ACQUIRE) && recording())
 		fs_pools_resolve(device, (uint64_t)(uintptr_t)stream); /* a capture's pool_begin (pools.cc) */
 	CUcontext prev = with_ctx(dv);
+	if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
+		fs_streams_process(device, 0); /* as PyTorch's malloc processes its events first */
 	CUdeviceptr p = 0;
 	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
 		D.cuCtxSynchronize();
+		if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
+			fs_streams_process(device, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
 	}
@@ -640,6 +661,15 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 	fs_device *dv = device_ready(device);
 	if (!dv)
 		return;
+	if (__atomic_load_n(&fs_stream_uses, __ATOMIC_ACQUIRE)) {
+		CUcontext prev = with_ctx(dv);
+		int deferred = fs_streams_free(device, ptr, (uint64_t)(size < 0 ? 0 : size), stream);
+		restore_ctx(dv, prev);
+		if (deferred) {
+			atomic_fetch_sub_explicit(&g_live[device], size < 0 ? 0 : size, memory_order_relaxed);
+			return;
+		}
+	}
 	if (recording())
 		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr,
 		       (uint64_t)(size < 0 ? 0 : size), 0);
@@ -663,6 +693,8 @@ void fragsim_empty_cache(void) {
 		any = 1;
 		CUcontext prev = with_ctx(dv);
 		D.cuCtxSynchronize();
+		if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
+			fs_streams_process(i, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
 		atomic_store_explicit(&g_res_seen[i], 0, memory_order_relaxed); /* the next allocation samples the pool again */

@@ -37,6 +37,7 @@ void fs_alloc_free_pairs(long n);
 /* The exported allocator ABI (PyTorch's pluggable allocator plus extras). */
 void *fragsim_alloc(ssize_t size, int device, void *stream);
 void fragsim_free(void *ptr, ssize_t size, int device, void *stream);
+void fragsim_record_stream(void *ptr, void *stream);
 void fragsim_empty_cache(void);
 void fragsim_set_fraction(double fraction, int device);
 void fragsim_marker(int kind, const char *text);

@@ -48,6 +48,8 @@ enum {
 	FS_REC_POOL_BEGIN = 8,   /* stream: the routed stream (0: every stream of a thread); aux: pool ID */
 	FS_REC_POOL_END = 9,     /* as FS_REC_POOL_BEGIN */
 	FS_REC_POOL_RELEASE = 10, /* aux: pool ID */
+	FS_REC_FREE_REQUESTED = 11, /* a free deferred by record_stream (streams.cc); its memory is kept */
+	FS_REC_FREE_COMPLETED = 12, /* the deferred free's streams completed: its memory went back */
 };
 
 /*

@@ -134,7 +134,7 @@ def install(path=None, lib=None, tags=None):
         raise FragsimError(_last_error(cdll))
     try:
         alloc = mem.CUDAPluggableAllocator(lib, "fragsim_alloc", "fragsim_free")
-        _set_pool_hooks(alloc, cdll)
+        _set_hooks(alloc, cdll)
         mem.change_current_allocator(alloc)
     except RuntimeError as e:
         cdll.fragsim_close()
@@ -151,15 +151,22 @@ def install(path=None, lib=None, tags=None):
     _install_sigterm()
 
 
-def _set_pool_hooks(alloc, cdll):
-    """Gives the allocator the hook's private-pool functions, where PyTorch
-    has them (2.3 and newer): CUDA graph captures and MemPools are then
+def _set_hooks(alloc, cdll):
+    """Gives the allocator the hook's record-stream and private-pool
+    functions, where PyTorch has them. With the first, a block another
+    stream used (Tensor.record_stream) is freed once that stream is done
+    with it, as PyTorch's own allocator frees it, and the trace holds when.
+    With the others (2.3 and newer), CUDA graph captures and MemPools are
     recorded as pool events, and the device-memory sampler keeps off the
     driver while a capture may be under way."""
     hooks = getattr(alloc, "_allocator", None)
-    if hooks is None or not hasattr(hooks, "set_begin_allocate_to_pool"):
+    if hooks is None:
         return
     addr = lambda name: ctypes.cast(getattr(cdll, name), ctypes.c_void_p).value
+    if hasattr(hooks, "set_record_stream_fn"):
+        hooks.set_record_stream_fn(addr("fragsim_record_stream"))
+    if not hasattr(hooks, "set_begin_allocate_to_pool"):
+        return
     hooks.set_begin_allocate_to_pool(addr("fragsim_begin_allocate_to_pool"))
     hooks.set_end_allocate_to_pool_fn(addr("fragsim_end_allocate_to_pool"))
     hooks.set_release_pool(addr("fragsim_release_pool"))

@@ -174,6 +174,38 @@ func TestRecordPython(t *testing.T) {
 	}
 }
 
+// TestRecordStreamPython records a program that makes a side stream use a
+// block (Tensor.record_stream) through fragsim_hook.py's wiring: the block's
+// free is requested at once and completes at the first allocation that
+// finds the side stream done (the fake driver's event is done at its
+// second query), as PyTorch's own allocator would record it.
+func TestRecordStreamPython(t *testing.T) {
+	lib, env := setup(t)
+	out := filepath.Join(t.TempDir(), "run.fragsim")
+	var stderr bytes.Buffer
+	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/streams.py"},
+		Env: append(env, "FAKE_CUDA_EVENT_QUERIES=2"), Stderr: &stderr})
+	if err != nil || s.ExitCode != 0 {
+		t.Fatalf("Run: %v, exit %d\n%s", err, s.ExitCode, stderr.String())
+	}
+	_, evs, err := trace.ReadAll(mustOpen(t, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		switch e.Kind {
+		case trace.KindAlloc, trace.KindFreeRequested, trace.KindFreeCompleted:
+			got = append(got, fmt.Sprintf("%s %d", e.Kind, e.SizeBytes))
+		}
+	}
+	want := "alloc 1000, free_requested 1000, alloc 2000, free_completed 1000, alloc 3000, " +
+		"free_requested 2000, free_completed 2000, free_requested 3000, free_completed 3000"
+	if g := strings.Join(got, ", "); g != want {
+		t.Errorf("recorded\n got %s\nwant %s", g, want)
+	}
+}
+
 // TestRecordErrors checks that each reason recording cannot start is said
 // clearly, with no trace written and the start-up hook's exit code.
 func TestRecordErrors(t *testing.T) {

@@ -119,6 +119,13 @@ func (d *Drainer) write(x rec) {
 			err = d.w.WriteEvent(e)
 			d.Events++
 		}
+	case KindFreeRequested:
+		// Deferred by record_stream: the block waits for its streams.
+		e.Kind = trace.KindFreeRequested
+		err = d.w.WriteEvent(e)
+	case KindFreeCompleted:
+		e.Kind = trace.KindFreeCompleted
+		err = d.w.WriteEvent(e)
 	case KindOOM:
 		e.Kind, e.Aux = trace.KindOOM, x.aux
 		err = d.w.WriteEvent(e)

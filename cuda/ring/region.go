@@ -65,9 +65,11 @@ const (
 	KindDeviceMem  = 7
 	// The private-pool hooks' records: Stream the routed stream (0 for
 	// every stream of a thread), Aux the pool's ID (trace.PoolID).
-	KindPoolBegin   = 8
-	KindPoolEnd     = 9
-	KindPoolRelease = 10
+	KindPoolBegin     = 8
+	KindPoolEnd       = 9
+	KindPoolRelease   = 10
+	KindFreeRequested = 11 // a free deferred by record_stream
+	KindFreeCompleted = 12 // the deferred free's streams completed
 )
 
 // Header field offsets.

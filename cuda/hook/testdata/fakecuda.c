@@ -9,7 +9,9 @@
  * more than N bytes. Memory outside the pool, which cuMemGetInfo counts as
  * used: FAKE_CUDA_OUTSIDE bytes (a context), plus FAKE_CUDA_OUTSIDE_JUMP
  * bytes once FAKE_CUDA_OUTSIDE_AFTER allocations were made (kernels loaded
- * lazily).
+ * lazily). Events: an event is ready at its FAKE_CUDA_EVENT_QUERIES-th
+ * cuEventQuery (default 1), or once cuEventSynchronize waited on it;
+ * fake_events counts the events alive.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -137,6 +139,46 @@ CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t size, void *pool,
 CUresult cuMemFreeAsync(unsigned long long p, void *stream) { (void)stream; return fake_free(p); }
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t size) { return fake_alloc(p, size); }
 CUresult cuMemFree_v2(unsigned long long p) { return fake_free(p); }
+/* An event counts the queries left before it is ready. */
+typedef struct {
+	long left;
+} fake_event;
+static _Atomic long long n_events;
+
+CUresult cuEventCreate(fake_event **e, unsigned int flags) {
+	(void)flags;
+	if (!cur_ctx)
+		return 201;
+	*e = calloc(1, sizeof **e);
+	atomic_fetch_add(&n_events, 1);
+	return 0;
+}
+CUresult cuEventRecord(fake_event *e, void *stream) {
+	(void)stream;
+	if (!cur_ctx)
+		return 201;
+	long q = (long)env_u64("FAKE_CUDA_EVENT_QUERIES");
+	e->left = q > 0 ? q : 1;
+	return 0;
+}
+CUresult cuEventQuery(fake_event *e) {
+	if (!cur_ctx)
+		return 201;
+	return --e->left <= 0 ? 0 : 600; /* CUDA_ERROR_NOT_READY */
+}
+CUresult cuEventSynchronize(fake_event *e) {
+	e->left = 0;
+	return 0;
+}
+CUresult cuEventDestroy_v2(fake_event *e) {
+	free(e);
+	atomic_fetch_sub(&n_events, 1);
+	return 0;
+}
+
+/* fake_events reports how many events are alive. */
+long long fake_events(void) { return n_events; }
+
 CUresult cuGetErrorString(CUresult r, const char **s) {
 	*s = r == 2 ? "out of memory (fake)" : r == 100 ? "no CUDA-capable device is detected (fake)" : "fake error";
 	return 0;

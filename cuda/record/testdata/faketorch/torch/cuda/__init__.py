@@ -68,3 +68,10 @@ def alloc(size, stream=0):
 
 def free(ptr, size, stream=0):
     memory._current.free_fn(ptr, size, 0, stream)
+
+
+def record_stream(ptr, stream):
+    """Tensor.record_stream: the allocator's record-stream hook, when it has one."""
+    fn = memory._current._allocator.record_stream_fn
+    if fn:
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(fn)(ptr, stream)

@@ -29,6 +29,24 @@ def max_memory_allocated(device=None):
     return memory_stats(device=device).get("allocated_bytes.all.peak", 0)
 
 
+class _Hooks:
+    """The allocator's extra hooks, as addresses (PyTorch's _allocator)."""
+
+    record_stream_fn = None
+
+    def set_record_stream_fn(self, addr):
+        self.record_stream_fn = addr
+
+    def set_begin_allocate_to_pool(self, addr):
+        pass
+
+    def set_end_allocate_to_pool_fn(self, addr):
+        pass
+
+    def set_release_pool(self, addr):
+        pass
+
+
 if os.environ.get("FAKE_TORCH_OLD") != "1":
 
     class CUDAPluggableAllocator:
@@ -40,6 +58,7 @@ if os.environ.get("FAKE_TORCH_OLD") != "1":
             self.free_fn = getattr(lib, free_fn_name)
             self.free_fn.restype = None
             self.free_fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+            self._allocator = _Hooks()
 
     def change_current_allocator(allocator):
         global _current
