@@ -84,6 +84,10 @@ type device struct {
 	// pool, when set, is device memory shared with other processes'
 	// devices (Cohost): it decides fits instead of total and outside.
 	pool *sharedPool
+
+	// refuse, set during a request the recorded run ended with an OOM,
+	// fails every segment allocation and mapping (see recordedFailure).
+	refuse bool
 }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
@@ -154,6 +158,26 @@ func (d *device) expect(kind trace.Kind, addr, size uint64, useAddr bool) (trace
 	}
 	d.e.deviceMismatch(d, kind, addr, size)
 	return trace.Event{}, false
+}
+
+// recordedFailure says whether the recorded run's cudaMalloc (or, for an
+// expandable segment, its mapping) failed here, for memory the trace does
+// not show (other processes', the CUDA context's): during a request that
+// ended in an OOM (refuse), or when the recorded run's next device call
+// gives memory back. PyTorch gives cached memory back before asking for
+// more only through garbage collection, which the policy does before it
+// asks; any other release between a request and its cudaMalloc is the
+// release-and-retry after a failed one. Only a replay of the recorded
+// allocator has recorded calls: a what-if never fails so.
+func (d *device) recordedFailure() bool {
+	if d.refuse {
+		return true
+	}
+	if !d.compare || len(d.rec) == 0 {
+		return false
+	}
+	k := d.rec[0].Kind
+	return k == trace.KindSegmentFree || k == trace.KindSegmentUnmap
 }
 
 // The live segments and ranges are kept by address from the highest down:
@@ -291,6 +315,9 @@ func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
 	if d.capped && (size > d.allowed || d.reserved > d.allowed-size) {
 		return 0, false
 	}
+	if d.recordedFailure() {
+		return 0, false
+	}
 	if !d.fits(size) {
 		return 0, false
 	}
@@ -354,7 +381,7 @@ func (d *device) unmapped(addr uint64) bool {
 }
 
 func (d *device) Map(addr, size uint64) bool {
-	if !d.fits(size) {
+	if !d.fits(size) || d.recordedFailure() {
 		return false
 	}
 	d.expect(trace.KindSegmentMap, addr, size, true)

@@ -628,7 +628,13 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.requests++
 		e.ev = *ev
 		e.dispatch(ds)
+		// PyTorch's allocator failed this request: replayed under its
+		// own settings, so does the replay (memory the trace does not
+		// show, such as another process's, took the room). A live
+		// recording's OOMs are the recording allocator's, not PyTorch's.
+		ds.dev.refuse = e.exact && e.hdr.Producer == trace.ProducerPyTorch
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
+		ds.dev.refuse = false
 		e.endRequest(ds)
 		if err == nil {
 			ds.policy.FreeRequested(blk)

@@ -15,9 +15,12 @@ import (
 )
 
 // recDevice is a device that writes every call as a recorded device event.
+// With limit set, it holds at most limit bytes, as when other processes
+// hold the rest of the GPU (the trace does not show it).
 type recDevice struct {
 	next, total uint64
 	frac        float64
+	limit       uint64
 	reserved    uint64
 	peak        uint64
 	out         []trace.Event
@@ -35,7 +38,7 @@ func (d *recDevice) grow(n uint64) {
 	d.peak = max(d.peak, d.reserved)
 }
 func (d *recDevice) Malloc(size uint64, s trace.StreamID) (uint64, bool) {
-	if a, ok := d.Cap(); ok && d.reserved+size > a {
+	if a, ok := d.Cap(); ok && d.reserved+size > a || d.over(size) {
 		return 0, false
 	}
 	addr := d.next
@@ -53,7 +56,11 @@ func (d *recDevice) Reserve(size uint64, _ trace.StreamID) uint64 {
 	d.next += size
 	return a
 }
+func (d *recDevice) over(size uint64) bool { return d.limit > 0 && d.reserved+size > d.limit }
 func (d *recDevice) Map(addr, size uint64) bool {
+	if d.over(size) {
+		return false
+	}
 	d.grow(size)
 	d.out = append(d.out, trace.Event{Kind: trace.KindSegmentMap, Addr: addr, SizeBytes: size})
 	return true
@@ -91,9 +98,10 @@ func synthEvents(t testing.TB, n int64, streams bool) []trace.Event {
 // record serves evs with the allocator under cfg and returns the trace the
 // real allocator would have written: device events before the request
 // that caused them, and addresses as served. It also returns the peak reserved.
-func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, frac float64, emptyEvery int) ([]trace.Event, uint64) {
+// With limit set, the device holds at most limit bytes (see recDevice).
+func record(t testing.TB, evs []trace.Event, cfg caching.Config, total uint64, frac float64, emptyEvery int, limit uint64) ([]trace.Event, uint64) {
 	t.Helper()
-	dev := &recDevice{next: 0x7f1000000000, total: total, frac: frac}
+	dev := &recDevice{next: 0x7f1000000000, total: total, frac: frac, limit: limit}
 	a, err := caching.New(dev, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -183,28 +191,34 @@ func TestReplayReproducesRecording(t *testing.T) {
 	const total = 150109880320
 	evs := synthEvents(t, 120_000, false)
 	multi := synthEvents(t, 120_000, true)
-	_, peak := record(t, evs, caching.DefaultConfig(), total, 0, 0)
+	_, peak := record(t, evs, caching.DefaultConfig(), total, 0, 0, 0)
 	// caps below the uncapped peak force releases, retries and OOMs
 	tight := float64(peak) * 0.8 / total
 	loose := float64(peak) * 0.95 / total
+	// so does memory other processes hold, which the trace does not show
+	others := peak * 8 / 10
 	cases := []struct {
 		name  string
 		conf  string
 		frac  float64
 		evs   []trace.Event
 		empty int
+		limit uint64
 	}{
-		{"default", "", 0, evs, 0},
-		{"max_split+divisions", "max_split_size_mb:64,roundup_power2_divisions:[1:4,64:8,>:2]", 0, evs, 0},
-		{"max_split under fraction", "max_split_size_mb:40", tight, evs, 0},
-		{"streams", "", 0, multi, 0},
-		{"empty_cache", "", 0, evs, 50},
-		{"fraction", "", tight, evs, 0},
-		{"fraction loose", "", loose, evs, 0},
-		{"gc under fraction", "garbage_collection_threshold:0.5", loose, evs, 0},
-		{"expandable", "expandable_segments:True", 0, multi, 0},
-		{"expandable+empty_cache", "expandable_segments:True", 0, evs, 40},
-		{"expandable+fraction", "expandable_segments:True", tight, evs, 0},
+		{"default", "", 0, evs, 0, 0},
+		{"max_split+divisions", "max_split_size_mb:64,roundup_power2_divisions:[1:4,64:8,>:2]", 0, evs, 0, 0},
+		{"max_split under fraction", "max_split_size_mb:40", tight, evs, 0, 0},
+		{"streams", "", 0, multi, 0, 0},
+		{"empty_cache", "", 0, evs, 50, 0},
+		{"fraction", "", tight, evs, 0, 0},
+		{"fraction loose", "", loose, evs, 0, 0},
+		{"gc under fraction", "garbage_collection_threshold:0.5", loose, evs, 0, 0},
+		{"expandable", "expandable_segments:True", 0, multi, 0, 0},
+		{"expandable+empty_cache", "expandable_segments:True", 0, evs, 40, 0},
+		{"expandable+fraction", "expandable_segments:True", tight, evs, 0, 0},
+		{"others' memory", "", 0, evs, 0, others},
+		{"others' memory, max_split", "max_split_size_mb:40", 0, evs, 0, others},
+		{"others' memory, expandable", "expandable_segments:True", 0, evs, 0, others},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -212,7 +226,7 @@ func TestReplayReproducesRecording(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec, peak := record(t, c.evs, cfg, total, c.frac, c.empty)
+			rec, peak := record(t, c.evs, cfg, total, c.frac, c.empty, c.limit)
 			h := &trace.Header{Producer: trace.ProducerPyTorch, AllocConf: c.conf, GPUTotalBytes: total, MemoryFraction: c.frac}
 			data := encode(t, h, rec)
 			r, err := trace.NewReader(bytes.NewReader(data))
@@ -231,6 +245,9 @@ func TestReplayReproducesRecording(t *testing.T) {
 			if res.PeakReservedBytes != peak {
 				t.Fatalf("peak reserved %d, recorded %d", res.PeakReservedBytes, peak)
 			}
+			if c.limit > 0 && (res.OOMs == 0 || res.AllocRetries == 0) {
+				t.Fatalf("%d OOMs and %d retries: the limit did not bite", res.OOMs, res.AllocRetries)
+			}
 			t.Logf("%d events, %d allocs, %d device events, peak %d, %d retries, %d OOMs", res.Events, fd.Allocs, fd.DeviceEvents, peak, res.AllocRetries, res.OOMs)
 		})
 	}
@@ -243,7 +260,7 @@ func BenchmarkReplayCaching(b *testing.B) {
 	cfg := caching.DefaultConfig()
 	benchOnce.Do(func() {
 		evs := synthEvents(b, 1_000_000, false)
-		rec, _ := record(b, evs, cfg, 150109880320, 0, 0)
+		rec, _ := record(b, evs, cfg, 150109880320, 0, 0, 0)
 		benchData = encode(b, &trace.Header{Producer: trace.ProducerPyTorch, GPUTotalBytes: 150109880320}, rec)
 	})
 	data := benchData
@@ -301,7 +318,7 @@ func BenchmarkReplayMemory(b *testing.B) {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			evs := synthEvents(b, n, false)
 			cfg := caching.DefaultConfig()
-			rec, _ := record(b, evs, cfg, 150109880320, 0, 0)
+			rec, _ := record(b, evs, cfg, 150109880320, 0, 0, 0)
 			data := encode(b, &trace.Header{Producer: trace.ProducerPyTorch, GPUTotalBytes: 150109880320}, rec)
 			evs, rec = nil, nil
 			var peak uint64
