@@ -104,6 +104,8 @@ func TestConformanceCorpus(t *testing.T) {
 		}
 		if o.exact {
 			exact++
+		} else {
+			t.Logf("%s: %s", k, o.diff) // go test -v shows how far each divergence is
 		}
 	}
 	for k := range want {

@@ -138,6 +138,56 @@ def draw_size(rng, dist, tensor_sizes):
     return max(1, int(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
+class Gate:
+    """Holds a stream shut until the program opens it: the stream waits
+    (cuStreamWaitValue32) for a word of pinned host memory that open() writes.
+    A watchdog opens a gate left shut for 10 s (something waited for the
+    stream while it was shut) and counts it in forced: the run is then not
+    deterministic."""
+
+    def __init__(self, torch, stream):
+        import ctypes
+        import threading
+        import time
+
+        self.time = time
+        self.stream = stream
+        self.word = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self.n = 0  # the value that opens the current hold
+        self.forced = 0
+        self.deadline = None
+        cu = ctypes.CDLL("libcuda.so.1")
+        fn = getattr(cu, "cuStreamWaitValue32_v2", None) or cu.cuStreamWaitValue32
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        fn.restype = ctypes.c_int
+        self.wait = fn
+        # Load the sleep kernel now: a kernel's first launch loads its module,
+        # which waits for the device, and so would wait for a shut gate.
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(1)
+        stream.synchronize()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def hold(self):
+        self.n += 1
+        r = self.wait(self.stream.cuda_stream, self.word.data_ptr(), self.n, 0)  # CU_STREAM_WAIT_VALUE_GEQ
+        if r != 0:
+            raise RuntimeError(f"cuStreamWaitValue32 failed: CUDA error {r}")
+        self.deadline = self.time.monotonic() + 10
+
+    def open(self):
+        self.deadline = None
+        self.word[0] = self.n
+
+    def _watch(self):
+        while True:
+            self.time.sleep(0.5)
+            d = self.deadline
+            if d is not None and self.time.monotonic() > d:
+                self.forced += 1
+                self.open()
+
+
 def run_case(case, torch, snapshot=None):
     rng = random.Random(case["seed"])
     feats = set(case["features"])
@@ -148,6 +198,15 @@ def run_case(case, torch, snapshot=None):
     nstreams = 3 if "streams" in feats else 1
     streams = [torch.cuda.current_stream()] + [torch.cuda.Stream() for _ in range(nstreams - 1)]
     busy = torch.cuda.Stream() if "record_stream" in feats else None
+    # The busy stream is held shut by a Gate from its first use after a wait
+    # until the next wait, every sync_every steps: at every malloc in between
+    # no free deferred since the last wait has completed, and at the first
+    # malloc after it all have. Where a free completes depends on the program
+    # alone, not on how fast the allocator runs, so a live recording and
+    # runs under other settings meet the same frees.
+    sync_every = rng.randint(30, 80) if busy is not None else 0
+    gate = Gate(torch, busy) if busy is not None else None
+    held = False  # the busy stream was used since it was last waited for
     live = []  # (tensor, stream index)
     live_bytes = 0
     cap = case["live_cap"]
@@ -171,10 +230,13 @@ def run_case(case, torch, snapshot=None):
         live_bytes += size
 
     def free_one(i):
-        nonlocal live_bytes
+        nonlocal live_bytes, held
         t, si = live.pop(i)
         live_bytes -= t.numel()
         if busy is not None and rng.random() < 0.3:
+            if not held:
+                gate.hold()
+                held = True
             with torch.cuda.stream(busy):
                 torch.cuda._sleep(rng.randint(200_000, 2_000_000))
             t.record_stream(busy)
@@ -185,7 +247,16 @@ def run_case(case, torch, snapshot=None):
         alloc(4096, 0)
     elif first == "large":
         alloc(8 * MiB, 0)
+    def wait_busy():
+        nonlocal held
+        if held:
+            gate.open()
+            busy.synchronize()
+            held = False
+
     for i in range(n):
+        if held and i % sync_every == 0:
+            wait_busy()
         if i in phase_at:
             # A burst of long-lived large tensors (a model load), freed later at random.
             for _ in range(rng.randint(5, 20)):
@@ -200,12 +271,14 @@ def run_case(case, torch, snapshot=None):
         if size <= cap:
             alloc(size, rng.randrange(nstreams))
         if ec_every and i % ec_every == ec_every - 1:
+            wait_busy()
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
     while live:
         free_one(rng.randrange(len(live)))
+    wait_busy()
     torch.cuda.synchronize()
-    return ooms
+    return ooms, gate.forced if gate else 0
 
 
 def main():
@@ -231,7 +304,7 @@ def main():
             torch.cuda.set_per_process_memory_fraction(case["cap"] / total)
         except RuntimeError as e:  # an allocator that keeps no cap
             print("set_per_process_memory_fraction:", e, file=sys.stderr)
-    ooms = run_case(case, torch)
+    ooms, forced = run_case(case, torch)
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -240,7 +313,7 @@ def main():
     except RuntimeError:
         st = {}
     out = {"case": case["name"], "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-           "ooms_caught": ooms, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+           "ooms_caught": ooms, "gate_forced": forced, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
            "total_global_mem": total,
            "reserved_peak": st.get("reserved_bytes.all.peak", 0),
            "num_device_alloc": st.get("num_device_alloc", 0),

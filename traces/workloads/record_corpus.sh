@@ -3,9 +3,11 @@
 # PyTorch snapshot under its own PYTORCH_CUDA_ALLOC_CONF, and every case that
 # is not a what-if also live, with `fragsim record` under the same setting.
 # Eight runs at a time; the snapshots are gzip'd.
-# Usage: record_corpus.sh OUTDIR   (FRAGSIM=path/to/fragsim, default build/fragsim)
+# Usage: record_corpus.sh OUTDIR [CASE...]   (FRAGSIM=path/to/fragsim, default build/fragsim)
+# With CASEs, only those cases are recorded.
 set -u
-out=${1:?usage: record_corpus.sh OUTDIR}
+out=${1:?usage: record_corpus.sh OUTDIR [CASE...]}
+shift
 here=$(cd "$(dirname "$0")" && pwd)
 fragsim=$(cd "$here/../.." && realpath "${FRAGSIM:-build/fragsim}")
 mkdir -p "$out/snap" "$out/live" "$out/stats" "$out/log"
@@ -26,10 +28,13 @@ one() { # NAME CONF WHATIF
 }
 export -f one
 export here out fragsim
-python3 - "$out/cases.jsonl" <<'PY' | xargs -P 8 -n 3 bash -c 'one "$0" "$1" "$2"'
+python3 - "$out/cases.jsonl" "$@" <<'PY' | xargs -P 8 -n 3 bash -c 'one "$0" "$1" "$2"'
 import json, sys
+only = set(sys.argv[2:])
 for line in open(sys.argv[1]):
     c = json.loads(line)
+    if only and c["name"] not in only:
+        continue
     print(c["name"], repr(c["conf"]) if c["conf"] else "''", "yes" if c.get("whatif_of") else "no")
 PY
 gzip -6 "$out"/snap/*.pickle
