@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "hook.h"
 #include "../csrc/cudrv.h"
+#include "_cgo_export.h" /* the model of PyTorch's allocator (model.go) */
 
 void fs_close_trace(void); /* atexit.c */
 int fs_oom_can_throw(void);  /* oom.cc */
@@ -56,6 +57,9 @@ static _Atomic int g_sampler_on, g_sampler_stop;
 __attribute__((visibility("hidden"))) int fs_routes_active;
 /* The pool's cap per device from set_per_process_memory_fraction, plus one; 0: none. */
 static _Atomic uint64_t g_cap[FS_MAX_DEVICES];
+/* Whether a device's calls also go to the model of PyTorch's allocator
+ * (model.go), which then decides the OOMs instead of the pool's cap. */
+static _Atomic int g_model[FS_MAX_DEVICES];
 
 #define FS_SAMPLE_EVERY_NS 100000000L /* the device-memory sampler's period */
 
@@ -509,10 +513,11 @@ static int over_cap(fs_device *dv, int device) {
 	return D.cuMemPoolGetAttribute(dv->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) == CUDA_SUCCESS && res > cap - 1;
 }
 
-/* alloc_capped allocates from dv's pool, refusing (as out of memory) a block that takes the pool past its cap. */
-static CUresult alloc_capped(fs_device *dv, int device, CUdeviceptr *p, size_t size, CUstream stream) {
+/* alloc_capped allocates from dv's pool, refusing (as out of memory) a
+ * block that takes the pool past its cap when capped is set. */
+static CUresult alloc_capped(fs_device *dv, int device, CUdeviceptr *p, size_t size, CUstream stream, int capped) {
 	CUresult r = D.cuMemAllocFromPoolAsync(p, size, dv->pool, stream);
-	if (r == CUDA_SUCCESS && over_cap(dv, device)) {
+	if (r == CUDA_SUCCESS && capped && over_cap(dv, device)) {
 		D.cuMemFreeAsync(*p, stream);
 		*p = 0;
 		r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -607,12 +612,16 @@ __attribute__((visibility("hidden"))) const cudrv *fs_drv(void) { return &D; }
 /* fs_record_call records a deferred free's request or completion (streams.cc). */
 __attribute__((visibility("hidden"))) void fs_record_call(int kind, int device, uint64_t stream, uint64_t addr,
 							   uint64_t size) {
+	if (kind == FS_REC_FREE_COMPLETED && atomic_load_explicit(&g_model[device], memory_order_acquire))
+		fs_model_free(device, addr, 2);
 	if (recording())
 		record((uint8_t)kind, 0, device, stream, addr, size, 0);
 }
 
 /* fs_record_pool records a private-pool hook's call (pools.cc). */
 __attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, uint64_t stream, uint64_t pool) {
+	if (device >= 0 && device < FS_MAX_DEVICES && atomic_load_explicit(&g_model[device], memory_order_acquire))
+		fs_model_pool(kind, device, stream, pool);
 	if (recording())
 		record((uint8_t)kind, 0, device, stream, 0, 0, pool);
 }
@@ -629,19 +638,29 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
 		fs_streams_process(device, 0); /* as PyTorch's malloc processes its events first */
 	CUdeviceptr p = 0;
-	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
+	int model = atomic_load_explicit(&g_model[device], memory_order_acquire);
+	uint64_t tok = 0;
+	if (model && !(tok = fs_model_alloc(device, (uint64_t)size, (uint64_t)(uintptr_t)stream))) {
+		oom(dv, device, size, stream, CUDA_ERROR_OUT_OF_MEMORY, prev); /* PyTorch's allocator would fail it */
+		return NULL;
+	}
+	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream, !model);
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
 		D.cuCtxSynchronize();
 		if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
 			fs_streams_process(device, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
-		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream);
+		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream, !model);
 	}
 	if (r != CUDA_SUCCESS) {
+		if (model)
+			fs_model_cancel(device, tok);
 		oom(dv, device, size, stream, r, prev);
 		return NULL;
 	}
+	if (model)
+		fs_model_bind(device, tok, (uint64_t)p);
 	restore_ctx(dv, prev);
 	int64_t live = atomic_fetch_add_explicit(&g_live[device], size, memory_order_relaxed) + size;
 	int64_t peak = atomic_load_explicit(&g_peak[device], memory_order_relaxed);
@@ -666,10 +685,14 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 		int deferred = fs_streams_free(device, ptr, (uint64_t)(size < 0 ? 0 : size), stream);
 		restore_ctx(dv, prev);
 		if (deferred) {
+			if (atomic_load_explicit(&g_model[device], memory_order_acquire))
+				fs_model_free(device, (uint64_t)(uintptr_t)ptr, 1); /* requested; completed by streams.cc */
 			atomic_fetch_sub_explicit(&g_live[device], size < 0 ? 0 : size, memory_order_relaxed);
 			return;
 		}
 	}
+	if (atomic_load_explicit(&g_model[device], memory_order_acquire))
+		fs_model_free(device, (uint64_t)(uintptr_t)ptr, 3);
 	if (recording())
 		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr,
 		       (uint64_t)(size < 0 ? 0 : size), 0);
@@ -697,6 +720,8 @@ void fragsim_empty_cache(void) {
 			fs_streams_process(i, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
+		if (atomic_load_explicit(&g_model[i], memory_order_acquire))
+			fs_model_empty_cache(i);
 		atomic_store_explicit(&g_res_seen[i], 0, memory_order_relaxed); /* the next allocation samples the pool again */
 		if (recording())
 			record(FS_REC_EMPTY_CACHE, 0, i, 0, 0, 0, 0);
@@ -718,10 +743,16 @@ void fragsim_set_fraction(double fraction, int device) {
 	CUdevice d;
 	size_t total = 0;
 	uint64_t cap = 0;
-	if (fraction < 1 && fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS &&
-	    D.cuDeviceTotalMem(&total, d) == CUDA_SUCCESS)
+	if (fs_driver_init(err, sizeof err) == 0 && D.cuDeviceGet(&d, device) == CUDA_SUCCESS)
+		D.cuDeviceTotalMem(&total, d);
+	if (fraction < 1 && total)
 		cap = (uint64_t)(fraction * (double)total) + 1;
 	atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
+	/* From the first fraction in (0, 1), PyTorch's allocator (model.go)
+	 * decides the OOMs; it then follows every later fraction. */
+	if (total && (atomic_load(&g_model[device]) || (fraction > 0 && fraction < 1)) &&
+	    fs_model_start(device, fraction, (uint64_t)total))
+		atomic_store_explicit(&g_model[device], 1, memory_order_release);
 	if (!recording() || fraction == 0)
 		return;
 	uint64_t bits;

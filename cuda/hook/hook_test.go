@@ -297,8 +297,11 @@ func testHookThreads(t *testing.T, shared, late bool) {
 	if thr != math.MaxUint64 {
 		t.Errorf("pool release threshold %d, want UINT64_MAX", thr)
 	}
-	if ftr != 2 { // the OOM retry and empty_cache
-		t.Errorf("pool trimmed %d times, want 2", ftr)
+	// The harness set a fraction first: PyTorch's allocator (model.go)
+	// refuses the huge block, with no retry in the pool, so empty_cache
+	// alone trims it.
+	if ftr != 1 {
+		t.Errorf("pool trimmed %d times, want 1", ftr)
 	}
 
 	f, err := trace.Open(path)

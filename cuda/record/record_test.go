@@ -415,10 +415,14 @@ func TestRecordFractionCap(t *testing.T) {
 }
 
 func testFractionCap(t *testing.T, lib string, env []string) {
-	const block = 10000
-	fraction := 1e-6
-	limit := uint64(fraction * float64(80<<30)) // the fake GPU's total
-	fit := limit / block
+	// PyTorch's allocator decides the OOMs under a fraction: blocks of
+	// 600 KiB go to its small pool, three to a 2 MiB segment, and a cap of
+	// 5 MiB holds two segments, so the seventh block fails, although the
+	// recording allocator's own pool would hold eight.
+	const block = 600 << 10
+	fraction := float64(5<<20) / float64(80<<30) // of the fake GPU's total
+	limit := uint64(fraction * float64(80<<30))
+	fit := limit / (2 << 20) * ((2 << 20) / block)
 	out := filepath.Join(t.TempDir(), "run.fragsim")
 	var stdout, stderr bytes.Buffer
 	s, err := Run(Config{Output: out, HookLib: lib, Args: []string{"python3", "testdata/fraction.py", fmt.Sprint(fraction), fmt.Sprint(block)},
@@ -429,8 +433,8 @@ func testFractionCap(t *testing.T, lib string, env []string) {
 	if s.ExitCode != 0 {
 		t.Fatalf("exit code %d\n%s%s", s.ExitCode, stdout.String(), stderr.String())
 	}
-	want := fmt.Sprintf("oom after %d: CUDA out of memory. Tried to allocate 9.77 KiB. GPU 0 has a total capacity of 80.00 GiB", fit)
-	if !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), fmt.Sprintf("%.2f KiB allowed; ", float64(limit)/1024)) {
+	want := fmt.Sprintf("oom after %d: CUDA out of memory. Tried to allocate 600.00 KiB. GPU 0 has a total capacity of 80.00 GiB", fit)
+	if !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), fmt.Sprintf("%.2f MiB allowed; ", float64(limit)/(1<<20))) {
 		t.Errorf("program said %q, want %q and the allowed bytes", stdout.String(), want)
 	}
 	if s.Allocs != int64(fit)+1 || s.Frees != int64(fit)+1 || s.OOMs != 1 {

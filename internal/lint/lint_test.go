@@ -23,7 +23,10 @@ const module = "github.com/fragsim/fragsim"
 // contract between the engine and the policies; allocator's policies
 // implement it, with the helpers of allocator/internal, and never reach
 // the engine (replay), which serves them through the contract alone; the
-// registry (allocator) builds the policies; analysis drives the engine,
+// registry (allocator) builds the policies; the recording hook
+// (cuda/hook) runs PyTorch's allocator (allocator/caching, on a replay
+// device) beside its own, to fail allocations where PyTorch would under a
+// memory fraction; analysis drives the engine,
 // analysis/plot draws what analysis measured; the command line sits on
 // top. traces holds data only, in trace files. internal/outfile, which
 // writes output files safely, imports nothing of the project, so every
@@ -42,6 +45,7 @@ var rank = map[string]int{
 	"allocator/paged":    4,
 	"replay":             4,
 	"allocator":          5,
+	"cuda/hook":          5,
 	"analysis":           6,
 	"analysis/plot":      7,
 	"internal":           8,

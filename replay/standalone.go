@@ -1,0 +1,15 @@
+package replay
+
+import "github.com/fragsim/fragsim/replay/driver"
+
+// NewDevice returns a simulated GPU of total bytes (0: unlimited) for
+// running a policy outside a replay, as the recording hook runs PyTorch's
+// allocator beside its own: it lays segments out as a replay without
+// recorded addresses does, refuses a segment over the memory fraction set
+// with SetFraction (it implements driver.FractionSetter) or over total,
+// and has no recorded events.
+func NewDevice(total uint64) driver.Device {
+	d := newDevice(nil, 0, total, 0, 0)
+	d.compare = false
+	return d
+}
