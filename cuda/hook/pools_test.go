@@ -12,18 +12,27 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
+// cxxHarness builds the library and the fake driver (see build) and the C++
+// harness testdata/NAME.cc, and returns their folder, the library and the
+// harness.
+func cxxHarness(t *testing.T, name string) (dir, lib, harness string) {
+	t.Helper()
+	dir, lib, _ = build(t)
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ not found")
+	}
+	harness = filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("g++", "-O2", "-std=c++17", "-o", harness, "testdata/"+name+".cc", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("g++: %v\n%s", err, out)
+	}
+	return dir, lib, harness
+}
+
 // TestPoolHooks drives the private-pool hooks as PyTorch's pluggable
 // allocator calls them (testdata/pools_harness.cc) and checks the pool
 // events recorded around the allocations.
 func TestPoolHooks(t *testing.T) {
-	dir, lib, _ := build(t)
-	if _, err := exec.LookPath("g++"); err != nil {
-		t.Skip("g++ not found")
-	}
-	harness := filepath.Join(t.TempDir(), "pools_harness")
-	if out, err := exec.Command("g++", "-O2", "-std=c++17", "-o", harness, "testdata/pools_harness.cc", "-ldl").CombinedOutput(); err != nil {
-		t.Fatalf("g++: %v\n%s", err, out)
-	}
+	dir, lib, harness := cxxHarness(t, "pools_harness")
 	path := filepath.Join(t.TempDir(), "pools.fst")
 	if out, err := harnessCmd(dir, harness, lib, path).CombinedOutput(); err != nil {
 		t.Fatalf("pools_harness: %v\n%s", err, out)

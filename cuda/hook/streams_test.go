@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,14 +19,7 @@ import (
 // free_completed PyTorch's own allocator records, and the memory is kept
 // until then.
 func TestRecordStreamDefersFrees(t *testing.T) {
-	dir, lib, _ := build(t)
-	if _, err := exec.LookPath("g++"); err != nil {
-		t.Skip("g++ not found")
-	}
-	harness := filepath.Join(t.TempDir(), "streams_harness")
-	if out, err := exec.Command("g++", "-O2", "-std=c++17", "-o", harness, "testdata/streams_harness.cc", "-ldl").CombinedOutput(); err != nil {
-		t.Fatalf("g++: %v\n%s", err, out)
-	}
+	dir, lib, harness := cxxHarness(t, "streams_harness")
 	path := filepath.Join(t.TempDir(), "streams.fst")
 	cmd := harnessCmd(dir, harness, lib, path)
 	cmd.Env = append(cmd.Env, "FAKE_CUDA_EVENT_QUERIES=2")
