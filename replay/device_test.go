@@ -53,7 +53,7 @@ func TestPlaceLayout(t *testing.T) {
 		{32 * mib, top - 160*mib}, // below again
 	}
 	for i, s := range steps {
-		if got := d.place(s.size); got != s.want {
+		if got := d.placeRange(s.size); got != s.want {
 			t.Errorf("step %d: %d bytes placed at %#x, want %#x", i, s.size, got, s.want)
 		}
 	}
