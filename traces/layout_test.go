@@ -21,9 +21,10 @@ import (
 //
 // The layout is the driver's for a process whose only other device memory
 // is its context. These processes also load kernel modules and libraries
-// that take device memory the trace does not show, from their fourth
-// segment on, so their later segments lie elsewhere; where that decides a
-// tie, the replay differs, and layoutDiffers lists the trace and how.
+// that take device memory the trace does not show, after their first two
+// or three segments, so their later segments lie elsewhere; where that
+// decides a tie, the replay differs, and layoutDiffers lists the trace and
+// how.
 func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	files, _ := filepath.Glob("*.fst")
 	real, _ := filepath.Glob("../allocator/caching/testdata/real/*.fst")
