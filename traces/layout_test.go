@@ -114,5 +114,5 @@ var layoutDiffers = map[string]struct {
 	why    string
 }{
 	"maxsplit_pow2.fst": {peak: -40 << 20, allocs: -1,
-		why: "from its fourth segment on the real process's segments alternate between a region above the context (kernel modules' memory made it) and one below; laid out below alone, a 40 MiB request finds a free block"},
+		why: "from its fourth segment on, the real process's segments alternate between a region above the context, opened by device memory the trace does not show (kernel modules, libraries), and one below; laid out below alone, a 40 MiB request finds a free block"},
 }
