@@ -174,7 +174,7 @@ func TestGoalsDisagreeOnKVDecode(t *testing.T) {
 		[]Setting{{Policy: "caching", EmptyCacheEvery: 100}, {Policy: "caching", EmptyCacheEvery: 10000}})
 	for goal, want := range map[GoalKind]string{
 		GoalReserved:      "expandable_segments:True",
-		GoalFragmentation: "empty_cache every 10000 requests",
+		GoalFragmentation: "empty_cache every 100 requests",
 	} {
 		cr, ar := Decide(c.Runs, Goal{Kind: goal}).Recommendation, Decide(a.Runs, Goal{Kind: goal}).Recommendation
 		if cr.Setting != want || ar.Setting != want || cr.Line != ar.Line {

@@ -7,36 +7,12 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// Layout of segments that have no recorded address (what-ifs, live
-// recordings, RMM logs, synthetic traces). A segment takes a slot of its
-// size rounded up to LayoutSlot, slots taken downwards from LayoutTop,
-// the segment at its slot's start; the rest of a slot (its tail) takes
-// later segments that fit, the most recent tail first. No range is
-// reused. Best fit breaks ties between equal blocks by address, so the
-// order matters: laid out upwards, three of fourteen real traces stripped
-// of their segment addresses replayed with a different peak reserved (up
-// to 24 MiB off); laid out this way, none does.
-//
-// What the CUDA driver does (driver 580, PyTorch 2.11, the committed H200
-// traces' 1,609 segment_alloc events) and the layout does not follow:
-//   - Every segment starts on a 2 MiB boundary; 982 of the 1,049 of
-//     20 MiB or more start on a 32 MiB one, and most smaller ones lie in
-//     the tails of slots; 32 of maxsplit_list's 56 large segments do not:
-//     they are 20 MiB segments in the 20 MiB tails of slots that start
-//     with a 12 MiB one.
-//   - Slots come from two regions, each growing downwards: one below the
-//     first segment and one above it (25 of baseline_s1's 115 segments,
-//     142 of empty_cache's 210). Which region a segment goes to is not a
-//     function of the sizes: baseline_s1's 20 MiB segments alternate in
-//     runs of one to three.
-//   - A freed range is reused: 112 of empty_cache's 210 segments, 93 of
-//     fraction_retry's 155 and 53 of gc_threshold's 137 start where a
-//     freed segment started, some in holes of 2 MiB granularity.
-//
-// So the layout gives few segments their recorded address relative to
-// the first segment's (baseline_s1 1 of 115, train_s1 43 of 175, 1 on
-// each other trace); what it keeps is the order of the segments within a
-// region, which is what decides best fit's ties on the committed traces.
+// Layout of reserved (expandable) ranges that have no recorded map, and
+// of laid-out segments that would overlap a live one (see LayoutBase): a
+// range takes a slot of its size rounded up to LayoutSlot, slots taken
+// downwards from LayoutTop, the range at its slot's start; the rest of a
+// slot (its tail) takes later ones that fit, the most recent tail first.
+// No range is reused.
 const (
 	LayoutTop  = 0x7f8000000000
 	LayoutSlot = 32 << 20
@@ -47,6 +23,10 @@ type span struct {
 	addr, size uint64
 	mapped     uint64 // bytes mapped inside a reserved range
 	end        uint64 // the end of the highest bytes ever mapped in it
+	// chunk is 1 + the index of a segment's chunk in the driver layout,
+	// 0 for a segment the layout does not hold; off is its offset there.
+	chunk int
+	off   int64
 }
 
 // device is the simulated GPU of one trace device. It implements Device
@@ -72,12 +52,13 @@ type device struct {
 	// rec holds the recorded device events not matched yet, oldest first.
 	rec []trace.Event
 
-	top      uint64 // the next slot ends here
-	up       uint64 // the next slot past LayoutTop starts here
-	tails    tails  // unused slot tails
-	segs     []span // live cudaMalloc segments, by address
-	ranges   []span // live reserved (expandable) ranges, by address
-	compare  bool   // compare calls with rec
+	lay      driverLayout // where the driver puts segments
+	top      uint64       // the next range slot ends here
+	up       uint64       // the next range slot past LayoutTop starts here
+	tails    tails        // unused range slot tails
+	segs     []span       // live cudaMalloc segments, by address
+	ranges   []span       // live reserved (expandable) ranges, by address
+	compare  bool         // compare calls with rec
 	matched  int64
 	mismatch bool // a mismatch was seen during the current request
 
@@ -91,7 +72,8 @@ type device struct {
 }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
-	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, up: LayoutTop, compare: true}
+	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, up: LayoutTop, compare: true,
+		lay: newDriverLayout()}
 	d.SetFraction(fraction)
 	return d
 }
@@ -181,7 +163,7 @@ func (d *device) recordedFailure() bool {
 }
 
 // The live segments and ranges are kept by address from the highest down:
-// the layout places new ones below the last (see LayoutTop), so a new span
+// the layouts place most new ones below the last, so a new span
 // is appended at the end and the most recent one freed there, rather than
 // every span moved on each call (a policy that maps a terabyte 2 MiB at a
 // time makes half a million of them).
@@ -215,10 +197,10 @@ func findSpan(ss []span, addr uint64) int {
 	return -1
 }
 
-// place returns where a new segment of size bytes goes (see LayoutTop).
-// A slot that no longer fits below LayoutTop is taken upwards from it. It
-// costs O(log tails) when no recorded segment lies in the way.
-func (d *device) place(size uint64) uint64 {
+// placeRange returns where a new range of size bytes goes (see
+// LayoutTop). A slot that no longer fits below LayoutTop is taken upwards
+// from it. It costs O(log tails) when no other span lies in the way.
+func (d *device) placeRange(size uint64) uint64 {
 	need := max(size, 1)
 	for i := d.tails.last(len(d.tails.s), need); i >= 0; i = d.tails.last(i, need) {
 		t := &d.tails.s[i]
@@ -321,13 +303,25 @@ func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
 	if !d.fits(size) {
 		return 0, false
 	}
-	var addr uint64
-	if ev, ok := d.expect(trace.KindSegmentAlloc, 0, size, false); ok && !overlaps(d.segs, ev.Addr, size) && !overlaps(d.ranges, ev.Addr, size) {
-		addr = ev.Addr
-	} else {
-		addr = d.place(size)
+	// The driver layout follows every call, whichever address the
+	// segment gets.
+	off, c := d.lay.alloc(size)
+	ev, rec := d.expect(trace.KindSegmentAlloc, 0, size, false)
+	rec = rec && !overlaps(d.segs, ev.Addr, size) && !overlaps(d.ranges, ev.Addr, size)
+	if !d.lay.anchored {
+		d.lay.anchored = true
+		if rec {
+			d.lay.base = ev.Addr - uint64(off)
+		}
 	}
-	d.segs = insertSpan(d.segs, span{addr: addr, size: size})
+	addr := ev.Addr
+	if !rec {
+		addr = d.lay.addr(off)
+		if overlaps(d.segs, addr, size) || overlaps(d.ranges, addr, size) {
+			addr = d.placeRange(size)
+		}
+	}
+	d.segs = insertSpan(d.segs, span{addr: addr, size: size, chunk: c + 1, off: off})
 	d.reserved += size
 	d.allocs++
 	return addr, true
@@ -336,6 +330,9 @@ func (d *device) Malloc(size uint64, stream trace.StreamID) (uint64, bool) {
 func (d *device) Free(addr, size uint64) {
 	d.expect(trace.KindSegmentFree, addr, size, true)
 	if i := findSpan(d.segs, addr); i >= 0 && d.segs[i].addr == addr {
+		if c := d.segs[i].chunk; c > 0 {
+			d.lay.free(c-1, d.segs[i].off, d.segs[i].size)
+		}
 		d.segs = append(d.segs[:i], d.segs[i+1:]...)
 	} else {
 		panic(fmt.Sprintf("replay: policy freed unknown segment %#x", addr))
@@ -367,7 +364,7 @@ func (d *device) Reserve(size uint64, stream trace.StreamID) uint64 {
 			}
 		}
 	}
-	a := d.place(size)
+	a := d.placeRange(size)
 	d.ranges = insertSpan(d.ranges, span{addr: a, size: size, end: a})
 	return a
 }

@@ -35,9 +35,9 @@ func TestTailsLast(t *testing.T) {
 	}
 }
 
-// TestPlaceLayout checks the layout of segments with no recorded
-// address: slots of whole 32 MiB downwards from LayoutTop, a later segment
-// in the most recent tail it fits, and a slot that no longer fits below
+// TestPlaceLayout checks the layout of reserved ranges with no recorded
+// map: slots of whole 32 MiB downwards from LayoutTop, a later range in
+// the most recent tail it fits, and a slot that no longer fits below
 // LayoutTop taken upwards from it.
 func TestPlaceLayout(t *testing.T) {
 	d := newDevice(nil, 0, 0, 0, 0)
@@ -53,7 +53,7 @@ func TestPlaceLayout(t *testing.T) {
 		{32 * mib, top - 160*mib}, // below again
 	}
 	for i, s := range steps {
-		if got := d.place(s.size); got != s.want {
+		if got := d.placeRange(s.size); got != s.want {
 			t.Errorf("step %d: %d bytes placed at %#x, want %#x", i, s.size, got, s.want)
 		}
 	}

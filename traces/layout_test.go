@@ -17,13 +17,16 @@ import (
 // TestLayoutWithoutSegmentAddresses replays every real H200 trace twice under
 // caching, as recorded and stripped of its device events (as a live
 // recording has none), and checks that the segments fragsim lays out itself
-// (replay.LayoutTop) lead to the same peak reserved and device calls as the
-// recorded addresses: best fit breaks ties between equal blocks by
-// address, so the layout must order segments as the CUDA driver does. The
-// driver takes slots from two regions in turns that the layout does not
-// follow, which moves one trace's moment of peak (maxsplit_pow2: 10.02%
-// fragmented at peak instead of 10.06%); so fragmentation at peak is held
-// to a tenth of a point.
+// (the driver layout, replay.LayoutBase) lead to the same peak reserved,
+// device calls and fragmentation at peak (to a tenth of a point) as the
+// recorded addresses: best fit breaks ties between equal blocks by address.
+//
+// The layout is the driver's for a process whose only other device memory
+// is its context. These processes also load kernel modules and libraries
+// that take device memory the trace does not show, after their first two
+// or three segments, so their later segments lie elsewhere; where that
+// decides a tie, the replay differs, and layoutDiffers lists the trace and
+// how.
 func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	files, _ := filepath.Glob("*.fst")
 	real, _ := filepath.Glob("../allocator/caching/testdata/real/*.fst")
@@ -95,8 +98,18 @@ func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 			if dropped == 0 && h.Initial == nil {
 				t.Fatal("no device events to strip")
 			}
-			if laid.PeakReservedBytes != rec.PeakReservedBytes || laid.DeviceAllocs != rec.DeviceAllocs ||
-				laid.DeviceFrees != rec.DeviceFrees || math.Abs(laid.Fragmentation.AtPeakPct-rec.Fragmentation.AtPeakPct) > 0.1 {
+			same := laid.PeakReservedBytes == rec.PeakReservedBytes && laid.DeviceAllocs == rec.DeviceAllocs &&
+				laid.DeviceFrees == rec.DeviceFrees && math.Abs(laid.Fragmentation.AtPeakPct-rec.Fragmentation.AtPeakPct) <= 0.1
+			d, listed := layoutDiffers[filepath.Base(path)]
+			switch {
+			case listed && same:
+				t.Errorf("listed in layoutDiffers (%s) but replays the same now", d.why)
+			case listed:
+				if laid.DeviceAllocs != rec.DeviceAllocs+d.allocs || laid.PeakReservedBytes != uint64(int64(rec.PeakReservedBytes)+d.peak) {
+					t.Errorf("laid out: peak reserved %d, %d device allocs; want %+d bytes and %+d allocs from the recorded %d, %d (%s)",
+						laid.PeakReservedBytes, laid.DeviceAllocs, d.peak, d.allocs, rec.PeakReservedBytes, rec.DeviceAllocs, d.why)
+				}
+			case !same:
 				t.Errorf("laid out: peak reserved %d, %d device allocs, %d frees, %.4f%% at peak; recorded addresses: %d, %d, %d, %.4f%%",
 					laid.PeakReservedBytes, laid.DeviceAllocs, laid.DeviceFrees, laid.Fragmentation.AtPeakPct,
 					rec.PeakReservedBytes, rec.DeviceAllocs, rec.DeviceFrees, rec.Fragmentation.AtPeakPct)
@@ -106,4 +119,15 @@ func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	if n < 16 {
 		t.Errorf("%d real traces, want the 16 committed", n)
 	}
+}
+
+// layoutDiffers lists the real traces whose replay without segment
+// addresses differs from the recorded one, by how much and why.
+var layoutDiffers = map[string]struct {
+	peak   int64 // laid-out peak reserved minus the recorded one, bytes
+	allocs int64 // laid-out device allocations minus the recorded ones
+	why    string
+}{
+	"maxsplit_pow2.fst": {peak: -40 << 20, allocs: -1,
+		why: "from its fourth segment on, the real process's segments alternate between a region above the context, opened by device memory the trace does not show (kernel modules, libraries), and one below; laid out below alone, a 40 MiB request finds a free block"},
 }

@@ -89,7 +89,7 @@ func TestLiveTracesMatchTheirSnapshots(t *testing.T) {
 				t.Fatalf("real_reserved_peak tag: %v", err)
 			}
 			// A live trace has no segment addresses: new segments are laid
-			// out as the CUDA driver does (replay.LayoutTop), which keeps best
+			// out as the CUDA driver does (replay.LayoutBase), which keeps best
 			// fit's tie-breaks between equal blocks those of the real run.
 			if res.PeakReservedBytes != real {
 				t.Errorf("peak reserved %d, real run %d (%+d)", res.PeakReservedBytes, real, int64(res.PeakReservedBytes)-int64(real))
