@@ -118,6 +118,40 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	return inflate(&countReader{r: br}, kind, hint, size, b)
 }
 
+// readSnapshot reads a snapshot from r as Load does: a plain pickle whole
+// (as readInput), a compressed one whole too, compressed, then either
+// decompressed whole when its pickle is small (data and free as
+// readInput's) or returned as z, to be decoded as it is decompressed.
+func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
+	b := opt.budget()
+	var size int64 = -1
+	switch x := r.(type) {
+	case *os.File:
+		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
+	case interface{ Len() int }:
+		size = int64(x.Len())
+	}
+	pr := &progressReader{r: r, p: opt.Progress}
+	br := bufio.NewReaderSize(pr, 64<<10)
+	head, _ := br.Peek(len(zstdMagic))
+	kind := compression(head)
+	hint := int64(1 << 20)
+	if size >= 0 {
+		hint = size + 1
+	}
+	raw, err := readAll(br, min(hint, b.limit+1), b.limit)
+	if err != nil || kind == "" {
+		return raw, nil, nil, err
+	}
+	if z := newZsrc(raw, kind, b); z.streamed() {
+		return nil, nil, z, nil
+	}
+	data, free, err = decompress(raw, b)
+	return data, free, nil, err
+}
+
 // compression returns "gzip" or "zstd" when data starts with their magic
 // bytes, else "".
 func compression(data []byte) string {
