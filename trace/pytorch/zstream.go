@@ -37,6 +37,10 @@ func init() {
 	}
 }
 
+// streamed, when set (tests), is called with each compressed input an
+// import has decoded while it decompressed it.
+var streamed func(*zsrc)
+
 // Blocks of the decompression's read-ahead: zBlocks blocks of zBlock bytes.
 const (
 	zBlock  = 256 << 10
@@ -51,6 +55,8 @@ type zsrc struct {
 	hint int64  // the pickle's size from the gzip trailer or the zstd frame header, or -1
 	b    budget
 	cur  *zstream // the stream of the latest decode
+	dec  *pickle.Decoder
+	peak int // the most bytes of pickle a decoder of z held at once (its window)
 }
 
 // newZsrc returns the compressed input raw, of kind.
@@ -104,8 +110,8 @@ func (z *zsrc) decoder() (*pickle.Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	z.cur = s
-	return pickle.NewReaderDecoder(s, z.hint), nil
+	z.cur, z.dec = s, pickle.NewReaderDecoder(s, z.hint)
+	return z.dec, nil
 }
 
 // finish ends a decode whose error was err: after a pickle decoded, the
@@ -117,7 +123,7 @@ func (z *zsrc) finish(err error) error {
 		return err
 	}
 	if _, err := io.Copy(io.Discard, s); err != nil {
-		return fmt.Errorf("%s: after %d decompressed bytes (the pickle ends before): %w", z.kind, s.n, err)
+		return fmt.Errorf("past the pickle's end: %w", err)
 	}
 	return nil
 }
@@ -126,6 +132,9 @@ func (z *zsrc) finish(err error) error {
 func (z *zsrc) close() {
 	if z.cur != nil {
 		z.cur.Close()
+	}
+	if z.dec != nil {
+		z.peak = max(z.peak, z.dec.BufferedPeak())
 	}
 }
 
@@ -186,10 +195,10 @@ func openZstream(in io.Reader, kind string, size int64, b budget) (*zstream, err
 	var first [1]byte
 	if _, err := io.ReadFull(s, first[:]); err != nil {
 		s.Close()
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			err = io.ErrUnexpectedEOF
+		if err == io.EOF { // (else the decompression's error, which says so)
+			err = decompressError(kind, 0, io.ErrUnexpectedEOF)
 		}
-		return nil, decompressError(kind, 0, err)
+		return nil, err
 	}
 	if op := first[0]; op != 0x80 && pickle.OpName(op) == "unknown" {
 		s.Close()
@@ -322,7 +331,12 @@ func (in input) finish(err error) error {
 // loadStream is Load of the compressed pickle z, decoded as it is
 // decompressed.
 func loadStream(z *zsrc, name string, opt Options) (*Snapshot, error) {
-	defer z.close()
+	defer func() {
+		z.close()
+		if streamed != nil {
+			streamed(z)
+		}
+	}()
 	s, err := loadInput(input{z: z}, opt, nil)
 	if s != nil {
 		s.summary.Input = name
