@@ -113,7 +113,8 @@ func dumpAll(xs []any, depth int) string {
 }
 
 // readerCorpus returns the pickles the reader's tests decode: the
-// package's test files, the real snapshots' first 300 KB, and the
+// package's test files, the real snapshots' first 48 KiB (1 MiB with
+// FRAGSIM_LONG=1), and the
 // synthetic snapshots of the other tests.
 func readerCorpus(t *testing.T) map[string][]byte {
 	out := map[string][]byte{}
@@ -125,8 +126,12 @@ func readerCorpus(t *testing.T) map[string][]byte {
 		}
 		out[filepath.Base(f)] = data
 	}
+	n := 48 << 10
+	if os.Getenv("FRAGSIM_LONG") != "" {
+		n = 1 << 20
+	}
 	for name, data := range realSnapshots(t) {
-		out[name] = data[:min(len(data), 300<<10)]
+		out[name] = data[:min(len(data), n)]
 	}
 	out["stream"] = streamSnapshot()
 	out["stacks"] = stackSnapshot(200, 7)
@@ -226,7 +231,7 @@ func TestReaderErrors(t *testing.T) {
 	}
 }
 
-// TestReaderBounded decodes a snapshot of 1.3 MB, gzip'd, through a
+// TestReaderBounded decodes a snapshot of 0.7 MB, gzip'd, through a
 // window of 64 KiB, and checks that the decoder never held more than
 // its window of input, and that a string longer than the window grows
 // the window only for as long as it is read.
@@ -235,7 +240,7 @@ func TestReaderBounded(t *testing.T) {
 }
 
 func testReaderBounded(t *testing.T) {
-	data := []byte(stackSnapshot(30000, 5))
+	data := []byte(stackSnapshot(15000, 5))
 	if len(data) < 8*windowSize {
 		t.Fatalf("the snapshot is %d bytes, not much more than the window", len(data))
 	}

@@ -56,12 +56,17 @@ func importFileBytes(t *testing.T, in string) ([]byte, string, error) {
 }
 
 // streamCorpus returns pickles to import, by name: the package's test
-// snapshots (the real ones gunzipped) and a snapgen snapshot with call
-// stacks.
+// snapshots (the real ones gunzipped: three of them, all with
+// FRAGSIM_LONG=1) and a snapgen snapshot with call stacks.
 func streamCorpus(t *testing.T) map[string][]byte {
 	out := map[string][]byte{}
 	files, _ := filepath.Glob("testdata/*.pickle")
-	real, _ := filepath.Glob("testdata/real/*.pickle.gz")
+	real := []string{"testdata/real/ring.pickle.gz", "testdata/real/stacks.pickle.gz", "testdata/real/fraction_retry.pickle.gz"}
+	n := int64(4000)
+	if longTests() {
+		real, _ = filepath.Glob("testdata/real/*.pickle.gz")
+		n = 20_000
+	}
 	for _, f := range append(files, real...) {
 		if strings.HasSuffix(f, ".gz") {
 			out[filepath.Base(f)] = gunzip(t, f)
@@ -70,7 +75,7 @@ func streamCorpus(t *testing.T) map[string][]byte {
 		out[filepath.Base(f)] = mustRead(t, filepath.Base(f))
 	}
 	var buf bytes.Buffer
-	if err := snapgen.Write(&buf, 20_000, 3, 8); err != nil {
+	if err := snapgen.Write(&buf, n, 3, 8); err != nil {
 		t.Fatal(err)
 	}
 	out["snapgen"] = buf.Bytes()
@@ -80,7 +85,7 @@ func streamCorpus(t *testing.T) map[string][]byte {
 // TestZstreamSameTrace imports snapshots plain, and gzip'd and zstd'd
 // both decoded while decompressed and decompressed whole first (the
 // committed gzip'd files as they are, and gzip and zstd made here), from
-// a file (ImportFile) and from a reader (Load), and checks that each
+// a file (ImportFile) and, gzip'd, from a reader (Load), and checks that each
 // gives the plain import's trace byte for byte and its summary.
 func TestZstreamSameTrace(t *testing.T) {
 	dir := t.TempDir()
@@ -115,6 +120,9 @@ func TestZstreamSameTrace(t *testing.T) {
 				}
 			}
 			// From a reader (not a file), streamed.
+			if ext == "zst" {
+				continue
+			}
 			zs := withStreamFrom(0, func() {
 				s, err := Load(struct{ io.Reader }{bytes.NewReader(comp)}, name, Options{})
 				if fmt.Sprint(err != nil) != fmt.Sprint(werr != nil) {
@@ -143,10 +151,10 @@ func TestZstreamBadInput(t *testing.T) {
 	offset := regexp.MustCompile(`byte offset \d+|after \d+ decompressed bytes`)
 	for ext, comp := range map[string][]byte{"gz": gzipped(t, data), "zst": zstded(t, data)} {
 		cases := map[string][]byte{}
-		for _, f := range []int{3, 10, 40, 70, 97} {
+		for _, f := range []int{10, 70, 97} {
 			cases[fmt.Sprintf("cut at %d%%", f)] = comp[:len(comp)*f/100]
 		}
-		for _, f := range []int{30, 60, 99} {
+		for _, f := range []int{30, 99} {
 			bad := bytes.Clone(comp)
 			bad[len(bad)*f/100] ^= 0x55
 			cases[fmt.Sprintf("byte at %d%% changed", f)] = bad
