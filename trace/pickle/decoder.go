@@ -29,7 +29,8 @@ const maxMemoGap = 1 << 16
 
 const memoHole = ^Value(0)
 
-// Decoder decodes one pickle held in memory.
+// Decoder decodes one pickle, held in memory or read from an io.Reader
+// (see reader.go).
 type Decoder struct {
 	data   []byte
 	pos    int
@@ -669,9 +670,15 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					n := int(data[pos+1])
 					if pos+2+n <= len(data) {
 						if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
-							stack = append(stack, Value(len(kinds)))
-							kinds = append(kinds, k)
-							xs = append(xs, x)
+							// (Inline when small, as push and the branch
+							// above make it, wherever the input ends.)
+							if k == KindInt && x < maxInline {
+								stack = append(stack, inlineBit|Value(x))
+							} else {
+								stack = append(stack, Value(len(kinds)))
+								kinds = append(kinds, k)
+								xs = append(xs, x)
+							}
 							pos += 2 + n
 							continue
 						}
