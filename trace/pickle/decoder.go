@@ -798,7 +798,7 @@ func (d *Decoder) periodic(sch *schedule) error {
 		}
 	}
 	if pos >= sch.nextProgress {
-		d.Progress(int64(pos), int64(size))
+		d.Progress(int64(pos), d.progressTotal(int64(pos)))
 		sch.nextProgress = pos + sch.every
 	}
 	if pos >= sch.nextBudget {

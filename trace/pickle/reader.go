@@ -89,6 +89,16 @@ func (d *Decoder) inputSize() int64 {
 	return d.in.size
 }
 
+// progressTotal returns the total given to Progress at offset pos: the
+// input's size, or -1 when it is not known (a reader's size hint that pos
+// has passed was wrong).
+func (d *Decoder) progressTotal(pos int64) int64 {
+	if n := d.inputSize(); n >= pos {
+		return n
+	}
+	return -1
+}
+
 // memoCeil bounds the memo indexes a PUT stores in the memo's slice
 // rather than its map: a real pickle stores at most one memo entry per
 // input byte.

@@ -225,7 +225,7 @@ func (d *Decoder) stepControl(off int, op byte) (done bool, err error) {
 			return false, ErrNotStreamable
 		}
 		if d.Progress != nil {
-			d.Progress(d.abs(d.pos), d.inputSize())
+			d.Progress(d.abs(d.pos), d.progressTotal(d.abs(d.pos)))
 		}
 		d.doc.root = d.stack[0]
 		return true, nil

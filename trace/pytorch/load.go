@@ -106,6 +106,8 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snap
 	return loadPickleIn(input{data: data}, opt, stream, release)
 }
 
+// loadPickleIn converts the pickle in, its trace entries streamed to the
+// converter when stream is set (see LoadPickle).
 func loadPickleIn(in input, opt Options, stream bool, release func(int)) (_ *Snapshot, err error) {
 	dec, err := in.decoder()
 	if err != nil {
