@@ -1,9 +1,9 @@
 #!/bin/bash
 # gzip.sh: a gzip'd snapshot's import against Python's pickle.load(gzip.open(f))
 # and against the same snapshot's un-gzipped import. The gzip'd import is run
-# both ways: decoded while it decompresses ("gzip", the default from 32 MiB of
-# pickle) and decompressed whole first, for the decoder's workers ("gzip-whole",
-# forced by FRAGSIM_STREAM_FROM, the pickle size from which the import streams).
+# both ways, each forced by FRAGSIM_STREAM_FROM (the pickle size from which the
+# import streams; 64 MiB by default): decoded while it decompresses ("gzip-stream") and
+# decompressed whole first, for the decoder's workers ("gzip-whole").
 #
 # usage: bench/import/gzip.sh [FRAGSIM] [ENTRIES] [ROUNDS]
 # (defaults: a fresh build, 1000000 entries, 5 rounds). The runs are
@@ -44,20 +44,20 @@ run() {
 for r in $(seq "$rounds"); do
 	echo "round $r"
 	run python python3 -c "import pickle,gzip,sys; pickle.load(gzip.open(sys.argv[1]))" "$dir/s.pickle.gz"
-	run gzip env FRAGSIM_STREAM_FROM=0 "$bin" import -q "$dir/s.pickle.gz" -o "$dir/g.fst"
+	run gzip-stream env FRAGSIM_STREAM_FROM=0 "$bin" import -q "$dir/s.pickle.gz" -o "$dir/g.fst"
 	run gzip-whole env FRAGSIM_STREAM_FROM=$((1 << 62)) "$bin" import -q "$dir/s.pickle.gz" -o "$dir/w.fst"
 	run plain "$bin" import -q "$dir/s.pickle" -o "$dir/p.fst"
 done
 cmp "$dir/g.fst" "$dir/p.fst"
 cmp "$dir/w.fst" "$dir/p.fst"
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-for l in python gzip gzip-whole plain; do
+for l in python gzip-stream gzip-whole plain; do
 	printf '%s: median %s s, max RSS median %s KB, CPU median %s s\n' "$l" "$(cut -d' ' -f1 "$dir/$l" | median)" \
 		"$(cut -d' ' -f2 "$dir/$l" | median)" "$(cut -d' ' -f3 "$dir/$l" | median)"
 done
 py=$(cut -d' ' -f1 "$dir/python" | median)
 pr=$(cut -d' ' -f2 "$dir/plain" | median)
-for l in gzip gzip-whole; do
+for l in gzip-stream gzip-whole; do
 	gz=$(cut -d' ' -f1 "$dir/$l" | median)
 	gr=$(cut -d' ' -f2 "$dir/$l" | median)
 	awk -v l="$l" -v py="$py" -v gz="$gz" -v gr="$gr" -v pr="$pr" 'BEGIN {
