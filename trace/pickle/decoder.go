@@ -40,16 +40,17 @@ type Decoder struct {
 	memo   []Value // memo entries from memoBase on (see memo.go)
 	sparse map[uint64]Value
 
-	memoBase    uint64      // the memo index of memo[0]
-	memoOld     []memoBlock // the memo entries below memoBase
-	memoShift   uint8       // memoOld's blocks hold 2^memoShift entries
-	compactAt   int         // the memo length from which it is compacted
-	checkEvery  int         // bytes between compactions and limit checks (consumedEvery)
-	maxValues   int         // the value, string and chunk tables' limit (maxValues)
-	maxItems    int         // the items table's limit (maxItems)
-	budget      int64       // the bytes what the decoder builds may take (see budgetFloor)
-	strBytes    int64       // the bytes of the strings counted so far by cost
-	strsCounted int         // the strings counted so far
+	memoBase    uint64               // the memo index of memo[0]
+	memoOld     []memoBlock          // the memo entries below memoBase
+	oldHot      [oldHotSize]hotEntry // the latest of them fetched (see memoOldAt)
+	memoShift   uint8                // memoOld's blocks hold 2^memoShift entries
+	compactAt   int                  // the memo length from which it is compacted
+	checkEvery  int                  // bytes between compactions and limit checks (consumedEvery)
+	maxValues   int                  // the value, string and chunk tables' limit (maxValues)
+	maxItems    int                  // the items table's limit (maxItems)
+	budget      int64                // the bytes what the decoder builds may take (see budgetFloor)
+	strBytes    int64                // the bytes of the strings counted so far by cost
+	strsCounted int                  // the strings counted so far
 
 	// keep is how much of the value table something may still refer to
 	// (the memo, a container's items): the values of a streamed entry
