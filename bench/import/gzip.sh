@@ -2,7 +2,7 @@
 # gzip.sh: a gzip'd snapshot's import against Python's pickle.load(gzip.open(f))
 # and against the same snapshot's un-gzipped import. The gzip'd import is run
 # both ways, each forced by FRAGSIM_STREAM_FROM (the pickle size from which the
-# import streams; 64 MiB by default): decoded while it decompresses ("gzip-stream") and
+# import streams; 32 MiB by default): decoded while it decompresses ("gzip-stream") and
 # decompressed whole first, for the decoder's workers ("gzip-whole").
 #
 # usage: bench/import/gzip.sh [FRAGSIM] [ENTRIES] [ROUNDS]

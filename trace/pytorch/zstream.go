@@ -23,17 +23,17 @@ import (
 //
 // streamFrom is the pickle size from which the stream is taken. Measured
 // on the 2-core development machine with bench/import/gzip.sh (genpickle
-// snapshots, gzip -6), decompressed whole then decoded by the workers
-// against streamed: 300K entries (15 MB of pickle) 0.09 s both, 7 MB
-// more memory whole; 650K entries (32 MB) 0.17 s against 0.21 s; 1M
-// entries (49.6 MB) 0.26-0.28 s against 0.32 s, 137 MB of RSS against
-// 102 MB. The workers' fifth is kept up to 64 MiB of pickle, which
-// costs at most that much memory (the 1M-entry import's RSS is then 1.06
-// times the plain import's); past it, memory would grow with the pickle,
-// and the stream holds the decoder's 1 MiB window and 1 MiB of
-// read-ahead.
+// snapshots, gzip -6), streamed against decompressed whole then decoded
+// by the workers: 300K entries (15 MB of pickle) 0.09 s both, 52 MB of
+// RSS against 59 MB; 650K entries (32 MB) 0.18 s both, 79 MB against 108
+// MB; 1M entries (49.6 MB) 7% slower streamed (farm-bench median), 102 MB
+// against 138 MB. Below 32 MiB (the decoder's budget floor, which any
+// decode may take) the whole pickle costs little and the workers are
+// kept; from there the workers gain a few percent for memory that grows
+// with the pickle, and the stream holds the decoder's 1 MiB window and 1
+// MiB of read-ahead.
 // FRAGSIM_STREAM_FROM (bytes) overrides it, for benchmarks of both paths.
-var streamFrom int64 = 64 << 20
+var streamFrom int64 = 32 << 20
 
 func init() {
 	if v := os.Getenv("FRAGSIM_STREAM_FROM"); v != "" {
