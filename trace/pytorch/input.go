@@ -90,15 +90,7 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	b := opt.budget()
-	var size int64 = -1
-	switch x := r.(type) {
-	case *os.File:
-		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
-	case interface{ Len() int }:
-		size = int64(x.Len())
-	}
+	size := sizeOf(r)
 	pr := &progressReader{r: r, p: opt.Progress}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	head, _ := br.Peek(len(zstdMagic))
@@ -124,15 +116,7 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 // readInput's) or returned as z, to be decoded as it is decompressed.
 func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
 	b := opt.budget()
-	var size int64 = -1
-	switch x := r.(type) {
-	case *os.File:
-		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
-	case interface{ Len() int }:
-		size = int64(x.Len())
-	}
+	size := sizeOf(r)
 	pr := &progressReader{r: r, p: opt.Progress}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	head, _ := br.Peek(len(zstdMagic))
@@ -150,6 +134,20 @@ func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, 
 	}
 	data, free, err = decompress(raw, b)
 	return data, free, nil, err
+}
+
+// sizeOf returns the size of r, a regular file or a reader with a Len
+// method, or -1.
+func sizeOf(r io.Reader) int64 {
+	switch x := r.(type) {
+	case *os.File:
+		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
+			return st.Size()
+		}
+	case interface{ Len() int }:
+		return int64(x.Len())
+	}
+	return -1
 }
 
 // compression returns "gzip" or "zstd" when data starts with their magic
