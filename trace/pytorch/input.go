@@ -129,12 +129,37 @@ func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, 
 	if err != nil || kind == "" {
 		return raw, nil, nil, err
 	}
-	if z := newZsrc(raw, kind, b); z.streamed() {
+	return openPickle(raw, b)
+}
+
+// openPickle returns the pickle in raw: raw itself when it is not
+// compressed; else decompressed whole (data and free as readInput's) when
+// the pickle is small, or z, to be decoded as it is decompressed, when it
+// is large or of unknown size (see streamFrom), or when its decompression
+// breaks: the entries before the break are then kept, as those of a cut
+// pickle are.
+func openPickle(raw []byte, b budget) (data []byte, free func(), z *zsrc, err error) {
+	kind := compression(raw)
+	if kind == "" {
+		return raw, nil, nil, nil
+	}
+	z = newZsrc(raw, kind, b)
+	if z.streamed() {
 		return nil, nil, z, nil
 	}
 	data, free, err = decompress(raw, b)
+	var broken brokenStream
+	if errors.As(err, &broken) {
+		return nil, nil, z, nil
+	}
 	return data, free, nil, err
 }
+
+// brokenStream is inflate's error for a compressed stream that fails
+// after some of its bytes (cut, or corrupt), not refused by the budget.
+type brokenStream struct{ error }
+
+func (e brokenStream) Unwrap() error { return e.error }
 
 // sizeOf returns the size of r, a regular file or a reader with a Len
 // method, or -1.
@@ -267,7 +292,7 @@ func inflate(in *countReader, kind string, hint, size int64, b budget) (data []b
 			return fail(fmt.Errorf("%s: %w, past the budget of %d bytes: refused as a decompression bomb", kind, err, most))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%s: after %d decompressed bytes: %w", kind, n, err))
+			return fail(brokenStream{fmt.Errorf("%s: after %d decompressed bytes: %w", kind, n, err)})
 		}
 	}
 }

@@ -39,14 +39,12 @@ func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
 	if opt.Progress != nil {
 		opt.Progress("read", int64(len(data)), -1)
 	}
-	if kind := compression(data); kind != "" {
-		if z := newZsrc(data, kind, b); z.streamed() {
-			return loadStream(z, name, opt)
-		}
-	}
-	pk, free, err := decompress(data, b)
+	pk, free, z, err := openPickle(data, b)
 	if err != nil {
 		return nil, &Error{name, err}
+	}
+	if z != nil {
+		return loadStream(z, name, opt)
 	}
 	return loadData(pk, free, name, opt)
 }
