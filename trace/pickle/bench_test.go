@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"bytes"
 	"os"
 	"testing"
 )
@@ -48,14 +49,18 @@ func (h *countHandler) SetEntry(n uint32, kv []Value) error {
 }
 
 // BenchmarkStreamEntries decodes $FRAGSIM_BENCH_SNAPSHOT with its trace
-// entries streamed, through fastEntry ("fast") or the general path only.
+// entries streamed, through fastEntry ("fast") or the general path only,
+// or through fastEntry from an io.Reader ("reader", see NewReaderDecoder).
 func BenchmarkStreamEntries(b *testing.B) {
 	_, data := benchSnapshot(b)
-	for _, mode := range []string{"fast", "general"} {
+	for _, mode := range []string{"fast", "general", "reader"} {
 		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
 				d := NewDecoder(data)
+				if mode == "reader" {
+					d = NewReaderDecoder(bytes.NewReader(data), int64(len(data)))
+				}
 				d.noFast = mode == "general"
 				d.StreamEntries("device_traces", &countHandler{doc: d.Doc()})
 				if _, err := d.DecodeDoc(); err != nil {

@@ -29,7 +29,8 @@ const maxMemoGap = 1 << 16
 
 const memoHole = ^Value(0)
 
-// Decoder decodes one pickle held in memory.
+// Decoder decodes one pickle, held in memory or read from an io.Reader
+// (see reader.go).
 type Decoder struct {
 	data   []byte
 	pos    int
@@ -39,16 +40,17 @@ type Decoder struct {
 	memo   []Value // memo entries from memoBase on (see memo.go)
 	sparse map[uint64]Value
 
-	memoBase    uint64      // the memo index of memo[0]
-	memoOld     []memoBlock // the memo entries below memoBase
-	memoShift   uint8       // memoOld's blocks hold 2^memoShift entries
-	compactAt   int         // the memo length from which it is compacted
-	checkEvery  int         // bytes between compactions and limit checks (consumedEvery)
-	maxValues   int         // the value, string and chunk tables' limit (maxValues)
-	maxItems    int         // the items table's limit (maxItems)
-	budget      int64       // the bytes what the decoder builds may take (see budgetFloor)
-	strBytes    int64       // the bytes of the strings counted so far by cost
-	strsCounted int         // the strings counted so far
+	memoBase    uint64               // the memo index of memo[0]
+	memoOld     []memoBlock          // the memo entries below memoBase
+	oldHot      [oldHotSize]hotEntry // the latest of them fetched (see memoOldAt)
+	memoShift   uint8                // memoOld's blocks hold 2^memoShift entries
+	compactAt   int                  // the memo length from which it is compacted
+	checkEvery  int                  // bytes between compactions and limit checks (consumedEvery)
+	maxValues   int                  // the value, string and chunk tables' limit (maxValues)
+	maxItems    int                  // the items table's limit (maxItems)
+	budget      int64                // the bytes what the decoder builds may take (see budgetFloor)
+	strBytes    int64                // the bytes of the strings counted so far by cost
+	strsCounted int                  // the strings counted so far
 
 	// keep is how much of the value table something may still refer to
 	// (the memo, a container's items): the values of a streamed entry
@@ -104,6 +106,8 @@ type Decoder struct {
 	// (nothing decoded refers to the input's bytes), so a caller may
 	// release that part of a mapped file.
 	Consumed func(off int)
+
+	in *streamIn // the reader and the window, reading from one (reader.go)
 }
 
 // noValue stands for "no value" in the decoder's streaming state.
@@ -111,9 +115,12 @@ const noValue = ^Value(0)
 
 // NewDecoder returns a decoder of data.
 func NewDecoder(data []byte) *Decoder {
-	// The memo is sized for the first initialBytes of input, the tables
-	// by DecodeDoc (see sizeTables).
-	n := min(len(data), initialBytes)
+	return newDecoder(data, min(len(data), initialBytes))
+}
+
+// newDecoder returns a decoder of data, its memo sized for n bytes of
+// input (the tables are sized by DecodeDoc: see sizeTables).
+func newDecoder(data []byte, n int) *Decoder {
 	d := &Decoder{
 		data: data,
 		doc: &Doc{
@@ -143,19 +150,19 @@ func (d *Decoder) Partial() (*Doc, []Value) {
 }
 
 // Offset returns the byte offset the decoder has reached.
-func (d *Decoder) Offset() int64 { return int64(d.pos) }
+func (d *Decoder) Offset() int64 { return d.abs(d.pos) }
 
 func (d *Decoder) errAt(off int, op byte, class error, format string, args ...any) error {
-	return &Error{Offset: int64(off), Op: op, Msg: fmt.Sprintf(format, args...), Err: class}
+	return &Error{Offset: d.abs(off), Op: op, Msg: fmt.Sprintf(format, args...), Err: class}
 }
 
 func (d *Decoder) truncated(off int, op byte, what string) error {
-	return &Error{Offset: int64(off), Op: op, Msg: fmt.Sprintf("input ends at byte %d inside %s", len(d.data), what), Err: ErrTruncated}
+	return &Error{Offset: d.abs(off), Op: op, Msg: fmt.Sprintf("input ends at byte %d inside %s%s", d.abs(len(d.data)), what, d.readEnd()), Err: ErrTruncated}
 }
 
 // need checks that n more bytes exist after the opcode at off.
 func (d *Decoder) need(off int, op byte, n uint64) error {
-	if n > uint64(len(d.data)-d.pos) {
+	if n > uint64(len(d.data)-d.pos) && !d.more(n) {
 		return d.truncated(off, op, fmt.Sprintf("an argument of %d bytes", n))
 	}
 	return nil
@@ -344,7 +351,7 @@ func (d *Decoder) memoPut(idx uint64, v Value) {
 		d.memo[idx-d.memoBase] = v
 	case idx == n:
 		d.memo = append(d.memo, v)
-	case idx-n <= maxMemoGap && idx < uint64(len(d.data)) && d.sparse == nil:
+	case idx-n <= maxMemoGap && idx < d.memoCeil() && d.sparse == nil:
 		// A real pickle stores at most one memo entry per input byte; a
 		// wider gap goes to the map so no input can inflate the slice.
 		for d.memoLen() < idx {
@@ -363,8 +370,15 @@ func (d *Decoder) memoPut(idx uint64, v Value) {
 func (d *Decoder) line(off int, op byte) (string, error) {
 	rest := d.data[d.pos:]
 	i := bytes.IndexByte(rest, '\n')
-	if i < 0 {
-		return "", d.truncated(off, op, "a text argument")
+	for i < 0 {
+		if !d.more(uint64(len(rest)) + 1) {
+			return "", d.truncated(off, op, "a text argument")
+		}
+		at := len(rest)
+		rest = d.data[d.pos:]
+		if i = bytes.IndexByte(rest[at:], '\n'); i >= 0 {
+			i += at
+		}
 	}
 	s := string(rest[:i])
 	d.pos += i + 1
@@ -468,7 +482,8 @@ func (d *Decoder) appendList(off int, op byte, list Value, items []Value) error 
 	return nil
 }
 
-// schedule is when DecodeDoc's periodic work is next due (see periodic).
+// schedule is when DecodeDoc's periodic work is next due (see periodic),
+// in offsets of the input (of the window, for next).
 type schedule struct {
 	every        int     // bytes between Progress calls
 	nextProgress int     // Progress
@@ -476,35 +491,45 @@ type schedule struct {
 	sampled      *[2]int // streaming: the offset and the items at the first sample
 	nextConsumed int     // Consumed, the memo's compaction and the tables' limits
 	nextBudget   int     // the memory budget's check
-	next         int     // the earliest of them
+	refill       int     // sliding the window (reading from an io.Reader)
+	never        int     // an offset past the input's end
+	next         int     // the earliest of them, as an offset of the window
 }
 
 func (d *Decoder) newSchedule() schedule {
-	data := d.data
-	s := schedule{every: int(d.ProgressEvery), nextProgress: len(data) + 1, sampleAt: len(data) + 1,
-		nextConsumed: d.checkEvery, nextBudget: budgetEvery}
+	size := int(d.inputSize()) // -1 when not known
+	s := schedule{every: int(d.ProgressEvery), never: size + 1, nextConsumed: d.checkEvery, nextBudget: budgetEvery}
+	if size < 0 || d.in != nil {
+		s.never = math.MaxInt
+	}
+	s.nextProgress, s.sampleAt, s.refill = s.never, s.never, s.never
 	if s.every <= 0 {
 		s.every = 8 << 20
 	}
 	if d.Progress != nil {
-		s.nextProgress = min(s.every, len(data))
+		s.nextProgress = s.every
+		if size >= 0 {
+			s.nextProgress = min(s.every, size)
+		}
 	}
 	switch {
-	case len(data) > sampleBytes && d.entries == nil:
+	case size > sampleBytes && d.entries == nil:
 		s.sampleAt = sampleBytes
-	case len(data) > 4*streamSampleBytes && d.entries != nil:
+	case size > 4*streamSampleBytes && d.entries != nil:
 		s.sampleAt = streamSampleBytes
 	}
-	s.next = min(s.nextProgress, s.sampleAt, s.nextConsumed, s.nextBudget)
+	if d.in != nil {
+		s.refill = 0 // the first window
+	}
+	s.next = min(s.nextProgress, s.sampleAt, s.nextConsumed, s.nextBudget, s.refill)
 	return s
 }
 
 // DecodeDoc decodes the pickle into a Doc.
 func (d *Decoder) DecodeDoc() (*Doc, error) {
 	data := d.data
-	total := int64(len(data))
 	doc := d.doc
-	if int64(len(data)) >= MaxInputBytes {
+	if d.in == nil && int64(len(data)) >= MaxInputBytes {
 		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
 	}
 	sch := d.newSchedule()
@@ -516,16 +541,19 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 	mbase := d.memoBase
 	defer d.stopPar()
 	for {
-		if pos >= len(data) {
-			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
-			return nil, &Error{Offset: total, Msg: "input ends before the STOP opcode", Err: ErrTruncated}
-		}
 		if pos >= sch.next {
+			// (Reading from an io.Reader, the window slides here first:
+			// data and pos change.)
 			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
 			if err := d.periodic(&sch); err != nil {
 				return nil, err
 			}
+			data, pos = d.data, d.pos
 			kinds, xs, memo, mbase = doc.kinds, doc.xs, d.memo, d.memoBase
+		}
+		if pos >= len(data) {
+			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
+			return nil, &Error{Offset: d.abs(len(data)), Msg: "input ends before the STOP opcode" + d.readEnd(), Err: ErrTruncated}
 		}
 		op := data[pos]
 		// The opcodes a snapshot is made of, inline (opTable says which).
@@ -643,9 +671,15 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 					n := int(data[pos+1])
 					if pos+2+n <= len(data) {
 						if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
-							stack = append(stack, Value(len(kinds)))
-							kinds = append(kinds, k)
-							xs = append(xs, x)
+							// (Inline when small, as push and the branch
+							// above make it, wherever the input ends.)
+							if k == KindInt && x < maxInline {
+								stack = append(stack, inlineBit|Value(x))
+							} else {
+								stack = append(stack, Value(len(kinds)))
+								kinds = append(kinds, k)
+								xs = append(xs, x)
+							}
 							pos += 2 + n
 							continue
 						}
@@ -710,47 +744,75 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		if done {
 			return doc, nil
 		}
+		data = d.data // (grown, reading from an io.Reader, for a long argument)
 		pos, stack, kinds, xs, memo = d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	}
 }
 
 // periodic does DecodeDoc's work that is due at d.pos (sch says what is):
-// sizing the tables from a sample of the input, Progress, Consumed, the
-// memo's compaction, and the checks of the tables' limits and of the
-// memory budget.
+// sliding the window (reading from an io.Reader), sizing the tables from a
+// sample of the input, Progress, Consumed, the memo's compaction, and the
+// checks of the tables' limits and of the memory budget.
 func (d *Decoder) periodic(sch *schedule) error {
-	data, doc, pos := d.data, d.doc, d.pos
+	if d.in != nil && d.abs(d.pos) >= int64(sch.refill) {
+		shift, err := d.slide(d.pos)
+		d.pos -= shift
+		if err != nil {
+			return err
+		}
+		sch.refill = sch.never
+		if !d.in.eof {
+			sch.refill = int(d.abs(len(d.data) - d.in.low))
+		}
+	}
+	defer func() {
+		sch.next = int(int64(min(sch.nextProgress, sch.sampleAt, sch.nextConsumed, sch.nextBudget, sch.refill)) - d.abs(0))
+	}()
+	if d.pos >= len(d.data) {
+		return nil // the input ends: DecodeDoc says so
+	}
+	doc, pos, op := d.doc, int(d.abs(d.pos)), d.data[d.pos]
+	size := int(d.inputSize())
 	if pos >= sch.sampleAt {
 		switch {
+		case size < 0:
+			sch.sampleAt = sch.never
 		case d.entries == nil:
 			// Sized for the whole input at the sample's rate, unless that
 			// is past the budget: the tables then grow as they need, and
 			// the budget's check stops them.
-			nv, ni, nc := grown(len(doc.kinds), pos, len(data)), grown(len(doc.items), pos, len(data)), grown(len(doc.chunks), pos, len(data))
+			nv, ni, nc := grown(len(doc.kinds), pos, size), grown(len(doc.items), pos, size), grown(len(doc.chunks), pos, size)
 			if d.cost()+costValue*int64(nv)+costItem*int64(ni)+costChunk*int64(nc) <= d.budget {
 				doc.kinds, doc.xs = withRoom(doc.kinds, nv), withRoom(doc.xs, nv)
 				doc.items = withRoom(doc.items, ni)
 				doc.chunks = withRoom(doc.chunks, nc)
 			}
-			sch.sampleAt = len(data) + 1
+			sch.sampleAt = sch.never
 		case sch.sampled == nil:
 			sch.sampled = &[2]int{pos, len(doc.items)}
 			sch.sampleAt = 2 * streamSampleBytes
 		default:
-			if n := moreRoom(doc.items, sch.sampled[1], float64(pos-sch.sampled[0]), len(data)-pos, streamItems); d.cost()+costItem*int64(n) <= d.budget {
+			if n := moreRoom(doc.items, sch.sampled[1], float64(pos-sch.sampled[0]), max(size-pos, 0), streamItems); d.cost()+costItem*int64(n) <= d.budget {
 				doc.items = withRoom(doc.items, n)
 			}
-			sch.sampleAt = len(data) + 1
+			sch.sampleAt = sch.never
 		}
 	}
 	if pos >= sch.nextProgress {
-		d.Progress(int64(pos), int64(len(data)))
+		d.Progress(int64(pos), d.progressTotal(int64(pos)))
 		sch.nextProgress = pos + sch.every
 	}
 	if pos >= sch.nextBudget {
 		sch.nextBudget = pos + budgetEvery
+		if d.in != nil {
+			d.budget = budgetFloor + budgetRatio*int64(pos) // the bytes decoded so far
+		}
 		if c := d.cost(); c > d.budget {
-			return &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("what the pickle builds would take %d bytes, past the budget of %d for %d bytes of input", c, d.budget, len(data)), Err: ErrMalformed}
+			in := size
+			if d.in != nil {
+				in = pos
+			}
+			return &Error{Offset: int64(pos), Op: op, Msg: fmt.Sprintf("what the pickle builds would take %d bytes, past the budget of %d for %d bytes of input", c, d.budget, in), Err: ErrMalformed}
 		}
 	}
 	if pos >= sch.nextConsumed {
@@ -764,11 +826,10 @@ func (d *Decoder) periodic(sch *schedule) error {
 		// indexes until the next time.
 		if lim, iv := d.maxValues-d.checkEvery, d.checkEvery; len(doc.kinds) > lim || len(doc.strs) > lim ||
 			len(doc.chunks) > lim || len(doc.items)+len(d.stack) > d.maxItems-iv {
-			return &Error{Offset: int64(pos), Op: data[pos], Msg: fmt.Sprintf("more values, strings or items than the decoder's tables hold (%d values, %d items)", d.maxValues, d.maxItems), Err: ErrMalformed}
+			return &Error{Offset: int64(pos), Op: op, Msg: fmt.Sprintf("more values, strings or items than the decoder's tables hold (%d values, %d items)", d.maxValues, d.maxItems), Err: ErrMalformed}
 		}
 		d.memo = d.compactMemo(d.memo)
 	}
-	sch.next = min(sch.nextProgress, sch.sampleAt, sch.nextConsumed, sch.nextBudget)
 	return nil
 }
 
@@ -778,7 +839,7 @@ func (d *Decoder) periodic(sch *schedule) error {
 // and, when fastEntry can, handed to the handler with its pairs.
 func (d *Decoder) startEntry(pos int, stack, memo []Value, kinds []Kind, xs []uint64, mbase uint64) (int, []Value, []Value, []Kind, []uint64, error) {
 	data, doc := d.data, d.doc
-	if d.Workers > 1 && !d.launched && !d.noFast && d.settled() {
+	if d.Workers > 1 && !d.launched && !d.noFast && d.in == nil && d.settled() {
 		d.launched = true
 		d.launch(pos, memo)
 	}
@@ -805,7 +866,7 @@ func (d *Decoder) startEntry(pos int, stack, memo []Value, kinds []Kind, xs []ui
 		return pos, stack, memo, kinds, xs, ErrNotStreamable
 	}
 	v := tagMask | Value(d.nEntries)
-	d.entries.NewEntry(d.nEntries, pos)
+	d.entries.NewEntry(d.nEntries, int(d.abs(pos)))
 	d.nEntries++
 	d.lastEntry, d.lastPos, d.lastLen = v, len(stack), len(kinds)
 	d.lastKeep, d.lastItems, d.lastMemo = d.keep, len(doc.items), mbase+uint64(len(memo))

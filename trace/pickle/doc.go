@@ -1,5 +1,11 @@
 // Package pickle decodes the data-only subset of Python's pickle format (protocols 0-5) that PyTorch memory snapshots use, refusing every opcode that would construct an object or call code.
 //
+// A Decoder reads a pickle held in memory (NewDecoder) or from an
+// io.Reader (NewReaderDecoder), holding then a window of it whose size,
+// not the pickle's, bounds what it buffers: a decompressed snapshot need
+// not be held whole. Both give the same results and errors, at offsets of
+// the whole pickle.
+//
 // Decoder.DecodeDoc decodes into a Doc: flat, pointer-free tables of values,
 // containers and items addressed by Value, so that the millions of small
 // dicts of a snapshot cost neither allocations nor garbage collection.
@@ -28,6 +34,7 @@
 // opcode and its byte offset (errors.Is(err, ErrUnsafe)). Every length and count
 // is checked against the remaining input before anything is allocated, and
 // what the decoder builds is held to a budget of 32 MiB and 3 bytes a byte
-// of input (an error names the offset past it), so no input makes the
+// of input (of the input decoded so far, from a reader; an error names the
+// offset past it), so no input makes the
 // decoder panic or allocate much more than the input's size.
 package pickle

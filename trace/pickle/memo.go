@@ -142,9 +142,29 @@ func (b *memoBlock) at(j uint64) Value {
 	return b.base[ph] + b.step[ph]*Value(j>>b.shift)
 }
 
-// memoOldAt returns memo entry idx, below memoBase.
+// memoOldAt returns memo entry idx, below memoBase. A snapshot's every
+// entry fetches its keys and its action from the memo, where they were
+// first met, long compacted: the latest entries fetched are cached
+// (oldHot), so that they cost no block's arithmetic.
 func (d *Decoder) memoOldAt(idx uint64) Value {
-	return d.memoOld[idx>>d.memoShift].at(idx & (1<<d.memoShift - 1))
+	c := &d.oldHot[idx&(oldHotSize-1)]
+	if c.idx == idx+1 {
+		return c.v
+	}
+	v := d.memoOld[idx>>d.memoShift].at(idx & (1<<d.memoShift - 1))
+	c.idx, c.v = idx+1, v
+	return v
+}
+
+// oldHotSize is the number of memo entries below memoBase cached by
+// memoOldAt, by their index modulo oldHotSize.
+const oldHotSize = 256
+
+// hotEntry is a memo entry cached by memoOldAt: idx is its index plus
+// one (0: none).
+type hotEntry struct {
+	idx uint64
+	v   Value
 }
 
 // memoLen is the memo's length (the index the next MEMOIZE stores at).
@@ -178,4 +198,7 @@ func (d *Decoder) memoSetOld(idx uint64, v Value) {
 		*b = memoBlock{raw: raw}
 	}
 	b.raw[idx&(1<<d.memoShift-1)] = v
+	if c := &d.oldHot[idx&(oldHotSize-1)]; c.idx == idx+1 {
+		c.v = v
+	}
 }

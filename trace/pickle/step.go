@@ -39,11 +39,11 @@ func (d *Decoder) step(off int, op byte) (done bool, err error) {
 func (d *Decoder) refuse(off int, op byte, info *opInfo) error {
 	switch info.class {
 	case opUnsafe:
-		return &Error{Offset: int64(off), Op: op, Msg: "refused: it would construct an object or call code; a memory snapshot holds only plain data", Err: ErrUnsafe}
+		return &Error{Offset: d.abs(off), Op: op, Msg: "refused: it would construct an object or call code; a memory snapshot holds only plain data", Err: ErrUnsafe}
 	case opUnsupported:
 		return d.errAt(off, op, ErrMalformed, "not supported: a memory snapshot never holds it")
 	}
-	return &Error{Offset: int64(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
+	return &Error{Offset: d.abs(off), Msg: fmt.Sprintf("unknown opcode 0x%02x", op), Err: ErrMalformed}
 }
 
 // stepMemo decodes the memo's opcodes.
@@ -225,7 +225,7 @@ func (d *Decoder) stepControl(off int, op byte) (done bool, err error) {
 			return false, ErrNotStreamable
 		}
 		if d.Progress != nil {
-			d.Progress(int64(d.pos), int64(len(d.data)))
+			d.Progress(d.abs(d.pos), d.progressTotal(d.abs(d.pos)))
 		}
 		d.doc.root = d.stack[0]
 		return true, nil
@@ -288,6 +288,7 @@ func (d *Decoder) stepLong(off int, op byte) error {
 	if err := d.need(off, op, n); err != nil {
 		return err
 	}
+	data = d.data // (need may have read more of an io.Reader's input)
 	k, x, ok := decodeLong(data[d.pos : d.pos+int(n)])
 	if !ok {
 		return d.errAt(off, op, ErrMalformed, "integer of %d bytes does not fit in 64 bits", n)
@@ -318,6 +319,7 @@ func (d *Decoder) stepCounted(off int, op byte) error {
 	if err := d.need(off, op, n); err != nil {
 		return err
 	}
+	data = d.data // (need may have read more of an io.Reader's input)
 	d.pushStr(data[d.pos : d.pos+int(n)])
 	d.pos += int(n)
 	return nil

@@ -127,7 +127,10 @@ func (d *Decoder) sizeTables() {
 	if doc.kinds != nil {
 		return
 	}
-	n := min(len(d.data), initialBytes)
+	n := initialBytes
+	if size := d.inputSize(); size >= 0 {
+		n = int(min(size, initialBytes))
+	}
 	nv, ni, nc := n/8+16, n/4+16, n/64+16
 	if d.entries != nil {
 		nv, ni, nc = min(nv, streamValues), min(ni, streamItems), min(nc, streamChunks)

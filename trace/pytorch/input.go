@@ -90,15 +90,7 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	b := opt.budget()
-	var size int64 = -1
-	switch x := r.(type) {
-	case *os.File:
-		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
-	case interface{ Len() int }:
-		size = int64(x.Len())
-	}
+	size := sizeOf(r)
 	pr := &progressReader{r: r, p: opt.Progress}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	head, _ := br.Peek(len(zstdMagic))
@@ -116,6 +108,71 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 		hint = size * 6
 	}
 	return inflate(&countReader{r: br}, kind, hint, size, b)
+}
+
+// readSnapshot reads a snapshot from r as Load does: a plain pickle whole
+// (as readInput), a compressed one whole too, compressed, then either
+// decompressed whole when its pickle is small (data and free as
+// readInput's) or returned as z, to be decoded as it is decompressed.
+func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
+	b := opt.budget()
+	size := sizeOf(r)
+	pr := &progressReader{r: r, p: opt.Progress}
+	br := bufio.NewReaderSize(pr, 64<<10)
+	head, _ := br.Peek(len(zstdMagic))
+	kind := compression(head)
+	hint := int64(1 << 20)
+	if size >= 0 {
+		hint = size + 1
+	}
+	raw, err := readAll(br, min(hint, b.limit+1), b.limit)
+	if err != nil || kind == "" {
+		return raw, nil, nil, err
+	}
+	return openPickle(raw, b)
+}
+
+// openPickle returns the pickle in raw: raw itself when it is not
+// compressed; else decompressed whole (data and free as readInput's) when
+// the pickle is small, or z, to be decoded as it is decompressed, when it
+// is large or of unknown size (see streamFrom), or when its decompression
+// breaks: the entries before the break are then kept, as those of a cut
+// pickle are.
+func openPickle(raw []byte, b budget) (data []byte, free func(), z *zsrc, err error) {
+	kind := compression(raw)
+	if kind == "" {
+		return raw, nil, nil, nil
+	}
+	z = newZsrc(raw, kind, b)
+	if z.streamed() {
+		return nil, nil, z, nil
+	}
+	data, free, err = decompress(raw, b)
+	var broken brokenStream
+	if errors.As(err, &broken) {
+		return nil, nil, z, nil
+	}
+	return data, free, nil, err
+}
+
+// brokenStream is inflate's error for a compressed stream that fails
+// after some of its bytes (cut, or corrupt), not refused by the budget.
+type brokenStream struct{ error }
+
+func (e brokenStream) Unwrap() error { return e.error }
+
+// sizeOf returns the size of r, a regular file or a reader with a Len
+// method, or -1.
+func sizeOf(r io.Reader) int64 {
+	switch x := r.(type) {
+	case *os.File:
+		if st, err := x.Stat(); err == nil && st.Mode().IsRegular() {
+			return st.Size()
+		}
+	case interface{ Len() int }:
+		return int64(x.Len())
+	}
+	return -1
 }
 
 // compression returns "gzip" or "zstd" when data starts with their magic
@@ -235,7 +292,7 @@ func inflate(in *countReader, kind string, hint, size int64, b budget) (data []b
 			return fail(fmt.Errorf("%s: %w, past the budget of %d bytes: refused as a decompression bomb", kind, err, most))
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%s: after %d decompressed bytes: %w", kind, n, err))
+			return fail(brokenStream{fmt.Errorf("%s: after %d decompressed bytes: %w", kind, n, err)})
 		}
 	}
 }

@@ -20,9 +20,12 @@ import (
 // snapshot is cut short, Load returns the error and, if trace entries were
 // decoded before the cut, a Snapshot of them too (its header says so).
 func Load(r io.Reader, name string, opt Options) (*Snapshot, error) {
-	data, free, err := readInput(r, opt)
+	data, free, z, err := readSnapshot(r, opt)
 	if err != nil {
 		return nil, &Error{name, err}
+	}
+	if z != nil {
+		return loadStream(z, name, opt)
 	}
 	return loadData(data, free, name, opt)
 }
@@ -36,9 +39,12 @@ func loadMapped(data []byte, name string, opt Options) (*Snapshot, error) {
 	if opt.Progress != nil {
 		opt.Progress("read", int64(len(data)), -1)
 	}
-	pk, free, err := decompress(data, b)
+	pk, free, z, err := openPickle(data, b)
 	if err != nil {
 		return nil, &Error{name, err}
+	}
+	if z != nil {
+		return loadStream(z, name, opt)
 	}
 	return loadData(pk, free, name, opt)
 }
@@ -81,23 +87,37 @@ func LoadPickle(data []byte, opt Options) (*Snapshot, error) {
 // loadPickleRelease is LoadPickle, calling release (when not nil) with
 // offsets of data that it no longer reads.
 func loadPickleRelease(data []byte, opt Options, release func(int)) (*Snapshot, error) {
-	s, err := loadPickle(data, opt, true, release)
+	return loadInput(input{data: data}, opt, release)
+}
+
+// loadInput is loadPickleRelease of a pickle in memory or streamed.
+func loadInput(in input, opt Options, release func(int)) (*Snapshot, error) {
+	s, err := loadPickleIn(in, opt, true, release)
 	var se *SpillError
 	if err == nil || errors.As(err, &se) {
 		return s, err
 	}
-	return loadPickle(data, opt, false, release)
+	return loadPickleIn(in, opt, false, release)
 }
 
-func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Snapshot, err error) {
-	dec := pickle.NewDecoder(data)
+func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
+	return loadPickleIn(input{data: data}, opt, stream, release)
+}
+
+// loadPickleIn converts the pickle in, its trace entries streamed to the
+// converter when stream is set (see LoadPickle).
+func loadPickleIn(in input, opt Options, stream bool, release func(int)) (_ *Snapshot, err error) {
+	dec, err := in.decoder()
+	if err != nil {
+		return nil, err
+	}
 	dec.Consumed = release
 	if opt.Progress != nil {
 		dec.Progress = func(done, total int64) { opt.Progress("decode", done, total) }
 	}
 	var st *streamer
 	if stream {
-		st = &streamer{conv: conv{doc: dec.Doc(), maxSize: opt.maxSize()}, dec: dec, size: len(data), prepareAt: math.MaxInt}
+		st = &streamer{conv: conv{doc: dec.Doc(), maxSize: opt.maxSize()}, dec: dec, size: in.size(), prepareAt: math.MaxInt}
 		st.log.dir = opt.SpillDir
 		defer func() {
 			if st.log.err != nil || err != nil {
@@ -105,7 +125,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 			}
 		}()
 		if opt.prepare != nil {
-			st.prepareAt, st.prepare = int(float64(len(data))*prepareShare), opt.prepare
+			st.prepareAt, st.prepare = int(float64(in.size())*prepareShare), opt.prepare
 		}
 		dec.StreamEntries("device_traces", st)
 		dec.Workers, dec.Tuning = opt.Workers, opt.tune
@@ -114,6 +134,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 		}
 	}
 	doc, err := dec.DecodeDoc()
+	err = in.finish(err)
 	if st != nil {
 		st.wait() // Merge's copies
 		st.idle()
@@ -126,7 +147,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	}
 	if err != nil {
 		if errors.Is(err, pickle.ErrTruncated) {
-			if s := salvage(dec, opt, len(data), err); s != nil {
+			if s := salvage(dec, opt, in.size(), err); s != nil {
 				return s, err
 			}
 		}
@@ -138,7 +159,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 		c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: noFrames, stream: st,
 			segs: root, hasSegs: true}
 		c.snap.ecs.dir = opt.SpillDir
-		c.snap.summary.PickleBytes = int64(len(data))
+		c.snap.summary.PickleBytes = int64(in.size())
 		if err := c.convert(&pickle.Dict{}); err != nil {
 			c.snap.Close()
 			return nil, err
@@ -180,7 +201,7 @@ func loadPickle(data []byte, opt Options, stream bool, release func(int)) (_ *Sn
 	c := &converter{opt: opt, snap: &Snapshot{doc: doc, stacks: &stackTable{}, par: dec.ParallelStats()}, doc: doc, traces: traces, stream: st,
 		segs: segs, hasSegs: hasSegs}
 	c.snap.ecs.dir = opt.SpillDir
-	c.snap.summary.PickleBytes = int64(len(data))
+	c.snap.summary.PickleBytes = int64(in.size())
 	if err := c.convert(top); err != nil {
 		c.snap.Close()
 		return nil, err
