@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,24 @@ import (
 
 	"github.com/fragsim/fragsim/trace"
 )
+
+// TestMain runs the command itself, in a process of its own, when
+// FRAGSIM_CLI_TEST_ARGS holds its arguments (separated by the unit separator, 0x1f): see mainCmd.
+func TestMain(m *testing.M) {
+	if args := os.Getenv("FRAGSIM_CLI_TEST_ARGS"); args != "" {
+		os.Exit(Main(append([]string{"fragsim"}, strings.Split(args, "\x1f")...), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// mainCmd is `fragsim args...` as a process of its own (the test binary
+// running Main): processes share no memory, as goroutines calling Main
+// would (the CLI library keeps its help flag in a package variable).
+func mainCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "FRAGSIM_CLI_TEST_ARGS="+strings.Join(args, "\x1f"))
+	return cmd
+}
 
 func runMain(args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
@@ -118,19 +137,19 @@ func TestStdoutWriteErrorExits1(t *testing.T) {
 func TestConcurrentSynthToOneOutput(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "same.fst")
 	var wg sync.WaitGroup
-	codes := make([]int, 2)
-	errs := make([]string, 2)
-	for i := range codes {
+	errs := make([]error, 2)
+	outs := make([][]byte, 2)
+	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes[i], _, errs[i] = runMain("synth", "-q", "-o", path, "--events", "20k", "--seed", []string{"1", "2"}[i])
+			outs[i], errs[i] = mainCmd("synth", "-q", "-o", path, "--events", "20k", "--seed", []string{"1", "2"}[i]).CombinedOutput()
 		}()
 	}
 	wg.Wait()
-	for i, code := range codes {
-		if code != 0 {
-			t.Fatalf("writer %d: exit %d: %s", i, code, errs[i])
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v: %s", i, err, outs[i])
 		}
 	}
 	if n := readAll(t, path); n < 20_000 {
