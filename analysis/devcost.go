@@ -94,14 +94,22 @@ func pageCounter(policy string) PageCounter {
 
 // AllocatorCost is the estimated time a replay's device calls take.
 type AllocatorCost struct {
-	GPU    string  `json:"gpu"`    // whose per-call times
-	Calls  int64   `json:"calls"`  // cudaMalloc, cudaFree, page maps and unmaps
+	GPU string `json:"gpu"` // whose per-call times
+	// Calls counts the device calls, one for each cudaMalloc (refused
+	// ones too), cudaFree, map and unmap of an expandable segment: the
+	// replay's device calls, plus its refused cudaMallocs.
+	Calls  int64   `json:"calls"`
+	Pages  int64   `json:"pages"`  // pages the maps and unmaps took (each page its own driver calls)
 	Ms     float64 `json:"ms"`     // their estimated total time
 	Mapped bool    `json:"mapped"` // the policy maps pages (expandable segments)
 }
 
-// String is "115 calls, 5.6 ms".
+// String is "115 calls, 5.6 ms", or "103 calls (1,204 pages), 6.5 ms"
+// for a policy that maps pages.
 func (a AllocatorCost) String() string {
+	if a.Pages > 0 {
+		return fmt.Sprintf("%s calls (%s pages), %.1f ms", fmtCount(a.Calls), fmtCount(a.Pages), a.Ms)
+	}
 	return fmt.Sprintf("%s calls, %.1f ms", fmtCount(a.Calls), a.Ms)
 }
 
@@ -113,20 +121,21 @@ type costDevice struct {
 	acc   *AllocatorCost
 }
 
-func (d costDevice) add(us float64, calls int64) {
+func (d costDevice) add(us float64, pages int64) {
 	d.acc.Ms += us / 1000
-	d.acc.Calls += calls
+	d.acc.Calls++
+	d.acc.Pages += pages
 }
 
 func (d costDevice) Malloc(n uint64, s trace.StreamID) (uint64, bool) {
 	a, ok := d.Device.Malloc(n, s)
-	d.add(d.cost.MallocUs(n), 1) // a refused cudaMalloc costs a call too
+	d.add(d.cost.MallocUs(n), 0) // a refused cudaMalloc costs a call too
 	return a, ok
 }
 
 func (d costDevice) Free(addr, n uint64) {
 	d.Device.Free(addr, n)
-	d.add(d.cost.FreeUs(n), 1)
+	d.add(d.cost.FreeUs(n), 0)
 }
 
 func (d costDevice) Map(addr, n uint64) bool {
