@@ -71,7 +71,7 @@ func TestCompareTableAndVerdict(t *testing.T) {
 	if !regexp.MustCompile(`^Fragmentation after: \d+\.\d% \(.+\)$`).MatchString(lines[n-4]) {
 		t.Errorf("after line %q", lines[n-4])
 	}
-	if !regexp.MustCompile(`^Allocator cost \(estimated\): [\d,]+ calls, \d+\.\d ms after, [\d,]+ calls, \d+\.\d ms before`).MatchString(lines[n-3]) {
+	if !regexp.MustCompile(`^Allocator cost \(estimated\): [\d,]+ calls( \([\d,]+ pages\))?, \d+\.\d ms after, [\d,]+ calls( \([\d,]+ pages\))?, \d+\.\d ms before`).MatchString(lines[n-3]) {
 		t.Errorf("cost line %q", lines[n-3])
 	}
 	if !strings.HasPrefix(lines[n-2], "Methods: ") {
