@@ -2,7 +2,9 @@
 # Records the serving workloads on a GPU: CUDA-graph serving (graphs.py) as
 # snapshots under the default setting and expandable_segments:True, with a
 # MemPool, and with graphs freed and captured again, plus one live recording;
-# then the shared-GPU scenario (silent_oom.py): a blocker and two servers, with
+# Llama-style agents answering with generate() (llama_generate.py) under the
+# default setting, max_split_size_mb with roundup divisions, and expandable
+# segments, plus one live recording; then the shared-GPU scenario (silent_oom.py): a blocker and two servers, with
 # 40, 4 and 3.3 GiB left to the servers.
 # Usage: record_serving.sh OUTDIR   (FRAGSIM=path/to/fragsim, default build/fragsim)
 set -u
@@ -29,6 +31,18 @@ graph graphs_recapture_expandable_s1 "expandable_segments:True" --recapture &
 timeout 240 "$fragsim" record -o "$out/live/graphs_s1.live.fst" --tag "workload=graphs.py --seed 1" -- \
   python3 graphs.py --seed 1 --stats-out "$out/stats/graphs_s1.live.json" >"$out/log/graphs_s1.live.log" 2>&1 \
   || echo "FAILED graphs_s1 live"
+wait
+
+llama() { # NAME CONF
+  PYTORCH_CUDA_ALLOC_CONF="$2" timeout 300 python3 llama_generate.py --seed 1 --requests 12 \
+    --snapshot "$out/snap/$1.pickle" --stats-out "$out/stats/$1.json" >"$out/log/$1.log" 2>&1 || echo "FAILED $1"
+}
+llama llama_generate_s1 "" &
+llama llama_generate_maxsplit_s1 "max_split_size_mb:64,roundup_power2_divisions:4" &
+llama llama_generate_expandable_s1 "expandable_segments:True" &
+timeout 300 "$fragsim" record -o "$out/live/llama_generate_s1.live.fst" --tag "workload=llama_generate.py --seed 1 --requests 12" -- \
+  python3 llama_generate.py --seed 1 --requests 12 --stats-out "$out/stats/llama_generate_s1.live.json" \
+  >"$out/log/llama_generate_s1.live.log" 2>&1 || echo "FAILED llama_generate_s1 live"
 wait
 
 scenario() { # NAME LEAVE_GIB
