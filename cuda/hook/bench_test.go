@@ -63,4 +63,13 @@ func BenchmarkAllocFree(b *testing.B) {
 		b.StopTimer()
 		fragsim_flush()
 	})
+	// Under a memory fraction every call also goes to the model of
+	// PyTorch's allocator (model.go); set last, as it stays on.
+	b.Run("recording, fraction", func(b *testing.B) {
+		setFractionForBench(0.5)
+		b.ResetTimer()
+		allocFreePairs(b.N)
+		b.StopTimer()
+		fragsim_flush()
+	})
 }

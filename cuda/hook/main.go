@@ -357,6 +357,10 @@ func fragsim_close() C.int {
 // allocFreePairs makes n alloc/free pairs through the hook (benchmarks).
 func allocFreePairs(n int) { C.fs_alloc_free_pairs(C.long(n)) }
 
+// setFractionForBench sets a memory fraction on device 0 (benchmarks): the
+// model of PyTorch's allocator then takes every call.
+func setFractionForBench(f float64) { C.fragsim_set_fraction(C.double(f), 0) }
+
 // openForBench opens a trace at path in this process (benchmarks).
 func openForBench(path string) error {
 	p := C.CString(path)
