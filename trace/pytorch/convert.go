@@ -437,6 +437,7 @@ done:
 // order.
 type stats struct {
 	n, stacks   int
+	used        []uint64 // bit i: an event has stack i
 	kinds       [trace.NumKinds]int
 	devs        map[trace.DeviceID]bool
 	streams     map[trace.StreamID]bool
@@ -456,6 +457,12 @@ func (st *stats) merge(o *stats) {
 	}
 	st.n += o.n
 	st.stacks += o.stacks
+	for len(st.used) < len(o.used) {
+		st.used = append(st.used, 0)
+	}
+	for i, w := range o.used {
+		st.used[i] |= w
+	}
 	for k, n := range o.kinds {
 		st.kinds[k] += n
 	}
@@ -490,6 +497,11 @@ func (st *stats) add(e *event) {
 	}
 	if e.frames != noFrames {
 		st.stacks++
+		i := int(e.frames) / 64
+		for len(st.used) <= i {
+			st.used = append(st.used, 0)
+		}
+		st.used[i] |= 1 << (uint(e.frames) % 64)
 	}
 	st.first = min(st.first, e.TimeNS)
 	st.last = max(st.last, e.TimeNS)
@@ -499,6 +511,10 @@ func (c *converter) summarize(st *stats) {
 	sum := &c.snap.summary
 	sum.Events = st.n
 	sum.Stacks = st.stacks
+	c.snap.stacksUsed = st.used
+	if c.snap.stacksUsed == nil {
+		c.snap.stacksUsed = []uint64{} // counted: no event has a stack
+	}
 	sum.FirstNS, sum.LastNS = st.first, st.last
 	for k, n := range st.kinds {
 		if n > 0 {

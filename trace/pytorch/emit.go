@@ -37,7 +37,9 @@ func (s *Snapshot) emit(sink trace.Sink, progress func(string, int64, int64), cl
 		}
 		w.stackIDs = make([]trace.StackID, len(s.stacks.stacks))
 		for id := range s.stacks.stacks {
-			w.stackIDs[id] = w.stack(pickle.Value(id))
+			if u := s.stacksUsed; u == nil || id/64 < len(u) && u[id/64]&(1<<(uint(id)%64)) != 0 {
+				w.stackIDs[id] = w.stack(pickle.Value(id))
+			}
 		}
 		if err := f.Flush(); err != nil {
 			return err

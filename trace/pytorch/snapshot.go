@@ -82,10 +82,14 @@ type Snapshot struct {
 	annot   map[int32]int32 // user_metadata string index + 1 -> its annotate text in texts
 	doc     *pickle.Doc
 	// stacks holds the events' stacks: an event's frames is its id there.
-	stacks  *stackTable
-	summary Summary
-	par     pickle.ParallelStats // what the decoder's workers did
-	pools   []FinalSegment       // the final segments and their pools (see InferPools)
+	stacks *stackTable
+	// stacksUsed has bit i set when an event written has stack i (the
+	// table may hold lists no event uses: a worker takes every list of
+	// fetched frames it decodes, under whatever key); nil: not counted.
+	stacksUsed []uint64
+	summary    Summary
+	par        pickle.ParallelStats // what the decoder's workers did
+	pools      []FinalSegment       // the final segments and their pools (see InferPools)
 }
 
 // devSeq is a device's event sequence: its trace entries, with the
