@@ -606,13 +606,23 @@ __attribute__((visibility("hidden"))) int fs_stream_uses, fs_frees_pending;
 __attribute__((visibility("hidden"))) int fs_streams_free(int device, void *ptr, uint64_t size, void *stream);
 __attribute__((visibility("hidden"))) void fs_streams_process(int device, int wait);
 
+/* process_frees completes device's deferred frees whose streams are done
+ * (wait: waits for all of them), when there are any. */
+static inline void process_frees(int device, int wait) {
+	if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
+		fs_streams_process(device, wait);
+}
+
+/* model_on says whether device's calls go to the model of PyTorch's allocator. */
+static inline int model_on(int device) { return atomic_load_explicit(&g_model[device], memory_order_acquire); }
+
 /* fs_drv gives streams.cc the driver's entry points. */
 __attribute__((visibility("hidden"))) const cudrv *fs_drv(void) { return &D; }
 
 /* fs_record_call records a deferred free's request or completion (streams.cc). */
 __attribute__((visibility("hidden"))) void fs_record_call(int kind, int device, uint64_t stream, uint64_t addr,
 							   uint64_t size) {
-	if (kind == FS_REC_FREE_COMPLETED && atomic_load_explicit(&g_model[device], memory_order_acquire))
+	if (kind == FS_REC_FREE_COMPLETED && model_on(device))
 		fs_model_free(device, addr, 2);
 	if (recording())
 		record((uint8_t)kind, 0, device, stream, addr, size, 0);
@@ -620,7 +630,7 @@ __attribute__((visibility("hidden"))) void fs_record_call(int kind, int device, 
 
 /* fs_record_pool records a private-pool hook's call (pools.cc). */
 __attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, uint64_t stream, uint64_t pool) {
-	if (device >= 0 && device < FS_MAX_DEVICES && atomic_load_explicit(&g_model[device], memory_order_acquire))
+	if (device >= 0 && device < FS_MAX_DEVICES && model_on(device))
 		fs_model_pool(kind, device, stream, pool);
 	if (recording())
 		record((uint8_t)kind, 0, device, stream, 0, 0, pool);
@@ -635,10 +645,9 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (__atomic_load_n(&fs_pools_pending, __ATOMIC_ACQUIRE) && recording())
 		fs_pools_resolve(device, (uint64_t)(uintptr_t)stream); /* a capture's pool_begin (pools.cc) */
 	CUcontext prev = with_ctx(dv);
-	if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
-		fs_streams_process(device, 0); /* as PyTorch's malloc processes its events first */
+	process_frees(device, 0); /* as PyTorch's malloc processes its events first */
 	CUdeviceptr p = 0;
-	int model = atomic_load_explicit(&g_model[device], memory_order_acquire);
+	int model = model_on(device);
 	uint64_t tok = 0;
 	if (model && !(tok = fs_model_alloc(device, (uint64_t)size, (uint64_t)(uintptr_t)stream))) {
 		oom(dv, device, size, stream, CUDA_ERROR_OUT_OF_MEMORY, prev); /* PyTorch's allocator would fail it */
@@ -648,8 +657,7 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
 		D.cuCtxSynchronize();
-		if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
-			fs_streams_process(device, 1);
+		process_frees(device, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream, !model);
 	}
@@ -680,23 +688,23 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 	fs_device *dv = device_ready(device);
 	if (!dv)
 		return;
+	uint64_t n = size < 0 ? 0 : (uint64_t)size;
 	if (__atomic_load_n(&fs_stream_uses, __ATOMIC_ACQUIRE)) {
 		CUcontext prev = with_ctx(dv);
-		int deferred = fs_streams_free(device, ptr, (uint64_t)(size < 0 ? 0 : size), stream);
+		int deferred = fs_streams_free(device, ptr, n, stream);
 		restore_ctx(dv, prev);
 		if (deferred) {
-			if (atomic_load_explicit(&g_model[device], memory_order_acquire))
+			if (model_on(device))
 				fs_model_free(device, (uint64_t)(uintptr_t)ptr, 1); /* requested; completed by streams.cc */
-			atomic_fetch_sub_explicit(&g_live[device], size < 0 ? 0 : size, memory_order_relaxed);
+			atomic_fetch_sub_explicit(&g_live[device], (int64_t)n, memory_order_relaxed);
 			return;
 		}
 	}
-	if (atomic_load_explicit(&g_model[device], memory_order_acquire))
+	if (model_on(device))
 		fs_model_free(device, (uint64_t)(uintptr_t)ptr, 3);
 	if (recording())
-		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr,
-		       (uint64_t)(size < 0 ? 0 : size), 0);
-	atomic_fetch_sub_explicit(&g_live[device], size < 0 ? 0 : size, memory_order_relaxed);
+		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr, n, 0);
+	atomic_fetch_sub_explicit(&g_live[device], (int64_t)n, memory_order_relaxed);
 	CUcontext prev = with_ctx(dv);
 	CUresult r = D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
 	restore_ctx(dv, prev);
@@ -716,11 +724,10 @@ void fragsim_empty_cache(void) {
 		any = 1;
 		CUcontext prev = with_ctx(dv);
 		D.cuCtxSynchronize();
-		if (__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE))
-			fs_streams_process(i, 1);
+		process_frees(i, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
-		if (atomic_load_explicit(&g_model[i], memory_order_acquire))
+		if (model_on(i))
 			fs_model_empty_cache(i);
 		atomic_store_explicit(&g_res_seen[i], 0, memory_order_relaxed); /* the next allocation samples the pool again */
 		if (recording())

@@ -24,6 +24,7 @@ import "C"
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/replay"
@@ -43,17 +44,15 @@ type model struct {
 }
 
 var (
-	modelsMu sync.Mutex
-	models   [64]*model // by device, as FS_MAX_DEVICES
+	modelsMu sync.Mutex                // held while a model is made
+	models   [64]atomic.Pointer[model] // by device, as FS_MAX_DEVICES; set once
 )
 
 func modelOf(device C.int) *model {
 	if device < 0 || int(device) >= len(models) {
 		return nil
 	}
-	modelsMu.Lock()
-	defer modelsMu.Unlock()
-	return models[device]
+	return models[device].Load()
 }
 
 // allocConf is the process's allocator settings, as PyTorch reads them.
@@ -74,7 +73,7 @@ func fs_model_start(device C.int, fraction C.double, total C.uint64_t) C.int {
 		return 0
 	}
 	modelsMu.Lock()
-	m := models[device]
+	m := models[device].Load()
 	if m == nil {
 		cfg, err := caching.ParseConf(allocConf())
 		if err != nil || cfg.Backend == "cudaMallocAsync" {
@@ -88,7 +87,7 @@ func fs_model_start(device C.int, fraction C.double, total C.uint64_t) C.int {
 			return 0
 		}
 		m = &model{dev: dev, pol: pol, live: map[uint64]driver.Block{}, pending: map[uint64]driver.Block{}}
-		models[device] = m
+		models[device].Store(m)
 	}
 	modelsMu.Unlock()
 	m.mu.Lock()
