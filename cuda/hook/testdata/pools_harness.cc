@@ -3,29 +3,10 @@
 // std::function's signature), around allocations of a capture and a MemPool.
 //
 //   pools_harness LIB TRACE
-#include <dlfcn.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/types.h>
 
-#include <functional>
-#include <utility>
-
-struct CUstream_st;
-typedef CUstream_st *cudaStream_t;
-typedef std::pair<unsigned long long, unsigned long long> MempoolId_t;
-typedef void BeginFn(int, MempoolId_t, std::function<bool(cudaStream_t)>);
-typedef void PoolFn(int, MempoolId_t);
-
-static void *sym(void *lib, const char *name) {
-	void *p = dlsym(lib, name);
-	if (!p) {
-		fprintf(stderr, "pools_harness: no symbol %s\n", name);
-		exit(2);
-	}
-	return p;
-}
+#include "pytorch_abi.h"
 
 int main(int argc, char **argv) {
 	if (argc != 3) {

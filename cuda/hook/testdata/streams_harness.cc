@@ -5,29 +5,10 @@
 // must still hold its memory, and where it must have given it back.
 //
 //   streams_harness LIB TRACE
-#include <dlfcn.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/types.h>
 
-#include <functional>
-#include <utility>
-
-struct CUstream_st;
-typedef CUstream_st *cudaStream_t;
-typedef std::pair<unsigned long long, unsigned long long> MempoolId_t;
-typedef void BeginFn(int, MempoolId_t, std::function<bool(cudaStream_t)>);
-typedef void PoolFn(int, MempoolId_t);
-
-static void *sym(void *lib, const char *name) {
-	void *p = dlsym(lib, name);
-	if (!p) {
-		fprintf(stderr, "streams_harness: no symbol %s\n", name);
-		exit(2);
-	}
-	return p;
-}
+#include "pytorch_abi.h"
 
 typedef void StatsFn(long long *, long long *, long long *, long long *, unsigned long long *);
 static StatsFn *stats;
