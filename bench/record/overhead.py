@@ -11,6 +11,11 @@ overhead against the native caching allocator:
   async    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (the driver pool, no recording)
   record   `fragsim record`: the hook serves from the driver pool and records every call
 
+The loop's wall time on a shared machine varies by more than recording costs,
+so the record arm also runs with FRAGSIM_HOOK_STATS=1 and reports the hook's
+own time per allocation and per free (medians over the runs): the part of
+the overhead that is fragsim's.
+
   overhead.py [--runs 5] [--arms native,record,async] [--out DIR] [-- WORKLOAD ARGS...]
 
 The order of the arms alternates from run to run. Results also go to
@@ -20,6 +25,7 @@ DIR/overhead.json, and each recording to DIR/record_N.fst.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,7 +36,11 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKLOADS = os.path.join(ROOT, "traces", "workloads")
 
 
-def run_arm(a, arm, i, workload):
+HOOK_STATS = re.compile(r"fragsim: hook: (\d+) allocations, ([\d.]+) us each \((\d+) from the reuse cache\); "
+                        r"(\d+) frees, ([\d.]+) us each")
+
+
+def run_arm(a, arm, i, workload, hook):
     fd, stats = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [sys.executable] + workload + ["--stats-out", stats]
@@ -39,6 +49,7 @@ def run_arm(a, arm, i, workload):
     if arm == "async":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     elif arm == "record":
+        env["FRAGSIM_HOOK_STATS"] = "1"
         cmd = [a.fragsim, "record", "-o", os.path.join(a.out, f"record_{i}.fst")] + \
               (["--lib", a.lib] if a.lib else []) + ["--"] + cmd
     elif arm != "native":
@@ -49,6 +60,10 @@ def run_arm(a, arm, i, workload):
     with open(stats) as f:
         st = json.load(f)
     os.unlink(stats)
+    m = HOOK_STATS.search(p.stderr)
+    if m:
+        hook.append({"allocs": int(m[1]), "alloc_us": float(m[2]), "cached": int(m[3]),
+                     "frees": int(m[4]), "free_us": float(m[5])})
     return st["wall_s"]
 
 
@@ -71,9 +86,10 @@ def main():
         return
     arms = a.arms.split(",")
     res = {arm: [] for arm in arms}
+    hook = []
     for i in range(a.runs):
         for arm in (arms if i % 2 == 0 else arms[::-1]):
-            res[arm].append(run_arm(a, arm, i, workload))
+            res[arm].append(run_arm(a, arm, i, workload, hook))
             print(f"run {i} {arm:7s} loop {res[arm][-1]:.3f} s", flush=True)
     print(f"\nworkload: {' '.join(workload)}; {a.runs} alternating runs per arm; median loop wall time:")
     base = statistics.median(res["native"]) if "native" in res else None
@@ -81,8 +97,14 @@ def main():
         m = statistics.median(res[arm])
         extra = f"  {100 * (m / base - 1):+.1f}% vs native" if base and arm != "native" else ""
         print(f"  {arm:7s} {m:.3f} s  (min {min(res[arm]):.3f}, max {max(res[arm]):.3f}){extra}")
+    if hook:
+        au = statistics.median(h["alloc_us"] for h in hook)
+        fu = statistics.median(h["free_us"] for h in hook)
+        h = hook[0]
+        print(f"  the hook's own time: {au:.3f} us an allocation, {fu:.3f} us a free (medians of {len(hook)}); "
+              f"{h['allocs']} allocations, {h['cached']} served from the reuse cache")
     with open(os.path.join(a.out, "overhead.json"), "w") as f:
-        json.dump({"workload": workload, "runs": res}, f, indent=1)
+        json.dump({"workload": workload, "runs": res, "hook": hook}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ typedef struct {
 } cudrv;
 
 /* cudrv_errstr describes a driver result code. */
-static const char *cudrv_errstr(const cudrv *d, CUresult r) {
+static inline const char *cudrv_errstr(const cudrv *d, CUresult r) {
 	const char *s = NULL;
 	if (d->cuGetErrorString && d->cuGetErrorString(r, &s) == CUDA_SUCCESS && s)
 		return s;
@@ -93,7 +93,7 @@ static const char *cudrv_errstr(const cudrv *d, CUresult r) {
  * resolves every entry point and calls cuInit(0). On failure it writes a
  * one-line reason to err and returns -1.
  */
-static int cudrv_load(cudrv *d, char *err, size_t errlen) {
+static inline int cudrv_load(cudrv *d, char *err, size_t errlen) {
 	const char *name = getenv("FRAGSIM_LIBCUDA");
 	if (!name || !*name)
 		name = "libcuda.so.1";
@@ -160,7 +160,7 @@ static int cudrv_load(cudrv *d, char *err, size_t errlen) {
  * cudrv_device_info fills name, total bytes and the driver API version of
  * device ordinal. Returns 0, or -1 with a reason in err.
  */
-static int cudrv_device_info(const cudrv *d, int ordinal, char *name, int namelen,
+static inline int cudrv_device_info(const cudrv *d, int ordinal, char *name, int namelen,
 			     size_t *total, int *version, char *err, size_t errlen) {
 	CUdevice dev;
 	CUresult r = d->cuDeviceGet(&dev, ordinal);

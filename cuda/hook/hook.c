@@ -3,7 +3,8 @@
  *
  * Memory comes from each device's default stream-ordered pool
  * (cuMemAllocFromPoolAsync / cuMemFreeAsync) with the release threshold at
- * its maximum. Every call is appended to a queue owned by the calling
+ * its maximum; small freed blocks are kept for reuse on their stream
+ * (cache.c). Every call is appended to a queue owned by the calling
  * thread in the record region (ring.h): a list of fixed-size chunks that
  * only that thread writes and only the drainer reads, so recording takes no
  * lock; the only shared write is one atomic increment of the sequence
@@ -402,6 +403,43 @@ static inline int recording(void) { return atomic_load_explicit(&g_recording, me
 
 void fs_set_recording(int on) { atomic_store_explicit(&g_recording, on, memory_order_seq_cst); }
 
+/* ---- the reuse cache (cache.c) ---- */
+
+__attribute__((visibility("hidden"))) uint64_t fs_cache_class(uint64_t size);
+__attribute__((visibility("hidden"))) int fs_cache_on(void);
+__attribute__((visibility("hidden"))) CUdeviceptr fs_cache_take(int device, uint64_t stream, uint64_t size);
+__attribute__((visibility("hidden"))) int fs_cache_put(int device, uint64_t stream, uint64_t size, CUdeviceptr ptr);
+__attribute__((visibility("hidden"))) void fs_cache_release(int device);
+
+/* ---- call statistics (FRAGSIM_HOOK_STATS=1) ---- */
+
+/* With FRAGSIM_HOOK_STATS=1 the hook times its allocations and frees and
+ * prints the totals at exit: the recording's own cost, which a workload's
+ * wall time on a shared machine measures only within its noise. */
+static int g_stats;
+static _Atomic uint64_t g_stat_allocs, g_stat_alloc_ns, g_stat_frees, g_stat_free_ns, g_stat_hits;
+
+static uint64_t mono_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((constructor)) static void stats_init(void) {
+	const char *s = getenv("FRAGSIM_HOOK_STATS");
+	g_stats = s && *s == '1';
+}
+
+__attribute__((destructor)) static void stats_print(void) {
+	if (!g_stats)
+		return;
+	uint64_t a = g_stat_allocs, f = g_stat_frees;
+	fprintf(stderr,
+		"fragsim: hook: %llu allocations, %.3f us each (%llu from the reuse cache); %llu frees, %.3f us each\n",
+		(unsigned long long)a, a ? g_stat_alloc_ns / 1e3 / a : 0.0, (unsigned long long)g_stat_hits,
+		(unsigned long long)f, f ? g_stat_free_ns / 1e3 / f : 0.0);
+}
+
 /* ---- the allocator ---- */
 
 /* with_ctx makes dv's context current, returning the previous one. */
@@ -636,7 +674,31 @@ __attribute__((visibility("hidden"))) void fs_record_pool(int kind, int device, 
 		record((uint8_t)kind, 0, device, stream, 0, 0, pool);
 }
 
+static void *alloc_block(ssize_t size, int device, void *stream);
+static void free_block(void *ptr, ssize_t size, int device, void *stream);
+
 void *fragsim_alloc(ssize_t size, int device, void *stream) {
+	if (!g_stats)
+		return alloc_block(size, device, stream);
+	uint64_t t0 = mono_ns();
+	void *p = alloc_block(size, device, stream);
+	atomic_fetch_add_explicit(&g_stat_alloc_ns, mono_ns() - t0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&g_stat_allocs, 1, memory_order_relaxed);
+	return p;
+}
+
+void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
+	if (!g_stats) {
+		free_block(ptr, size, device, stream);
+		return;
+	}
+	uint64_t t0 = mono_ns();
+	free_block(ptr, size, device, stream);
+	atomic_fetch_add_explicit(&g_stat_free_ns, mono_ns() - t0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&g_stat_frees, 1, memory_order_relaxed);
+}
+
+static void *alloc_block(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
 	fs_device *dv = device_ready(device);
@@ -653,13 +715,23 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 		oom(dv, device, size, stream, CUDA_ERROR_OUT_OF_MEMORY, prev); /* PyTorch's allocator would fail it */
 		return NULL;
 	}
-	CUresult r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream, !model);
+	/* Every block is of its size class, so that any block the cache keeps
+	 * serves every request of that class. */
+	size_t cls = (size_t)fs_cache_class((uint64_t)size);
+	CUresult r = CUDA_SUCCESS;
+	if (fs_cache_on() && (p = fs_cache_take(device, (uint64_t)(uintptr_t)stream, cls))) {
+		if (g_stats)
+			atomic_fetch_add_explicit(&g_stat_hits, 1, memory_order_relaxed);
+	} else {
+		r = alloc_capped(dv, device, &p, cls, (CUstream)stream, !model);
+	}
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-		/* Give cached pool memory back and retry once, like PyTorch's release-and-retry. */
+		/* Give cached memory back and retry once, like PyTorch's release-and-retry. */
+		fs_cache_release(device);
 		D.cuCtxSynchronize();
 		process_frees(device, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
-		r = alloc_capped(dv, device, &p, (size_t)size, (CUstream)stream, !model);
+		r = alloc_capped(dv, device, &p, cls, (CUstream)stream, !model);
 	}
 	if (r != CUDA_SUCCESS) {
 		if (model)
@@ -682,7 +754,7 @@ void *fragsim_alloc(ssize_t size, int device, void *stream) {
 	return (void *)(uintptr_t)p;
 }
 
-void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
+static void free_block(void *ptr, ssize_t size, int device, void *stream) {
 	if (!ptr)
 		return;
 	fs_device *dv = device_ready(device);
@@ -706,7 +778,9 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 		record(FS_REC_FREE, 0, device, (uint64_t)(uintptr_t)stream, (uint64_t)(uintptr_t)ptr, n, 0);
 	atomic_fetch_sub_explicit(&g_live[device], (int64_t)n, memory_order_relaxed);
 	CUcontext prev = with_ctx(dv);
-	CUresult r = D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
+	CUresult r = CUDA_SUCCESS;
+	if (!n || !fs_cache_on() || !fs_cache_put(device, (uint64_t)(uintptr_t)stream, fs_cache_class(n), (CUdeviceptr)(uintptr_t)ptr))
+		r = D.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, (CUstream)stream);
 	restore_ctx(dv, prev);
 	/* At exit, tensors die after the driver shut down: nothing to free then. */
 	static _Atomic int reported;
@@ -723,6 +797,7 @@ void fragsim_empty_cache(void) {
 			continue;
 		any = 1;
 		CUcontext prev = with_ctx(dv);
+		fs_cache_release(i);
 		D.cuCtxSynchronize();
 		process_frees(i, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);

@@ -75,9 +75,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// harnessCmd runs a harness against the fake driver, with the reuse cache
+// off, so that the driver sees every call the harness makes; a test of the
+// cache appends FRAGSIM_HOOK_CACHE_MB (the last value counts).
 func harnessCmd(dir, harness string, args ...string) *exec.Cmd {
 	cmd := exec.Command(harness, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKE_CUDA_LIMIT=1073741824", "FRAGSIM_OOM_RETURNS_NULL=1")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKE_CUDA_LIMIT=1073741824", "FRAGSIM_OOM_RETURNS_NULL=1",
+		"FRAGSIM_HOOK_CACHE_MB=0")
 	return cmd
 }
 
@@ -175,9 +179,10 @@ func (c *checker) event(i int, e trace.Event, r *trace.Reader) error {
 // drains while the harness runs, as fragsim record does, or only once it
 // ended: the harness then grows the file to hold every record.
 func TestHookThreads(t *testing.T) {
-	t.Run("private", func(t *testing.T) { testHookThreads(t, false, false) })
-	t.Run("shared", func(t *testing.T) { testHookThreads(t, true, false) })
-	t.Run("shared drained at exit", func(t *testing.T) { testHookThreads(t, true, true) })
+	t.Run("private", func(t *testing.T) { testHookThreads(t, false, false, 0) })
+	t.Run("shared", func(t *testing.T) { testHookThreads(t, true, false, 0) })
+	t.Run("shared drained at exit", func(t *testing.T) { testHookThreads(t, true, true, 0) })
+	t.Run("reuse cache", func(t *testing.T) { testHookThreads(t, true, false, 2) })
 }
 
 // runShared runs cmd recording into a region file drained into the trace
@@ -254,11 +259,15 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late 
 	}
 }
 
-func testHookThreads(t *testing.T, shared, late bool) {
+// testHookThreads runs the thread harness; with cacheMB > 0 the reuse
+// cache keeps that many MiB of freed blocks, and the threads' frees and
+// allocations race on it.
+func testHookThreads(t *testing.T, shared, late bool, cacheMB int) {
 	dir, _, harness := build(t)
 	const threads, calls = 8, 10000
 	path := filepath.Join(t.TempDir(), "run.fragsim")
 	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), fmt.Sprint(calls))
+	cmd.Env = append(cmd.Env, fmt.Sprintf("FRAGSIM_HOOK_CACHE_MB=%d", cacheMB))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	var out []byte
@@ -285,14 +294,23 @@ func testHookThreads(t *testing.T, shared, late bool) {
 		for th := int64(0); th < threads; th++ {
 			most += (th%4 + 2) * ((th+1)*100000 + calls)
 		}
-		if live != 0 || peak < 8*100000 || peak > most || res != 0 || resHigh != 1 {
-			t.Errorf("memory stats live %d peak %d reserved %d/%d; want 0, %d..%d, 0/1", live, peak, res, resHigh, 8*100000, most)
+		kept := int64(cacheMB) << 20 // what the reuse cache may hold
+		if live != 0 || peak < 8*100000 || peak > most || res < 0 || res > kept || resHigh != res+1 {
+			t.Errorf("memory stats live %d peak %d reserved %d/%d; want 0, %d..%d, at most %d", live, peak, res, resHigh, 8*100000, most, kept)
 		}
 	}
-	// Every block recorded was served by the pool and returned to it; the
-	// extra alloc and free are the one made after close.
-	if fa != threads*calls+1 || ff != fa || fl != 0 {
-		t.Errorf("driver saw %d allocs, %d frees, %d live; want %d, %d, 0", fa, ff, fl, threads*calls+1, threads*calls+1)
+	if cacheMB == 0 {
+		// Every block recorded was served by the pool and returned to it;
+		// the extra alloc and free are the one made after close.
+		if fa != threads*calls+1 || ff != fa || fl != 0 {
+			t.Errorf("driver saw %d allocs, %d frees, %d live; want %d, %d, 0", fa, ff, fl, threads*calls+1, threads*calls+1)
+		}
+	} else if fa > threads*calls/2 || fa-ff != fl || fl > int64(cacheMB)<<20/100000+1 {
+		// Most requests were served again from the cache (each thread
+		// frees a block of nearly the size it asks for next); what the
+		// driver still holds is what the cache keeps, within its limit.
+		t.Errorf("driver saw %d allocs, %d frees, %d live; want at most %d allocs, and at most %d kept", fa, ff, fl,
+			threads*calls/2, int64(cacheMB)<<20/100000+1)
 	}
 	if thr != math.MaxUint64 {
 		t.Errorf("pool release threshold %d, want UINT64_MAX", thr)

@@ -27,10 +27,7 @@
 #include <utility>
 #include <vector>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "../csrc/cudrv.h"
-#pragma GCC diagnostic pop
 
 extern "C" {
 __attribute__((visibility("hidden"))) const cudrv *fs_drv(void);

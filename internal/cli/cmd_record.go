@@ -23,7 +23,11 @@ func recordCommand() *cli.Command {
 			"first CUDA allocation, through a sitecustomize module put first on PYTHONPATH.\n" +
 			"Every allocation and free (size, device, stream, time, address), empty_cache(),\n" +
 			"set_per_process_memory_fraction() and fragsim_marker calls go to the trace; the\n" +
-			"memory itself comes from the CUDA driver's stream-ordered pool. The calls go\n" +
+			"memory itself comes from the CUDA driver's stream-ordered pool, and up to 256 MiB\n" +
+			"of freed blocks of at most 16 MiB are kept to serve the next request of their size\n" +
+			"on their stream without a driver call ($FRAGSIM_HOOK_CACHE_MB sets the limit, 0\n" +
+			"turns it off; empty_cache() and an allocation the pool refuses give them back).\n" +
+			"FRAGSIM_HOOK_STATS=1 prints the hook's own time per call at exit. The calls go\n" +
 			"through memory fragsim shares with the program, so the trace keeps every call\n" +
 			"however the program ends (exit, os._exit, a signal, a crash); it replaces FILE\n" +
 			"only once complete. SIGTERM (and SIGINT not sent by the terminal) is passed to\n" +

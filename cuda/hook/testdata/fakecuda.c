@@ -6,7 +6,8 @@
  *
  * Environment: FAKE_CUDA_NO_DEVICE=1 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE; FAKE_CUDA_LIMIT=N refuses single allocations of
- * more than N bytes. Memory outside the pool, which cuMemGetInfo counts as
+ * more than N bytes, FAKE_CUDA_CAPACITY=N an allocation that takes the
+ * live bytes past N. Memory outside the pool, which cuMemGetInfo counts as
  * used: FAKE_CUDA_OUTSIDE bytes (a context), plus FAKE_CUDA_OUTSIDE_JUMP
  * bytes once FAKE_CUDA_OUTSIDE_AFTER allocations were made (kernels loaded
  * lazily). Events: an event is ready at its FAKE_CUDA_EVENT_QUERIES-th
@@ -109,6 +110,9 @@ static CUresult fake_alloc(unsigned long long *p, size_t size) {
 	if (size == 0)
 		return 1;
 	if (size > limit())
+		return 2;
+	unsigned long long cap = env_u64("FAKE_CUDA_CAPACITY");
+	if (cap && (unsigned long long)atomic_load(&live_bytes) + size > cap)
 		return 2;
 	size_t *b = malloc(size + 16);
 	if (!b)
