@@ -698,6 +698,25 @@ void fragsim_free(void *ptr, ssize_t size, int device, void *stream) {
 	atomic_fetch_add_explicit(&g_stat_frees, 1, memory_order_relaxed);
 }
 
+/*
+ * model_alloc asks device's model for size bytes on stream: its token, or
+ * 0 where PyTorch's allocator would raise an OOM. Before it gives up,
+ * PyTorch's release path waits for the frees that record_stream deferred
+ * (synchronize_and_free_events) and tries again; so does this, outside a
+ * capture (where PyTorch does not release). The completions are recorded
+ * before the allocation, as the replay engine applies them; the model's
+ * failed first attempt, whose release the replay does not repeat, is not
+ * in the trace.
+ */
+static uint64_t model_alloc(int device, ssize_t size, void *stream) {
+	uint64_t tok = fs_model_alloc(device, (uint64_t)size, (uint64_t)(uintptr_t)stream);
+	if (tok || !__atomic_load_n(&fs_frees_pending, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE))
+		return tok;
+	process_frees(device, 1);
+	return fs_model_alloc(device, (uint64_t)size, (uint64_t)(uintptr_t)stream);
+}
+
 static void *alloc_block(ssize_t size, int device, void *stream) {
 	if (size <= 0)
 		return NULL;
@@ -711,7 +730,7 @@ static void *alloc_block(ssize_t size, int device, void *stream) {
 	CUdeviceptr p = 0;
 	int model = model_on(device);
 	uint64_t tok = 0;
-	if (model && !(tok = fs_model_alloc(device, (uint64_t)size, (uint64_t)(uintptr_t)stream))) {
+	if (model && !(tok = model_alloc(device, size, stream))) {
 		oom(dv, device, size, stream, CUDA_ERROR_OUT_OF_MEMORY, prev); /* PyTorch's allocator would fail it */
 		return NULL;
 	}

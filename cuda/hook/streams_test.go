@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fragsim/fragsim/allocator/caching"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -77,5 +80,47 @@ func TestRecordStreamDefersFrees(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDeferredFreeBeforeOOM: under a memory fraction, an allocation that
+// fits only once a deferred free completed succeeds, as under PyTorch's
+// allocator, whose release path waits for the side streams
+// (testdata/deferred_oom_harness.cc); the trace holds the completion
+// before the allocation, and no OOM.
+func TestDeferredFreeBeforeOOM(t *testing.T) {
+	dir, lib, harness := cxxHarness(t, "deferred_oom_harness")
+	path := filepath.Join(t.TempDir(), "deferred_oom.fst")
+	cmd := harnessCmd(dir, harness, lib, path)
+	cmd.Env = append(cmd.Env, "FAKE_CUDA_EVENT_QUERIES=1000")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("deferred_oom_harness: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "a allocated: 1, b allocated: 1" {
+		t.Errorf("harness: %s", got)
+	}
+	_, evs, err := trace.ReadAll(mustOpen(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		switch e.Kind {
+		case trace.KindAlloc, trace.KindFreeRequested, trace.KindFreeCompleted, trace.KindOOM:
+			got = append(got, fmt.Sprintf("%s %d", e.Kind, e.SizeBytes>>20))
+		}
+	}
+	want := "alloc 40\nfree_requested 40\nfree_completed 40\nalloc 40\nfree_requested 40\nfree_completed 40"
+	if strings.Join(got, "\n") != want {
+		t.Errorf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	// The replay of PyTorch's allocator under the recorded fraction agrees.
+	fac := func(dev driver.Device, _ *trace.Header) (driver.Policy, error) {
+		return caching.New(dev, caching.Config{})
+	}
+	res, err := replay.RunFile(path, fac, replay.Config{})
+	if err != nil || res.OOMs != 0 {
+		t.Errorf("replay: %v, %d OOMs; want none", err, res.OOMs)
 	}
 }
