@@ -105,13 +105,15 @@ static void unlink_kept(fs_cache *c, fs_kept *k) {
 }
 
 /* give_back returns the blocks of list (chained through chain) to the pool
- * and their nodes to the spares. Called without the lock. */
-static void give_back(fs_cache *c, fs_kept *list) {
+ * and their nodes to the spares: each on its stream, or with synced set
+ * on the NULL stream (the device is idle: a stream the program destroyed
+ * since must not be named). Called without the lock. */
+static void give_back(fs_cache *c, fs_kept *list, int synced) {
 	if (!list)
 		return;
 	fs_kept *last = list;
 	for (fs_kept *k = list; k; k = k->chain) {
-		fs_drv()->cuMemFreeAsync(k->ptr, (CUstream)(uintptr_t)k->stream);
+		fs_drv()->cuMemFreeAsync(k->ptr, synced ? NULL : (CUstream)(uintptr_t)k->stream);
 		last = k;
 	}
 	lock(c);
@@ -187,12 +189,13 @@ __attribute__((visibility("hidden"))) int fs_cache_put(int device, uint64_t stre
 	c->newest = k;
 	c->bytes += size;
 	unlock(c);
-	give_back(c, evicted);
+	give_back(c, evicted, 0);
 	return 1;
 }
 
 /* fs_cache_release gives every block kept for device back to the pool,
- * unless a route is open (a capture must not see the frees). */
+ * unless a route is open (a capture must not see the frees). The caller
+ * synchronized the device's context first. */
 __attribute__((visibility("hidden"))) void fs_cache_release(int device) {
 	if (device < 0 || device >= FS_CACHE_MAX_DEVICES || __atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE))
 		return;
@@ -208,7 +211,7 @@ __attribute__((visibility("hidden"))) void fs_cache_release(int device) {
 	c->oldest = c->newest = NULL;
 	c->bytes = 0;
 	unlock(c);
-	give_back(c, all);
+	give_back(c, all, 1);
 }
 
 /* fs_cache_bytes reports the bytes kept for device. */

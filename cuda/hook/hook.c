@@ -746,8 +746,8 @@ static void *alloc_block(ssize_t size, int device, void *stream) {
 	}
 	if (r == CUDA_ERROR_OUT_OF_MEMORY) {
 		/* Give cached memory back and retry once, like PyTorch's release-and-retry. */
-		fs_cache_release(device);
 		D.cuCtxSynchronize();
+		fs_cache_release(device);
 		process_frees(device, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		r = alloc_capped(dv, device, &p, cls, (CUstream)stream, !model);
@@ -816,8 +816,8 @@ void fragsim_empty_cache(void) {
 			continue;
 		any = 1;
 		CUcontext prev = with_ctx(dv);
-		fs_cache_release(i);
 		D.cuCtxSynchronize();
+		fs_cache_release(i);
 		process_frees(i, 1);
 		D.cuMemPoolTrimTo(dv->pool, 0);
 		restore_ctx(dv, prev);
