@@ -30,6 +30,7 @@
 #include "hook.h"
 #include "../csrc/cudrv.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -51,14 +52,14 @@ typedef struct fs_kept {
 } fs_kept;
 
 typedef struct {
-	atomic_flag lock;
+	pthread_mutex_t lock; /* held for a few list operations: never across a driver call */
 	fs_kept *bucket[FS_CACHE_BUCKETS];
 	fs_kept *oldest, *newest;
 	fs_kept *spare; /* unused nodes, chained through chain */
 	uint64_t bytes;
 } fs_cache;
 
-static fs_cache g_cache[FS_CACHE_MAX_DEVICES];
+static fs_cache g_cache[FS_CACHE_MAX_DEVICES] = {[0 ... FS_CACHE_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static uint64_t g_limit;
 static _Atomic int g_off; /* set once a route opened, or when the limit is 0 */
 
@@ -76,12 +77,9 @@ __attribute__((constructor)) static void cache_init(void) {
 		atomic_store(&g_off, 1);
 }
 
-static inline void lock(fs_cache *c) {
-	while (atomic_flag_test_and_set_explicit(&c->lock, memory_order_acquire))
-		;
-}
+static inline void lock(fs_cache *c) { pthread_mutex_lock(&c->lock); }
 
-static inline void unlock(fs_cache *c) { atomic_flag_clear_explicit(&c->lock, memory_order_release); }
+static inline void unlock(fs_cache *c) { pthread_mutex_unlock(&c->lock); }
 
 static inline unsigned bucket_of(uint64_t stream, uint64_t size) {
 	return (unsigned)(((stream * 0x9E3779B97F4A7C15ULL) ^ (size * 0xC2B2AE3D27D4EB4FULL)) >> 52);
