@@ -851,9 +851,22 @@ void fragsim_set_fraction(double fraction, int device) {
 	atomic_store_explicit(&g_cap[device], cap, memory_order_relaxed);
 	/* From the first fraction in (0, 1), PyTorch's allocator (model.go)
 	 * decides the OOMs; it then follows every later fraction. */
-	if (total && (atomic_load(&g_model[device]) || (fraction > 0 && fraction < 1)) &&
-	    fs_model_start(device, fraction, (uint64_t)total))
+	int started = atomic_load(&g_model[device]);
+	if (total && (started || (fraction > 0 && fraction < 1)) && fs_model_start(device, fraction, (uint64_t)total)) {
 		atomic_store_explicit(&g_model[device], 1, memory_order_release);
+		int64_t live = atomic_load_explicit(&g_live[device], memory_order_relaxed);
+		if (!started && live > 0) {
+			char held[32];
+			format_size(held, sizeof held, (uint64_t)live);
+			fprintf(stderr,
+				"fragsim: set_per_process_memory_fraction(%g) on device %d with %s already allocated: "
+				"its out-of-memory errors are decided by a model of PyTorch's allocator that starts now, "
+				"without those blocks, so the program may run out of memory later than under PyTorch "
+				"(the trace replays exactly; set the fraction before the first allocation to record "
+				"the same run)\n",
+				fraction, device, held);
+		}
+	}
 	if (!recording() || fraction == 0)
 		return;
 	uint64_t bits;

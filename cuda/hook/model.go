@@ -13,7 +13,7 @@ package main
 //
 // The model starts at the first set_per_process_memory_fraction call: it
 // knows nothing of blocks live before (PyTorch programs set the fraction
-// before they allocate). Frees reach it as the replay engine gives them
+// before they allocate; the hook warns when one did not). Frees reach it as the replay engine gives them
 // to a policy: a completed free is applied before the next request. Where
 // the model refuses while record_stream frees wait on other streams, the
 // hook waits for them and asks again, as PyTorch's release path does

@@ -35,8 +35,10 @@ func recordCommand() *cli.Command {
 			"The hook also samples the device's free memory at each pool growth and every\n" +
 			"100 ms (device_mem events); the summary reports the memory outside the\n" +
 			"program's allocator (total - free - reserved): the context at start, its peak\n" +
-			"and growth. set_per_process_memory_fraction() caps the pool, and an allocation\n" +
-			"past it raises torch.OutOfMemoryError, as without fragsim.\n" +
+			"and growth. Under set_per_process_memory_fraction(), an allocation raises\n" +
+			"torch.OutOfMemoryError where PyTorch's allocator would: from that call on, a model\n" +
+			"of it decides (set the fraction before the first allocation: blocks allocated\n" +
+			"before are not in the model, and fragsim says so).\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",
