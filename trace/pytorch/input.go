@@ -89,10 +89,7 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // readInput is ReadInput; free, when not nil, releases the memory of the
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
-	b := opt.budget()
-	size := sizeOf(r)
-	pr := &progressReader{r: r, p: opt.Progress}
-	br := bufio.NewReaderSize(pr, 64<<10)
+	br, size, b := inputReader(r, opt)
 	head, _ := br.Peek(len(zstdMagic))
 	kind := compression(head)
 	if kind == "" {
@@ -115,21 +112,24 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 // decompressed whole when its pickle is small (data and free as
 // readInput's) or returned as z, to be decoded as it is decompressed.
 func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
-	b := opt.budget()
-	size := sizeOf(r)
-	pr := &progressReader{r: r, p: opt.Progress}
-	br := bufio.NewReaderSize(pr, 64<<10)
-	head, _ := br.Peek(len(zstdMagic))
-	kind := compression(head)
+	br, size, b := inputReader(r, opt)
 	hint := int64(1 << 20)
 	if size >= 0 {
 		hint = size + 1
 	}
 	raw, err := readAll(br, min(hint, b.limit+1), b.limit)
-	if err != nil || kind == "" {
+	if err != nil {
 		return raw, nil, nil, err
 	}
 	return openPickle(raw, b)
+}
+
+// inputReader returns r buffered, with opt's progress reported as it is
+// read, r's size when known (else -1), and opt's memory budget.
+func inputReader(r io.Reader, opt Options) (*bufio.Reader, int64, budget) {
+	size := sizeOf(r)
+	pr := &progressReader{r: r, p: opt.Progress}
+	return bufio.NewReaderSize(pr, 64<<10), size, opt.budget()
 }
 
 // openPickle returns the pickle in raw: raw itself when it is not
