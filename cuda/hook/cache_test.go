@@ -3,7 +3,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,14 +17,7 @@ import (
 // nothing is kept once a private-pool route opened. The trace holds the
 // requests as made.
 func TestReuseCache(t *testing.T) {
-	dir, lib, harness := cxxHarness(t, "cache_harness")
-	path := filepath.Join(t.TempDir(), "cache.fst")
-	cmd := harnessCmd(dir, harness, lib, path)
-	cmd.Env = append(cmd.Env, "FRAGSIM_HOOK_CACHE_MB=1", "FAKE_CUDA_CAPACITY=2000000")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("cache_harness: %v\n%s", err, out)
-	}
+	out, path := runCxxHarness(t, "cache_harness", "FRAGSIM_HOOK_CACHE_MB=1", "FAKE_CUDA_CAPACITY=2000000")
 	want := strings.Join([]string{
 		"a freed: allocs 1 frees 0 live 1",
 		"b is a: 1",
@@ -39,7 +31,7 @@ func TestReuseCache(t *testing.T) {
 		"h freed: allocs 6 frees 6 live 0",
 		"after a route: allocs 8 frees 8 live 0",
 	}, "\n")
-	if got := strings.TrimSpace(string(out)); got != want {
+	if got := strings.TrimSpace(out); got != want {
 		t.Errorf("driver state:\n%s\nwant:\n%s", got, want)
 	}
 	_, evs, err := trace.ReadAll(mustOpen(t, path))

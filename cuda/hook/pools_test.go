@@ -12,31 +12,35 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// cxxHarness builds the library and the fake driver (see build) and the C++
-// harness testdata/NAME.cc, and returns their folder, the library and the
-// harness.
-func cxxHarness(t *testing.T, name string) (dir, lib, harness string) {
+// runCxxHarness builds the library and the fake driver (see build) and the
+// C++ harness testdata/NAME.cc, runs the harness (harnessCmd, plus env),
+// and returns its output and the path of the trace it recorded; it stops
+// the test when the harness fails.
+func runCxxHarness(t *testing.T, name string, env ...string) (out, path string) {
 	t.Helper()
-	dir, lib, _ = build(t)
+	dir, lib, _ := build(t)
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ not found")
 	}
-	harness = filepath.Join(t.TempDir(), name)
+	harness := filepath.Join(t.TempDir(), name)
 	if out, err := exec.Command("g++", "-O2", "-std=c++17", "-o", harness, "testdata/"+name+".cc", "-ldl").CombinedOutput(); err != nil {
 		t.Fatalf("g++: %v\n%s", err, out)
 	}
-	return dir, lib, harness
+	path = filepath.Join(t.TempDir(), name+".fst")
+	cmd := harnessCmd(dir, harness, lib, path)
+	cmd.Env = append(cmd.Env, env...)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, b)
+	}
+	return string(b), path
 }
 
 // TestPoolHooks drives the private-pool hooks as PyTorch's pluggable
 // allocator calls them (testdata/pools_harness.cc) and checks the pool
 // events recorded around the allocations.
 func TestPoolHooks(t *testing.T) {
-	dir, lib, harness := cxxHarness(t, "pools_harness")
-	path := filepath.Join(t.TempDir(), "pools.fst")
-	if out, err := harnessCmd(dir, harness, lib, path).CombinedOutput(); err != nil {
-		t.Fatalf("pools_harness: %v\n%s", err, out)
-	}
+	_, path := runCxxHarness(t, "pools_harness")
 	_, evs, err := trace.ReadAll(mustOpen(t, path))
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,14 +21,7 @@ import (
 // free_completed PyTorch's own allocator records, and the memory is kept
 // until then.
 func TestRecordStreamDefersFrees(t *testing.T) {
-	dir, lib, harness := cxxHarness(t, "streams_harness")
-	path := filepath.Join(t.TempDir(), "streams.fst")
-	cmd := harnessCmd(dir, harness, lib, path)
-	cmd.Env = append(cmd.Env, "FAKE_CUDA_EVENT_QUERIES=2")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("streams_harness: %v\n%s", err, out)
-	}
+	out, path := runCxxHarness(t, "streams_harness", "FAKE_CUDA_EVENT_QUERIES=2")
 	wantOut := strings.Join([]string{
 		"a freed: live 1 events 1",
 		"b allocated: live 2 events 1",
@@ -39,7 +31,7 @@ func TestRecordStreamDefersFrees(t *testing.T) {
 		"g allocated in the capture: live 4 events 0",
 		"i allocated: live 5 events 0",
 	}, "\n")
-	if got := strings.TrimSpace(string(out)); got != wantOut {
+	if got := strings.TrimSpace(out); got != wantOut {
 		t.Errorf("driver state:\n%s\nwant:\n%s", got, wantOut)
 	}
 	_, evs, err := trace.ReadAll(mustOpen(t, path))
@@ -89,15 +81,8 @@ func TestRecordStreamDefersFrees(t *testing.T) {
 // (testdata/deferred_oom_harness.cc); the trace holds the completion
 // before the allocation, and no OOM.
 func TestDeferredFreeBeforeOOM(t *testing.T) {
-	dir, lib, harness := cxxHarness(t, "deferred_oom_harness")
-	path := filepath.Join(t.TempDir(), "deferred_oom.fst")
-	cmd := harnessCmd(dir, harness, lib, path)
-	cmd.Env = append(cmd.Env, "FAKE_CUDA_EVENT_QUERIES=1000")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("deferred_oom_harness: %v\n%s", err, out)
-	}
-	if got := strings.TrimSpace(string(out)); got != "a allocated: 1, b allocated: 1" {
+	out, path := runCxxHarness(t, "deferred_oom_harness", "FAKE_CUDA_EVENT_QUERIES=1000")
+	if got := strings.TrimSpace(out); got != "a allocated: 1, b allocated: 1" {
 		t.Errorf("harness: %s", got)
 	}
 	_, evs, err := trace.ReadAll(mustOpen(t, path))
