@@ -13,35 +13,6 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// AnalyzeOptions configures Analyze.
-type AnalyzeOptions struct {
-	// Policy whose fragmentation is explained; "" is caching.
-	Policy string
-	// Conf is a PYTORCH_CUDA_ALLOC_CONF string; empty: the trace's own settings.
-	Conf string
-	// Config is the replay configuration (capacity, fraction, ...).
-	Config replay.Config
-	// Top is the number of worst moments listed; 0: 5.
-	Top int
-	// NoAdvice skips the sweeps.
-	NoAdvice bool
-	// Sweep overrides the advice sweep; nil: DefaultSweep.
-	Sweep []Variant
-	// Parallel bounds the replays run at once; 0: GOMAXPROCS.
-	Parallel int
-	// Progress is as for CompareOptions.
-	Progress func(events int64, runsDone, runs int)
-	// Name is the trace's name, for reports.
-	Name string
-	// Policies are the policies the recommendation weighs besides the
-	// settings; nil: DefaultPolicies, as compare.
-	Policies []string
-	// Goal is what the recommendation optimises; zero: GoalReserved.
-	Goal Goal
-	// DeviceCost prices every run's device calls; nil: H200Cost.
-	DeviceCost *DeviceCost
-}
-
 // Analysis explains where a trace's fragmentation comes from and which
 // setting removes most of it.
 type Analysis struct {
@@ -488,11 +459,11 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	}
 	policy := opts.Policy
 	if policy == "" {
-		policy = "caching"
+		policy = baselinePolicy()
 	}
 	f, err := allocator.NewFactory(policy, opts.Conf, h)
 	if err != nil {
-		return nil, err
+		return nil, optionError(policy, opts.Conf, "", err)
 	}
 	var x *explainer
 	main := &job{run: &Run{Label: policy, Policy: policy, Conf: opts.Conf}, cfg: opts.Config, noSeries: true, factory: f}
@@ -518,14 +489,14 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		}
 	}
 	if p != nil {
-		if err := p.replay(jobs); err != nil {
+		if err := p.replayAll(jobs, opts.Goal); err != nil {
 			return nil, err
 		}
 	} else if err := runJobs(open, jobs, opts.Parallel, 0, opts.Progress); err != nil {
 		return nil, err
 	}
 	if !main.run.OK() {
-		return nil, fmt.Errorf("%s: %s", policy, main.run.Error)
+		return nil, fmt.Errorf("%s: %w", policy, main.err)
 	}
 	a := &Analysis{Trace: NewTraceInfo(opts.Name, h), Policy: policy, Conf: opts.Conf, Result: main.run.Result}
 	a.Trace.Events = a.Result.Events
@@ -583,9 +554,6 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		a.State.ApplyState(a.Result)
 	}
 	if p != nil {
-		if opts.Goal.Kind == GoalFit && a.Truncated == "" {
-			p.minCapacities()
-		}
 		a.Goal, a.Runs = opts.Goal, p.runs
 		a.Decision = Decide(p.runs, opts.Goal)
 		a.Baseline, a.Advice = rankAdvice(variants, p.runs, padded)
@@ -607,20 +575,14 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 func advicePlanner(open Opener, h *trace.Header, opts AnalyzeOptions, variants []Variant) (*planner, *job, error) {
 	policies := opts.Policies
 	if len(policies) == 0 {
-		for _, name := range DefaultPolicies {
-			if registered(name) {
-				policies = append(policies, name)
-			}
-		}
+		policies = allocator.Defaults()
 	}
 	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
 	p.parallel, p.progress = opts.Parallel, opts.Progress
-	for _, name := range policies {
-		if err := p.addPolicy(name); err != nil {
-			return nil, nil, err
-		}
+	if err := p.addPolicies(policies); err != nil {
+		return nil, nil, err
 	}
-	settings := DefaultSettings(h, policies)
+	settings := defaultSettings(p.torchConfs)
 	if opts.Sweep != nil {
 		settings = nil
 		for _, v := range variants {
@@ -629,10 +591,8 @@ func advicePlanner(open Opener, h *trace.Header, opts AnalyzeOptions, variants [
 			}
 		}
 	}
-	for _, s := range settings {
-		if err := p.addSetting(s); err != nil {
-			return nil, nil, err
-		}
+	if err := p.addSettings(settings); err != nil {
+		return nil, nil, err
 	}
 	for _, v := range variants {
 		if v.PadPow2 {
