@@ -30,7 +30,7 @@ func replayCommand() *cli.Command {
 			"Policies: " + strings.Join(allocator.Names(), ", ") + ".\n" +
 			"Capacity presets: " + strings.Join(replay.PresetNames(), ", ") + ".",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policy", Value: "caching", Usage: "allocator policy (" + strings.Join(allocator.Names(), ", ") + ")"},
+			&cli.StringFlag{Name: "policy", Value: allocator.BaselineFacts().Name, Usage: "allocator policy (" + strings.Join(allocator.Names(), ", ") + ")"},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (caching, expandable) or the policy's options; default: the trace's recorded settings"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (24GiB, 80G) or a preset; default: the trace's GPU total, else unlimited"},
 			&cli.Float64Flag{Name: "fraction", Usage: "per-process memory fraction (0 < F <= 1); default: the trace's"},
