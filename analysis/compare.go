@@ -24,7 +24,8 @@ type Run struct {
 	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
 	// Note says how the run was made when that is not plain (a cap).
 	Note string `json:"note,omitempty"`
-	// Limit marks the physical limit (ideal): shown, never chosen.
+	// Limit marks the physical limit (the registry's Limit policy): shown,
+	// never chosen.
 	Limit    bool           `json:"physical_limit,omitempty"`
 	Apply    string         `json:"apply"` // how to get this allocator in PyTorch
 	Result   *replay.Result `json:"result"`

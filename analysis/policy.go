@@ -68,10 +68,10 @@ func applyHint(policy, setting string) string {
 // header tags wall_<arm>_s) that stands for a run: that of the policy
 // whose PyTorch setting is the change the run stands for, "" when none.
 func measuredArm(r *Run) string {
-	s := settingOf(r)
 	if r.EmptyCacheEvery > 0 {
 		return ""
 	}
+	s := settingOf(r)
 	for _, f := range allocator.All() {
 		if f.WallArm == "" || f.Role == allocator.Limit {
 			continue
