@@ -158,15 +158,15 @@ func shortBytes(n uint64) string {
 
 // explainer observes the explained replay.
 type explainer struct {
-	r       *trace.Reader
-	origins map[driver.Policy]*origins // by policy; nil for one that cannot list its blocks
-	marker  string
-	markers map[string]bool
-	stacks  map[trace.StackID]string
-	reqs    [64]SizeClass
-	moments *momentBuckets
-	t0      int64
-	started bool
+	r            *trace.Reader
+	attributions map[driver.Policy]*attributions // by policy; nil for one that cannot list its blocks
+	marker       string
+	markers      map[string]bool
+	stacks       map[trace.StackID]string
+	reqs         [64]SizeClass
+	moments      *momentBuckets
+	t0           int64
+	started      bool
 
 	peak, maxStranded    uint64
 	peakSeen             bool
@@ -178,7 +178,7 @@ type explainer struct {
 
 func newExplainer(r *trace.Reader) *explainer {
 	return &explainer{r: r, markers: map[string]bool{}, stacks: map[trace.StackID]string{},
-		origins: map[driver.Policy]*origins{}, moments: newMomentBuckets(512), pools: newPoolTracker()}
+		attributions: map[driver.Policy]*attributions{}, moments: newMomentBuckets(512), pools: newPoolTracker()}
 }
 
 // stackKey names a stack by its top frames.
@@ -211,14 +211,14 @@ func (x *explainer) observe(s *replay.Sample) {
 		x.t0, x.started = s.TimeNS, true
 	}
 	ev := &s.Event
-	t, ok := x.origins[s.Policy]
+	t, ok := x.attributions[s.Policy]
 	if !ok {
 		var h *trace.Header
 		if x.r != nil {
 			h = x.r.Header()
 		}
-		t = newOrigins(s, h)
-		x.origins[s.Policy] = t
+		t = newAttributions(s, h)
+		x.attributions[s.Policy] = t
 	}
 	switch ev.Kind {
 	case trace.KindMarker:
@@ -231,7 +231,7 @@ func (x *explainer) observe(s *replay.Sample) {
 		x.reqs[k].Count++
 		x.reqs[k].Bytes += ev.SizeBytes
 		if t != nil && s.HasBlock {
-			o := origin{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
+			o := attribution{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
 			if ev.Stack != trace.NoStack {
 				x.hasStacks = true
 				o.stack = x.stackKey(ev.Stack)
@@ -295,7 +295,7 @@ func (a shareAcc) sorted(total uint64) []Share {
 }
 
 // breakdown walks the policy's segments and attributes their stranded bytes.
-func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
+func (x *explainer) breakdown(t *attributions, what string, m Moment) *Breakdown {
 	bd := &Breakdown{What: what, Moment: m}
 	bySize, byStream, byMarker, byStack, byPool := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
 	walk := func(fn func(seg trace.Segment, pool uint64) bool) {
@@ -345,7 +345,7 @@ func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 			share := float64(free) * float64(b.SizeBytes) / float64(live)
 			o, ok := t.m[b.Addr]
 			if !ok {
-				o = origin{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
+				o = attribution{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
 			}
 			sizeKey := "(unknown)"
 			if o.size > 0 {
