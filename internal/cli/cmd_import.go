@@ -120,9 +120,7 @@ func runImport(c *cli.Context) (err error) {
 			Meta:              meta,
 			Progress:          importProgress(prog),
 		}
-		if in != "-" {
-			defer pytorch.TuneGC(in)() // restored once the output is written
-		}
+		defer pytorch.TuneGC(in)() // restored once the output is written
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
 		if err != nil {
