@@ -49,6 +49,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			replayCommand(),
 			compareCommand(),
 			analyzeCommand(),
+			explainCommand(),
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),
