@@ -41,6 +41,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			recordCommand(),
+			attachCommand(),
 			probeCommand(),
 			importCommand(),
 			infoCommand(),
