@@ -38,7 +38,9 @@ func attachCommand() *cli.Command {
 }
 
 func runAttach(c *cli.Context) error {
-	signal.Ignore(syscall.SIGINT)
+	// SIGPIPE too: once the process is gone, a write to its pipes must fail,
+	// not end this writer before the trace is complete.
+	signal.Ignore(syscall.SIGINT, syscall.SIGPIPE)
 	gone := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
