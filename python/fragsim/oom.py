@@ -18,8 +18,9 @@ _count = itertools.count(1)
 
 
 def attach_oom_observer(dir=".", report=True, *, timeout=600, stream=None):
-    """Registers an observer of CUDA out-of-memory errors
-    (torch.cuda.memory._set_oom_observer). At each OOM it writes the
+    """Registers an observer of CUDA out-of-memory errors (PyTorch's
+    torch._C._cuda_attach_out_of_memory_observer, which its
+    CUDACachingAllocator calls before raising). At each OOM it writes the
     allocator's snapshot to dir (with its history when
     torch.cuda.memory._record_memory_history is on, else the state), and
     with report the HTML report beside it, then prints at most six lines to
@@ -48,7 +49,8 @@ def attach_oom_observer(dir=".", report=True, *, timeout=600, stream=None):
                 pass
 
     observer.last = None
-    torch.cuda.memory._set_oom_observer(observer)
+    attach = getattr(torch.cuda.memory, "_set_oom_observer", None) or torch._C._cuda_attach_out_of_memory_observer
+    attach(observer)
     return observer
 
 

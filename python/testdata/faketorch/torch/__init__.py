@@ -6,4 +6,4 @@ class OutOfMemoryError(RuntimeError):
     """torch.OutOfMemoryError."""
 
 
-from . import cuda  # noqa: E402,F401
+from . import _C, cuda  # noqa: E402,F401

@@ -1,12 +1,8 @@
-"""Fake torch.cuda.memory: the OOM observers and the snapshot."""
+"""Fake torch.cuda.memory: the snapshot, and the observers torch._C attaches."""
 import os
 import pickle
 
 _observers = []
-
-
-def _set_oom_observer(observer):
-    _observers.append(observer)
 
 
 def _snapshot(device=None):
