@@ -59,6 +59,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			recordCommand(),
+			attachCommand(),
 			probeCommand(),
 			importCommand(),
 			infoCommand(),
@@ -67,6 +68,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			replayCommand(),
 			compareCommand(),
 			analyzeCommand(),
+			explainCommand(),
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),
@@ -213,19 +215,16 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// version is the module version and the commit the binary was built from,
-// as the Go toolchain recorded them: "v1.2.3" for `go install
-// module@v1.2.3`, "(devel) commit abc123def456" for a build of a checkout
-// ("+modified" when it had uncommitted changes).
+// version is Version and the commit the binary was built from, as the Go
+// toolchain recorded it: "0.9.0 commit abc123def456" for a build of a
+// checkout ("+modified" when it had uncommitted changes), "0.9.0" when no
+// commit was stamped.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return Version
 	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
+	v := Version
 	var rev, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -236,6 +235,9 @@ func version() string {
 				modified = "+modified"
 			}
 		}
+	}
+	if rev == "" {
+		rev = Commit
 	}
 	if rev != "" {
 		v += " commit " + rev[:min(len(rev), 12)] + modified
