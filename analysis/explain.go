@@ -235,7 +235,7 @@ type oomState struct {
 // trace's settings and keeps the state after its last oom event on the
 // device asked for, else the state at the end.
 func replayToOOM(open Opener, h *trace.Header, opts ExplainOptions) (*oomState, error) {
-	f, err := allocator.NewFactory("caching", "", h)
+	f, err := allocator.NewFactory(allocator.BaselineFacts().Name, "", h)
 	if err != nil {
 		return nil, err
 	}
