@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/fragsim/fragsim/analysis"
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 )
 
 // DPI is the resolution of the PNG files.

@@ -11,7 +11,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/report"
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 )
 

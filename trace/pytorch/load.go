@@ -11,7 +11,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
@@ -338,7 +338,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// to serve before the trace is written.
 	}
 	// The trace goes to a temporary file of its own beside out, renamed
-	// over it once whole (see internal/outfile).
+	// over it once whole (see package outfile).
 	of, err := outfile.Create(out, in)
 	if err != nil {
 		return nil, err
