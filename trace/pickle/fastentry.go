@@ -13,11 +13,11 @@ import (
 // LONG1 of up to 8 bytes), strings (the same two ways), None, True,
 // False, BINFLOAT, another memoized scalar or a memoized Ticket, and on a
 // worker whose handler is a ParallelLists a list of fetched values (see
-// refList); then SETITEMS. It hands the
+// refList); then SETITEMS. A FRAME may come before any item. It hands the
 // pairs to the handler and returns the offset after SETITEMS, with the
 // memo and tables as the general path would have left them. On anything
-// else (another opcode, a FRAME between two pairs, input that ends, a
-// memo index out of range) it returns ok false having changed nothing the
+// else (another opcode, two FRAMEs in a row, input that ends, a memo
+// index out of range) it returns ok false having changed nothing the
 // general path would not do the same (strings it interned are interned
 // again to the same index), and the caller decodes from the MEMOIZE on.
 func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xsp *[]uint64) (end int, ok bool, err error) {
