@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -69,6 +70,18 @@ type device struct {
 	// refuse, set during a request the recorded run ended with an OOM,
 	// fails every segment allocation and mapping (see recordedFailure).
 	refuse bool
+}
+
+// NewDevice returns a simulated GPU of total bytes (0: unlimited) for
+// running a policy outside a replay, as the recording hook runs PyTorch's
+// allocator beside its own: it lays segments out as a replay without
+// recorded addresses does, refuses a segment over the memory fraction set
+// with SetFraction (it implements driver.FractionSetter) or over total,
+// and has no recorded events.
+func NewDevice(total uint64) driver.Device {
+	d := newDevice(nil, 0, total, 0, 0)
+	d.compare = false
+	return d
 }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
