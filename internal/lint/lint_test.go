@@ -1,4 +1,5 @@
-// Package lint holds tests that check the project's layering rules.
+// Package lint holds tests that check the project's rules: the layering
+// of its packages, and the README's figures against bench/RESULTS.md.
 package lint
 
 import (
