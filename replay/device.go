@@ -53,15 +53,14 @@ type device struct {
 	// rec holds the recorded device events not matched yet, oldest first.
 	rec []trace.Event
 
-	lay      driverLayout // where the driver puts segments
-	top      uint64       // the next range slot ends here
-	up       uint64       // the next range slot past LayoutTop starts here
-	tails    tails        // unused range slot tails
-	segs     []span       // live cudaMalloc segments, by address
-	ranges   []span       // live reserved (expandable) ranges, by address
-	compare  bool         // compare calls with rec
-	matched  int64
-	mismatch bool // a mismatch was seen during the current request
+	lay     driverLayout // where the driver puts segments
+	top     uint64       // the next range slot ends here
+	up      uint64       // the next range slot past LayoutTop starts here
+	tails   tails        // unused range slot tails
+	segs    []span       // live cudaMalloc segments, by address
+	ranges  []span       // live reserved (expandable) ranges, by address
+	compare bool         // compare calls with rec
+	matched int64
 
 	// pool, when set, is device memory shared with other processes'
 	// devices (Cohost): it decides fits instead of total and outside.

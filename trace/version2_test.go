@@ -9,6 +9,12 @@ import (
 	"testing"
 )
 
+// formatVersion makes the writer write format version v (1 to Version),
+// for tests of older versions' readers.
+func formatVersion(v int) WriterOption {
+	return func(o *writerOptions) { o.version = min(max(v, 1), Version) }
+}
+
 // headerLen is the number of uvarints of the column header of version v.
 func headerLen(v int) int {
 	n, _ := colHeaderLen(v)

@@ -536,17 +536,6 @@ func barLabel(v float64, unit string) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// barLabels puts each bar's value above it.
-func barLabels(vals []float64, unit string) plotter.XYLabels {
-	xy := make(plotter.XYs, len(vals))
-	labels := make([]string, len(vals))
-	for i, v := range vals {
-		xy[i].X, xy[i].Y = float64(i), v
-		labels[i] = barLabel(v, unit)
-	}
-	return plotter.XYLabels{XYs: xy, Labels: labels}
-}
-
 // padBars leaves half a bar of room at both ends and headroom above the
 // tallest bar for its label and the legend.
 func padBars(p *plot.Plot, n int, top float64) {

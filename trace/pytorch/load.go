@@ -100,10 +100,6 @@ func loadInput(in input, opt Options, release func(int)) (*Snapshot, error) {
 	return loadPickleIn(in, opt, false, release)
 }
 
-func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
-	return loadPickleIn(input{data: data}, opt, stream, release)
-}
-
 // loadPickleIn converts the pickle in, its trace entries streamed to the
 // converter when stream is set (see LoadPickle).
 func loadPickleIn(in input, opt Options, stream bool, release func(int)) (_ *Snapshot, err error) {
