@@ -2,12 +2,9 @@
 package replay
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"runtime"
 	"strings"
 
@@ -133,7 +130,11 @@ type engine struct {
 //
 // A trace cut short (an error that Is trace.ErrTruncated) still gives a
 // complete Result for every event read, with the error saying what was lost.
+// A cfg that Validate refuses is a *ConfigError, before any event.
 func Run(r *trace.Reader, f driver.Factory, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
 		e.hdr = &trace.Header{}
@@ -169,40 +170,6 @@ func (e *engine) release() {
 		if r, ok := d.policy.(driver.Releaser); ok {
 			r.Release()
 		}
-	}
-}
-
-// RunFile replays the trace file at path.
-func RunFile(path string, f driver.Factory, cfg Config) (*Result, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	res, err := Run(r, f, cfg)
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", path, err)
-	}
-	return res, nil
-}
-
-// OpenFile returns an opener of the trace at path, for MinCapacity.
-func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
-	return func() (*trace.Reader, io.Closer, error) {
-		fh, err := os.Open(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
-		if err != nil {
-			fh.Close()
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return r, fh, nil
 	}
 }
 

@@ -17,9 +17,9 @@ import (
 
 // ExportOptions configures WriteMemoryViz and WritePerfetto.
 type ExportOptions struct {
-	// Policy is the policy replayed for memory_viz ("" is caching).
+	// Policy is the policy replayed for memory_viz ("": the baseline).
 	Policy string
-	// Policies are the policies compared for Perfetto; nil: analysis.DefaultPolicies.
+	// Policies are the policies compared for Perfetto; nil: the registry's defaults.
 	Policies []string
 	// Conf is a PYTORCH_CUDA_ALLOC_CONF string; empty: the trace's own settings.
 	Conf string
@@ -135,10 +135,10 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	}
 	policy := opts.Policy
 	if policy == "" {
-		policy = "caching"
+		policy = allocator.BaselineFacts().Name
 	}
 	h := r.Header()
-	f, err := allocator.NewFactory(policy, opts.Conf, h)
+	f, err := analysis.NewFactory(policy, opts.Conf, h)
 	if err != nil {
 		return nil, err
 	}
@@ -164,8 +164,8 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	if conf == "" && h != nil {
 		conf = h.AllocConf
 	}
-	if policy == "expandable" && !strings.Contains(conf, "expandable_segments") {
-		conf = strings.Trim(conf+",expandable_segments:True", ",")
+	if f, _ := allocator.Lookup(policy); f.TorchConf != "" && !strings.Contains(conf, strings.Split(f.TorchConf, ":")[0]) {
+		conf = strings.Trim(conf+","+f.TorchConf, ",")
 	}
 	if werr := v.write(w, conf, policy); werr != nil {
 		return res, werr
@@ -246,7 +246,7 @@ func (v *vizRecorder) write(w io.Writer, conf, policy string) error {
 	e.Str("PYTORCH_CUDA_ALLOC_CONF")
 	e.Str(conf)
 	e.Str("expandable_segments")
-	e.Bool(policy == "expandable")
+	e.Bool(strings.Contains(conf, "expandable_segments:True"))
 	e.EndDict()
 	e.Str("external_annotations")
 	e.BeginList()
