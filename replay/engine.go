@@ -93,7 +93,6 @@ type engine struct {
 	prevRes    uint64
 	stranded   uint64
 	sample     Sample
-	err        error
 	// The replayed block of the event apply served last, for the Sample.
 	blk    driver.Block
 	hasBlk bool

@@ -47,17 +47,21 @@ const maxZstdWindow = 256 << 20
 
 // budget bounds a decompression.
 type budget struct {
-	limit int64 // the most bytes in all
-	ratio int64 // the most bytes per compressed byte (beyond minBudgetBytes)
+	limit      int64 // the most bytes in all
+	ratio      int64 // the most bytes per compressed byte (beyond minBudgetBytes)
+	streamFrom int64 // the pickle size from which a compressed input is streamed (see zsrc)
 }
 
 func (o *Options) budget() budget {
-	b := budget{limit: o.MaxInputBytes, ratio: o.MaxRatio}
+	b := budget{limit: o.MaxInputBytes, ratio: o.MaxRatio, streamFrom: o.StreamFromBytes}
 	if b.limit <= 0 {
 		b.limit = 64 << 30
 	}
 	if b.ratio <= 0 {
 		b.ratio = defaultMaxRatio
+	}
+	if b.streamFrom <= 0 {
+		b.streamFrom = defaultStreamFrom
 	}
 	return b
 }
@@ -135,7 +139,7 @@ func inputReader(r io.Reader, opt Options) (*bufio.Reader, int64, budget) {
 // openPickle returns the pickle in raw: raw itself when it is not
 // compressed; else decompressed whole (data and free as readInput's) when
 // the pickle is small, or z, to be decoded as it is decompressed, when it
-// is large or of unknown size (see streamFrom), or when its decompression
+// is large or of unknown size (see Options.StreamFromBytes), or when its decompression
 // breaks: the entries before the break are then kept, as those of a cut
 // pickle are.
 func openPickle(raw []byte, b budget) (data []byte, free func(), z *zsrc, err error) {

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
@@ -98,10 +98,6 @@ func loadInput(in input, opt Options, release func(int)) (*Snapshot, error) {
 		return s, err
 	}
 	return loadPickleIn(in, opt, false, release)
-}
-
-func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
-	return loadPickleIn(input{data: data}, opt, stream, release)
 }
 
 // loadPickleIn converts the pickle in, its trace entries streamed to the
@@ -338,7 +334,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// to serve before the trace is written.
 	}
 	// The trace goes to a temporary file of its own beside out, renamed
-	// over it once whole (see internal/outfile).
+	// over it once whole (see package outfile).
 	of, err := outfile.Create(out, in)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -270,7 +270,7 @@ func ImportFile(in, out string) (*Summary, error) {
 		h.Approximate = append(h.Approximate, "the log was cut at a bad line: "+ierr.Error()+"; only the events before it are kept")
 	}
 	// The trace goes to a temporary file of its own beside out, renamed
-	// over it once whole (see internal/outfile).
+	// over it once whole (see package outfile).
 	of, err := outfile.Create(out, in)
 	if err != nil {
 		return sum, err
