@@ -404,4 +404,7 @@ func importPrintRMM(w io.Writer, s *rmm.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "events:      %d (%s)\n", s.Events, importKinds(s.Kinds))
 	fmt.Fprintf(w, "streams:     %d; threads: %d\n", len(s.Streams), s.Threads)
 	fmt.Fprintf(w, "time window: %s\n", importWindow(s.FirstNS, s.LastNS))
+	for _, n := range s.Clock {
+		fmt.Fprintf(w, "clock:       %s\n", n)
+	}
 }

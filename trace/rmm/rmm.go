@@ -7,6 +7,13 @@
 // followed) or seconds since the epoch. Rows become KindAlloc, a
 // KindFreeRequested plus KindFreeCompleted pair, and KindOOM events on device
 // 0; RMM logs hold no device-level (segment) events.
+//
+// The times of a trace never go back. A time of day that falls by more than
+// half a day is the clock passing midnight: a day is added from there on
+// (Summary.Clock says at which lines). Threads log side by side, so a line
+// may come a little before the line above it: up to MaxClockSkewNS, its time
+// is raised to that line's (counted in Summary.Clock); further back, the
+// line is an error naming it.
 package rmm
 
 import (
@@ -34,6 +41,75 @@ type Summary struct {
 	FirstNS int64            `json:"first_ns"`
 	LastNS  int64            `json:"last_ns"`
 	Threads int              `json:"threads"`
+	// Clock says how the log's times were made monotonic: the midnights
+	// passed, and the lines whose time was raised to the line before
+	// theirs (see the package documentation); empty when the times never
+	// went back.
+	Clock []string `json:"clock,omitempty"`
+}
+
+// MaxClockSkewNS is how far a line's time may be behind the line before
+// it (threads logging side by side) before the line is refused: 1 s.
+const MaxClockSkewNS = int64(1e9)
+
+// clock makes a log's times monotonic (see the package documentation).
+type clock struct {
+	name      string
+	started   bool
+	last      int64 // the last time given (unwrapped)
+	dayOffset int64
+	raised    int   // lines whose time was raised
+	maxRaise  int64 // by at most this
+	firstLine int   // the first line raised
+	midnights []int // the lines where the clock passed midnight
+}
+
+// next returns the time of the line at lineNo whose raw time is raw (of
+// the day when ofDay).
+func (c *clock) next(raw int64, ofDay bool, lineNo int) (int64, error) {
+	t := raw + c.dayOffset
+	if !c.started {
+		c.started, c.last = true, t
+		return t, nil
+	}
+	if ofDay {
+		switch {
+		case t+dayNS/2 < c.last: // past midnight
+			c.dayOffset += dayNS
+			t += dayNS
+			c.midnights = append(c.midnights, lineNo)
+		case t-dayNS/2 > c.last && c.dayOffset > 0: // a line from before the last midnight
+			t -= dayNS
+		}
+	}
+	if t < c.last {
+		back := c.last - t
+		if back > MaxClockSkewNS {
+			return 0, &LineError{c.name, lineNo, fmt.Sprintf("the time goes back %.6f s from the line before (more than the %.0f s threads may skew, and not a wrap past midnight): the clock is not monotonic",
+				float64(back)/1e9, float64(MaxClockSkewNS)/1e9)}
+		}
+		if c.raised == 0 {
+			c.firstLine = lineNo
+		}
+		c.raised++
+		c.maxRaise = max(c.maxRaise, back)
+		t = c.last
+	}
+	c.last = t
+	return t, nil
+}
+
+// notes says what next did to the times.
+func (c *clock) notes() []string {
+	var out []string
+	for _, l := range c.midnights {
+		out = append(out, fmt.Sprintf("the clock passed midnight at line %d: a day was added to the times from there", l))
+	}
+	if c.raised > 0 {
+		out = append(out, fmt.Sprintf("%d lines (the first at line %d) were up to %.6f s behind the line before (threads logging side by side): their times were raised to it",
+			c.raised, c.firstLine, float64(c.maxRaise)/1e9))
+	}
+	return out
 }
 
 // LineError is an error at a line of the log.
@@ -120,8 +196,7 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	streams := map[trace.StreamID]bool{}
 	threads := map[string]bool{}
-	var dayOffset, lastRaw int64
-	started := false
+	clk := &clock{name: name}
 	write := func(e trace.Event) error {
 		if err := sink.WriteEvent(e); err != nil {
 			return err
@@ -140,6 +215,7 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 		}
 		sortStreams(sum.Streams)
 		sum.Threads = len(threads)
+		sum.Clock = clk.notes()
 	}()
 	for sc.Scan() {
 		sum.Lines++
@@ -164,11 +240,10 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, err.Error()}
 		}
-		if ofDay && started && raw+dayNS/2 < lastRaw {
-			dayOffset += dayNS // the log ran past midnight
+		t, err := clk.next(raw, ofDay, sum.Lines)
+		if err != nil {
+			return sum, err
 		}
-		lastRaw, started = raw, true
-		t := raw + dayOffset
 		ptr, err := parsePtr(f[3])
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad pointer %q", f[3])}
