@@ -89,7 +89,7 @@ func runImport(c *cli.Context) (err error) {
 		}
 		defer func() {
 			if err == nil {
-				err = importDeviceLog(c.App.ErrWriter, out, samples)
+				err = importDeviceLog(c.App.ErrWriter, out, p, samples)
 			}
 		}()
 	}
