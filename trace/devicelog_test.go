@@ -91,7 +91,9 @@ func TestDeviceLogBudgets(t *testing.T) {
 // FitDeviceSamples keeps the samples inside the trace's window, counts the
 // others, and refuses a device the trace does not have.
 func TestFitDeviceSamples(t *testing.T) {
-	s := func(t int64, d DeviceID) Event { return Event{Kind: KindDeviceMem, TimeNS: t, Device: d, SizeBytes: 1, Aux: 2} }
+	s := func(t int64, d DeviceID) Event {
+		return Event{Kind: KindDeviceMem, TimeNS: t, Device: d, SizeBytes: 1, Aux: 2}
+	}
 	samples := []Event{s(1, 0), s(100, 0), s(150, 1), s(200, 0), s(300, 1)}
 	kept, fit, err := FitDeviceSamples(samples, "m.log", []DeviceID{0, 1}, 100, 200)
 	if err != nil || len(kept) != 3 || kept[0].TimeNS != 100 || kept[2].TimeNS != 200 || fit != (DeviceFit{Before: 1, After: 1}) {
