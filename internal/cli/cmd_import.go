@@ -223,6 +223,11 @@ type inputHead struct {
 // shorter; none when it cannot be read: the import reports the error).
 func readHead(path string) inputHead {
 	var h inputHead
+	// A pipe or a FIFO gives its bytes once: they are the import's, and
+	// it is not even opened here (a FIFO's writer would meet this open).
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return h
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return h

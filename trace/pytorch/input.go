@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -90,7 +91,10 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	br, size, b := inputReader(r, opt)
-	head, _ := br.Peek(len(zstdMagic))
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, err
+	}
 	kind := compression(head)
 	if kind == "" {
 		hint := int64(1 << 20)
@@ -113,6 +117,11 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 // readInput's) or returned as z, to be decoded as it is decompressed.
 func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
 	br, size, b := inputReader(r, opt)
+	// The first bytes are checked before the rest is read (and held).
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, nil, err
+	}
 	hint := int64(1 << 20)
 	if size >= 0 {
 		hint = size + 1
@@ -162,7 +171,7 @@ type brokenStream struct{ error }
 func (e brokenStream) Unwrap() error { return e.error }
 
 // sizeOf returns the size of r, a regular file or a reader with a Len
-// method, or -1.
+// or Size method, or -1.
 func sizeOf(r io.Reader) int64 {
 	switch x := r.(type) {
 	case *os.File:
@@ -171,8 +180,27 @@ func sizeOf(r io.Reader) int64 {
 		}
 	case interface{ Len() int }:
 		return int64(x.Len())
+	case *trace.Input:
+		return x.Size()
 	}
 	return -1
+}
+
+// checkHead refuses an input whose first bytes can start neither a
+// pickle nor a gzip or zstd stream, before the rest is read: 2 GB of
+// zeros on standard input are refused at once, as the same bytes in a
+// file are by the decoder.
+func checkHead(head []byte) error {
+	if len(head) == 0 || compression(head) != "" {
+		return nil // an empty input: the decoder says so
+	}
+	if bytes.HasPrefix(head, []byte("Thread,Time,")) || bytes.HasPrefix(head, []byte("\ufeffThread,Time,")) {
+		return errors.New("byte offset 0: not a snapshot: it starts as an RMM log's header (import it with --format rmm)")
+	}
+	if op := head[0]; op != 0x80 && pickle.OpName(op) == "unknown" {
+		return fmt.Errorf("byte offset 0: not a snapshot: it starts with byte 0x%02x, which starts no pickle (nor gzip or zstd)", op)
+	}
+	return nil
 }
 
 // compression returns "gzip" or "zstd" when data starts with their magic

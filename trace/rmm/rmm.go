@@ -21,7 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -309,27 +309,18 @@ func sortStreams(s []trace.StreamID) {
 //
 // The log is read twice, once to find whether and where it is cut (the
 // header says so, and it comes first), once to write the events, so that
-// neither the log nor its events are held in memory. A log that cannot be
-// read again (a pipe) has its events kept in memory instead.
+// neither the log nor its events are held in memory. A log that can be
+// read only once (standard input, a pipe) is copied to a temporary file
+// first (trace.OpenInput, beside out).
 //
 // in "-" is standard input.
 func ImportFile(in, out string) (*Summary, error) {
-	f := os.Stdin
-	if in != "-" {
-		var err error
-		if f, err = os.Open(in); err != nil {
-			return nil, err
-		}
-		defer f.Close()
+	f, err := trace.OpenInput(in, trace.InputOptions{Dir: filepath.Dir(out)})
+	if err != nil {
+		return nil, err
 	}
-	var buf *eventBuffer
-	var sink trace.Sink = discard{}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		buf = &eventBuffer{}
-		sink = buf
-	}
-	sum, ierr := Import(f, in, sink)
+	defer f.Close()
+	sum, ierr := Import(f, in, discard{})
 	if ierr != nil && sum.Events == 0 {
 		return sum, ierr
 	}
@@ -348,9 +339,7 @@ func ImportFile(in, out string) (*Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	if buf != nil {
-		err = buf.replay(w)
-	} else if _, err = f.Seek(0, io.SeekStart); err == nil {
+	if _, err = f.Seek(0, io.SeekStart); err == nil {
 		// The second pass stops at the same bad line, with the same events
 		// written before it.
 		var again *Summary
@@ -382,24 +371,3 @@ type discard struct{}
 func (discard) WriteEvent(trace.Event) error      { return nil }
 func (discard) String(string) trace.StringID      { return trace.NoString }
 func (discard) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
-
-// eventBuffer is a Sink that keeps events in memory.
-type eventBuffer struct {
-	events []trace.Event
-}
-
-func (b *eventBuffer) WriteEvent(e trace.Event) error {
-	b.events = append(b.events, e)
-	return nil
-}
-func (b *eventBuffer) String(string) trace.StringID      { return trace.NoString }
-func (b *eventBuffer) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
-
-func (b *eventBuffer) replay(s trace.Sink) error {
-	for i, e := range b.events {
-		if err := s.WriteEvent(e); err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
-		}
-	}
-	return nil
-}

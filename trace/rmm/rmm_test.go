@@ -212,3 +212,15 @@ func TestClockMonotonic(t *testing.T) {
 		}
 	}
 }
+
+// eventBuffer is a Sink that keeps events in memory.
+type eventBuffer struct {
+	events []trace.Event
+}
+
+func (b *eventBuffer) WriteEvent(e trace.Event) error {
+	b.events = append(b.events, e)
+	return nil
+}
+func (b *eventBuffer) String(string) trace.StringID      { return trace.NoString }
+func (b *eventBuffer) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
