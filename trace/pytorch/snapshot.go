@@ -104,8 +104,8 @@ type devSeq struct {
 	// extension.go), each to go before its entry of index extPos.
 	ext    []event
 	extPos []int32
-	conv         bool    // its entries in raw are converted already (see entry)
-	bare         bool    // none of them has a stack or a text (putBlock need not look)
+	conv   bool // its entries in raw are converted already (see entry)
+	bare   bool // none of them has a stack or a text (putBlock need not look)
 }
 
 const noFrames = ^pickle.Value(0)
