@@ -335,12 +335,19 @@ func (b budget) bombError(kind string, n, in int64) error {
 		kind, b.allowed(in), in, b.ratio, minBudgetBytes>>20)
 }
 
-// readAll reads r to its end into a buffer of capacity hint, failing past limit.
+// readAll reads r to its end into a buffer of capacity hint, failing past
+// limit: the buffer never grows past limit+1 bytes (the byte that tells
+// an input of more).
 func readAll(r io.Reader, hint, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, max(hint, 512))
+	buf := make([]byte, 0, min(max(hint, 512), limit+1))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if int64(len(buf)) > limit {
+				return nil, fmt.Errorf("input exceeds %d bytes", limit)
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

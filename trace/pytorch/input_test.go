@@ -161,3 +161,15 @@ func TestImportFileStdin(t *testing.T) {
 		t.Errorf("left in the output's directory: %v", left)
 	}
 }
+
+// readAll's buffer never grows past its limit (and the byte past it).
+func TestReadAllBudget(t *testing.T) {
+	data := strings.Repeat("x", 1000)
+	if _, err := readAll(strings.NewReader(data), 10, 999); err == nil || !strings.Contains(err.Error(), "exceeds 999 bytes") {
+		t.Errorf("past the limit: %v", err)
+	}
+	got, err := readAll(strings.NewReader(data), 10, 1000)
+	if err != nil || len(got) != 1000 || cap(got) > 1001 {
+		t.Errorf("%d bytes in %d, %v", len(got), cap(got), err)
+	}
+}
