@@ -1,2 +1,2 @@
-// Package allocator names fragsim's allocator policies and builds them for the replay engine.
+// Package allocator is the registry of fragsim's allocator policies: it builds them for the replay engine and holds every fact the analysis knows of each.
 package allocator

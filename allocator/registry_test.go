@@ -315,3 +315,102 @@ func replayOps(t *testing.T, name string, seed uint64, p driver.Policy, d *faked
 		}
 	}
 }
+
+// TestMapPages checks the device-cost model of the policies that map:
+// PyTorch's expandable segments map 20 MiB pages in the large pool and
+// 2 MiB ones in the small; CUDA's pool grows in pieces of 32 MiB.
+func TestMapPages(t *testing.T) {
+	for _, tc := range []struct {
+		n          uint64
+		torch, gpu uint64
+	}{
+		{2 << 20, 1, 1}, {20 << 20, 1, 1}, {60 << 20, 3, 2}, {6 << 20, 3, 1}, {64 << 20, 32, 2}, {160 << 20, 8, 5},
+	} {
+		for _, p := range []struct {
+			name string
+			want uint64
+		}{{"caching", tc.torch}, {"expandable", tc.torch}, {"pooled", tc.gpu}} {
+			f, _ := Lookup(p.name)
+			if got := f.MapPages(tc.n); got != p.want {
+				t.Errorf("%s: MapPages(%d MiB) = %d, want %d", p.name, tc.n>>20, got, p.want)
+			}
+		}
+	}
+}
+
+// TestRoles checks the facts the analysis weighs a policy by: one
+// baseline (PyTorch's default, exact, no setting), one limit, the
+// defaults a comparison replays, and how to apply each.
+func TestRoles(t *testing.T) {
+	if b := BaselineFacts(); b.Name != "caching" || !b.Exact || b.TorchConf != "" || b.Apply == "" {
+		t.Errorf("baseline %+v, want caching, exact, with no setting", b)
+	}
+	if l, ok := LimitFacts(); !ok || l.Name != "ideal" {
+		t.Errorf("limit %+v, %v; want ideal", l, ok)
+	}
+	if got, want := Defaults(), []string{"caching", "expandable", "pooled", "bfc", "ideal"}; !slices.Equal(got, want) {
+		t.Errorf("Defaults() = %v, want %v", got, want)
+	}
+	for _, f := range All() {
+		if f.Apply == "" {
+			t.Errorf("%s: no Apply", f.Name)
+		}
+		if f.TorchConf != "" && f.Apply != f.Env() {
+			t.Errorf("%s: Apply %q, want its env line %q", f.Name, f.Apply, f.Env())
+		}
+		if f.TorchConf != "" && f.Role != Candidate {
+			t.Errorf("%s: a %s with a PyTorch setting", f.Name, f.Role)
+		}
+	}
+	arms := map[string]string{}
+	for _, f := range All() {
+		if f.WallArm != "" {
+			arms[f.Name] = f.WallArm
+		}
+	}
+	if want := map[string]string{"caching": "native", "expandable": "expandable", "pooled": "async"}; !maps.Equal(arms, want) {
+		t.Errorf("wall-time arms %v, want %v (the workload scripts' tags)", arms, want)
+	}
+}
+
+// TestRegister checks that a policy registered is built, looked up and
+// listed like the registry's own, that its removal leaves the registry as
+// it was, and that Register refuses a taken name or a second baseline.
+func TestRegister(t *testing.T) {
+	before := Names()
+	remove := Register(Entry{
+		Facts: Facts{Name: "Fake", Aliases: []string{"phony"}, Apply: "x"},
+		Build: builtin[4].Build, // ideal's
+	})
+	if f, ok := Lookup("PHONY"); !ok || f.Name != "fake" {
+		t.Errorf("Lookup(PHONY) = %+v, %v", f, ok)
+	}
+	if _, err := NewFactory("phony", "", nil); err != nil {
+		t.Errorf("NewFactory(phony): %v", err)
+	}
+	if got := Names(); !slices.Equal(got, append(slices.Clone(before), "fake")) {
+		t.Errorf("Names() = %v", got)
+	}
+	remove()
+	if got := Names(); !slices.Equal(got, before) {
+		t.Errorf("after removal Names() = %v, want %v", got, before)
+	}
+	for _, e := range []Entry{
+		{Facts: Facts{Name: "caching"}, Build: builtin[4].Build},
+		{Facts: Facts{Name: "x", Aliases: []string{"async"}}, Build: builtin[4].Build},
+		{Facts: Facts{Name: "x", Role: Baseline}, Build: builtin[4].Build},
+		{Facts: Facts{Name: "x"}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%+v) did not refuse it", e.Facts)
+				}
+			}()
+			Register(e)
+		}()
+	}
+	if _, err := NewFactory("nope", "", nil); !errors.Is(err, ErrUnknownPolicy) {
+		t.Errorf("unknown policy: %v, want ErrUnknownPolicy", err)
+	}
+}

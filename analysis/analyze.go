@@ -13,35 +13,6 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// AnalyzeOptions configures Analyze.
-type AnalyzeOptions struct {
-	// Policy whose fragmentation is explained; "" is caching.
-	Policy string
-	// Conf is a PYTORCH_CUDA_ALLOC_CONF string; empty: the trace's own settings.
-	Conf string
-	// Config is the replay configuration (capacity, fraction, ...).
-	Config replay.Config
-	// Top is the number of worst moments listed; 0: 5.
-	Top int
-	// NoAdvice skips the sweeps.
-	NoAdvice bool
-	// Sweep overrides the advice sweep; nil: DefaultSweep.
-	Sweep []Variant
-	// Parallel bounds the replays run at once; 0: GOMAXPROCS.
-	Parallel int
-	// Progress is as for CompareOptions.
-	Progress func(events int64, runsDone, runs int)
-	// Name is the trace's name, for reports.
-	Name string
-	// Policies are the policies the recommendation weighs besides the
-	// settings; nil: DefaultPolicies, as compare.
-	Policies []string
-	// Goal is what the recommendation optimises; zero: GoalReserved.
-	Goal Goal
-	// DeviceCost prices every run's device calls; nil: H200Cost.
-	DeviceCost *DeviceCost
-}
-
 // Analysis explains where a trace's fragmentation comes from and which
 // setting removes most of it.
 type Analysis struct {
@@ -187,15 +158,15 @@ func shortBytes(n uint64) string {
 
 // explainer observes the explained replay.
 type explainer struct {
-	r       *trace.Reader
-	origins map[driver.Policy]*origins // by policy; nil for one that cannot list its blocks
-	marker  string
-	markers map[string]bool
-	stacks  map[trace.StackID]string
-	reqs    [64]SizeClass
-	moments *momentBuckets
-	t0      int64
-	started bool
+	r            *trace.Reader
+	attributions map[driver.Policy]*attributions // by policy; nil for one that cannot list its blocks
+	marker       string
+	markers      map[string]bool
+	stacks       map[trace.StackID]string
+	reqs         [64]SizeClass
+	moments      *momentBuckets
+	t0           int64
+	started      bool
 
 	peak, maxStranded    uint64
 	peakSeen             bool
@@ -207,7 +178,7 @@ type explainer struct {
 
 func newExplainer(r *trace.Reader) *explainer {
 	return &explainer{r: r, markers: map[string]bool{}, stacks: map[trace.StackID]string{},
-		origins: map[driver.Policy]*origins{}, moments: newMomentBuckets(512), pools: newPoolTracker()}
+		attributions: map[driver.Policy]*attributions{}, moments: newMomentBuckets(512), pools: newPoolTracker()}
 }
 
 // stackKey names a stack by its top frames.
@@ -240,14 +211,14 @@ func (x *explainer) observe(s *replay.Sample) {
 		x.t0, x.started = s.TimeNS, true
 	}
 	ev := &s.Event
-	t, ok := x.origins[s.Policy]
+	t, ok := x.attributions[s.Policy]
 	if !ok {
 		var h *trace.Header
 		if x.r != nil {
 			h = x.r.Header()
 		}
-		t = newOrigins(s, h)
-		x.origins[s.Policy] = t
+		t = newAttributions(s, h)
+		x.attributions[s.Policy] = t
 	}
 	switch ev.Kind {
 	case trace.KindMarker:
@@ -260,7 +231,7 @@ func (x *explainer) observe(s *replay.Sample) {
 		x.reqs[k].Count++
 		x.reqs[k].Bytes += ev.SizeBytes
 		if t != nil && s.HasBlock {
-			o := origin{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
+			o := attribution{size: ev.SizeBytes, stream: ev.Stream, marker: x.marker}
 			if ev.Stack != trace.NoStack {
 				x.hasStacks = true
 				o.stack = x.stackKey(ev.Stack)
@@ -324,7 +295,7 @@ func (a shareAcc) sorted(total uint64) []Share {
 }
 
 // breakdown walks the policy's segments and attributes their stranded bytes.
-func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
+func (x *explainer) breakdown(t *attributions, what string, m Moment) *Breakdown {
 	bd := &Breakdown{What: what, Moment: m}
 	bySize, byStream, byMarker, byStack, byPool := shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}, shareAcc{}
 	walk := func(fn func(seg trace.Segment, pool uint64) bool) {
@@ -374,7 +345,7 @@ func (x *explainer) breakdown(t *origins, what string, m Moment) *Breakdown {
 			share := float64(free) * float64(b.SizeBytes) / float64(live)
 			o, ok := t.m[b.Addr]
 			if !ok {
-				o = origin{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
+				o = attribution{size: b.RequestedBytes, stream: seg.Stream, marker: "(unknown)"}
 			}
 			sizeKey := "(unknown)"
 			if o.size > 0 {
@@ -488,11 +459,11 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	}
 	policy := opts.Policy
 	if policy == "" {
-		policy = "caching"
+		policy = baselinePolicy()
 	}
 	f, err := allocator.NewFactory(policy, opts.Conf, h)
 	if err != nil {
-		return nil, err
+		return nil, optionError(policy, opts.Conf, "", err)
 	}
 	var x *explainer
 	main := &job{run: &Run{Label: policy, Policy: policy, Conf: opts.Conf}, cfg: opts.Config, noSeries: true, factory: f}
@@ -518,14 +489,14 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		}
 	}
 	if p != nil {
-		if err := p.replay(jobs); err != nil {
+		if err := p.replayAll(jobs, opts.Goal); err != nil {
 			return nil, err
 		}
 	} else if err := runJobs(open, jobs, opts.Parallel, 0, opts.Progress); err != nil {
 		return nil, err
 	}
 	if !main.run.OK() {
-		return nil, fmt.Errorf("%s: %s", policy, main.run.Error)
+		return nil, fmt.Errorf("%s: %w", policy, main.err)
 	}
 	a := &Analysis{Trace: NewTraceInfo(opts.Name, h), Policy: policy, Conf: opts.Conf, Result: main.run.Result}
 	a.Trace.Events = a.Result.Events
@@ -583,9 +554,6 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 		a.State.ApplyState(a.Result)
 	}
 	if p != nil {
-		if opts.Goal.Kind == GoalFit && a.Truncated == "" {
-			p.minCapacities()
-		}
 		a.Goal, a.Runs = opts.Goal, p.runs
 		a.Decision = Decide(p.runs, opts.Goal)
 		a.Baseline, a.Advice = rankAdvice(variants, p.runs, padded)
@@ -607,20 +575,14 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 func advicePlanner(open Opener, h *trace.Header, opts AnalyzeOptions, variants []Variant) (*planner, *job, error) {
 	policies := opts.Policies
 	if len(policies) == 0 {
-		for _, name := range DefaultPolicies {
-			if registered(name) {
-				policies = append(policies, name)
-			}
-		}
+		policies = allocator.Defaults()
 	}
 	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
 	p.parallel, p.progress = opts.Parallel, opts.Progress
-	for _, name := range policies {
-		if err := p.addPolicy(name); err != nil {
-			return nil, nil, err
-		}
+	if err := p.addPolicies(policies); err != nil {
+		return nil, nil, err
 	}
-	settings := DefaultSettings(h, policies)
+	settings := defaultSettings(p.torchConfs)
 	if opts.Sweep != nil {
 		settings = nil
 		for _, v := range variants {
@@ -629,10 +591,8 @@ func advicePlanner(open Opener, h *trace.Header, opts AnalyzeOptions, variants [
 			}
 		}
 	}
-	for _, s := range settings {
-		if err := p.addSetting(s); err != nil {
-			return nil, nil, err
-		}
+	if err := p.addSettings(settings); err != nil {
+		return nil, nil, err
 	}
 	for _, v := range variants {
 		if v.PadPow2 {

@@ -22,11 +22,11 @@ func TestBreakdownSharesStrandedByLiveBlocks(t *testing.T) {
 		{SizeBytes: 2 * mib, Blocks: []trace.Block{blk(1<<30, 2*mib, trace.BlockInactive)}},
 		// Wholly live: nothing stranded.
 		{SizeBytes: 2 * mib, Blocks: []trace.Block{blk(2<<30, 2*mib, trace.BlockAllocated)}},
-		// 1 MiB free kept by one block the analysis has no origin for.
+		// 1 MiB free kept by one block the analysis has no attribution for.
 		{Stream: 9, SizeBytes: 3 * mib, Blocks: []trace.Block{
 			blk(3<<30, 2*mib, trace.BlockAllocated), blk(3<<30+2*mib, mib, trace.BlockInactive)}},
 	}}
-	tr := &origins{in: p, m: map[uint64]origin{
+	tr := &attributions{in: p, m: map[uint64]attribution{
 		0:       {size: 2*mib - 100, stream: 7, marker: "agent a", stack: "attn"},
 		8 * mib: {size: 4 * mib, stream: 7, marker: "agent b"},
 	}}

@@ -15,25 +15,32 @@ import (
 // DefaultSettings returns the setting variants a decision weighs besides
 // the policies: PyTorch's own settings, each over a few values, emptying
 // the cache at three rhythms, and the combinations PyTorch documents as
-// working together. expandable_segments:True is a variant only when the
-// expandable policy is not compared (it is the same replay).
+// working together. A setting that is the PyTorch setting of a compared
+// policy (expandable_segments:True) is left out: it is the same replay.
 // garbage_collection_threshold does nothing without a memory cap: without
 // one in the trace it is replayed under a cap at the baseline's peak
-// reserved (see planner.second).
+// reserved (see planner.second). The settings apply to the baseline
+// policy (Setting.Policy "").
 func DefaultSettings(h *trace.Header, policies []string) []Setting {
-	has := func(p string) bool {
-		for _, q := range policies {
-			if strings.EqualFold(strings.TrimSpace(q), p) {
-				return true
-			}
+	compared := map[string]bool{}
+	for _, p := range policies {
+		if f, ok := allocator.Lookup(p); ok && f.TorchConf != "" {
+			compared[f.TorchConf] = true
 		}
-		return false
 	}
+	return defaultSettings(compared)
+}
+
+// defaultSettings is DefaultSettings less the settings of compared: the
+// PyTorch settings of the policies compared.
+func defaultSettings(compared map[string]bool) []Setting {
 	var out []Setting
-	c := func(conf string) { out = append(out, Setting{Policy: "caching", Conf: conf}) }
-	if !has("expandable") {
-		c("expandable_segments:True")
+	c := func(conf string) {
+		if !compared[conf] {
+			out = append(out, Setting{Conf: conf})
+		}
 	}
+	c("expandable_segments:True")
 	for _, mb := range []int{32, 64, 128, 256, 512} {
 		c(fmt.Sprintf("max_split_size_mb:%d", mb))
 	}
@@ -43,16 +50,13 @@ func DefaultSettings(h *trace.Header, policies []string) []Setting {
 	c("garbage_collection_threshold:0.6")
 	c("garbage_collection_threshold:0.8")
 	for _, n := range []int64{100, 1000, 10000} {
-		out = append(out, Setting{Policy: "caching", EmptyCacheEvery: n})
+		out = append(out, Setting{EmptyCacheEvery: n})
 	}
 	c("expandable_segments:True,garbage_collection_threshold:0.8")
 	c("max_split_size_mb:128,garbage_collection_threshold:0.8")
 	c("max_split_size_mb:128,roundup_power2_divisions:4")
 	return out
 }
-
-// needsCap reports whether a setting does something only under a memory cap.
-func (s Setting) needsCap() bool { return strings.Contains(s.Conf, "garbage_collection_threshold") }
 
 // planner builds and runs the replays a decision weighs: the policies and
 // the settings, in the order given. compare and analyze both use it, so
@@ -69,15 +73,58 @@ type planner struct {
 	series    bool
 	progress  func(int64, int, int)
 
-	runs   []*Run
-	first  []*job
-	capped []*job // built by second, once the baseline's peak is known
-	later  []Setting
-	seen   map[string]bool
+	runs       []*Run
+	first      []*job
+	later      []Setting
+	seen       map[string]bool
+	torchConfs map[string]bool // the PyTorch settings of the policies added
+}
+
+// plan reads the trace's header and builds the replay of every candidate
+// of a comparison: the policies (the registry's defaults when none are
+// given), then the settings (the default ones when nil). Every factory is
+// built here, so that a bad policy, conf or setting is an *OptionError
+// before any replay.
+func plan(open Opener, opts CompareOptions) (*planner, error) {
+	h, err := readHeader(open)
+	if err != nil {
+		return nil, err
+	}
+	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
+	p.parallel, p.maxPoints, p.series, p.progress = opts.Parallel, opts.MaxPoints, true, opts.Progress
+	policies := opts.Policies
+	if len(policies) == 0 {
+		policies = allocator.Defaults()
+	}
+	if err := p.addPolicies(policies); err != nil {
+		return nil, err
+	}
+	settings := opts.Settings
+	if settings == nil {
+		settings = defaultSettings(p.torchConfs)
+	}
+	if err := p.addSettings(settings); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// readHeader opens the trace once to read its header.
+func readHeader(open Opener) (*trace.Header, error) {
+	r, c, err := open()
+	if err != nil {
+		return nil, err
+	}
+	h := r.Header()
+	if c != nil {
+		c.Close()
+	}
+	return h, nil
 }
 
 func newPlanner(open Opener, h *trace.Header, conf string, cfg replay.Config, cost *DeviceCost) *planner {
-	p := &planner{open: open, h: h, conf: conf, base: conf, cfg: cfg, cost: cost, seen: map[string]bool{}}
+	p := &planner{open: open, h: h, conf: conf, base: conf, cfg: cfg, cost: cost, seen: map[string]bool{},
+		torchConfs: map[string]bool{}}
 	if p.base == "" && h != nil {
 		p.base = h.AllocConf
 	}
@@ -87,75 +134,71 @@ func newPlanner(open Opener, h *trace.Header, conf string, cfg replay.Config, co
 	return p
 }
 
-// job builds the replay of one candidate.
+// addPolicies adds the policies, each under the planner's conf.
+func (p *planner) addPolicies(names []string) error {
+	for _, name := range names {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if p.seen[name] {
+			continue
+		}
+		p.seen[name] = true
+		j, err := p.job(&Run{Label: name, Policy: name, Conf: p.conf}, p.cfg)
+		if err != nil {
+			return err
+		}
+		p.runs = append(p.runs, j.run)
+		p.first = append(p.first, j)
+	}
+	return nil
+}
+
+// addSettings adds the setting variants. One that needs a cap the trace
+// lacks waits for second, its factory built now all the same, so that a
+// bad setting fails before any replay.
+func (p *planner) addSettings(settings []Setting) error {
+	for _, s := range settings {
+		run := s.candidate(p.conf, p.base)
+		if p.seen[run.Label] {
+			continue
+		}
+		p.seen[run.Label] = true
+		j, err := p.job(run, p.cfg)
+		if err != nil {
+			return err
+		}
+		if s.needsCap() && !hasFraction(p.h, p.cfg) {
+			p.later = append(p.later, s)
+			p.runs = append(p.runs, nil) // filled by second, in this place
+			continue
+		}
+		p.runs = append(p.runs, run)
+		p.first = append(p.first, j)
+	}
+	return nil
+}
+
+// job builds the replay of one candidate from the registry's entry of its
+// policy: its factory, how to apply it, and how its device calls are
+// priced (the physical limit's are not).
 func (p *planner) job(run *Run, cfg replay.Config) (*job, error) {
+	facts, _ := allocator.Lookup(run.Policy)
 	f, err := allocator.NewFactory(run.Policy, run.Conf, p.h)
 	if err != nil {
-		if run.Setting != "" {
-			return nil, fmt.Errorf("%s: %w", run.Setting, err)
-		}
-		return nil, err
+		return nil, optionError(run.Policy, run.Conf, run.Setting, err)
 	}
 	if run.Apply == "" {
-		run.Apply = applyHint(run.Policy, run.Setting)
+		run.Apply = facts.Apply
 	}
-	if !run.Limit { // the physical limit makes no device calls worth pricing
+	if run.Setting == "" {
+		run.Limit = facts.Role == allocator.Limit
+		p.torchConfs[facts.TorchConf] = facts.TorchConf != ""
+	}
+	if !run.Limit {
 		run.Cost = &AllocatorCost{}
-		f = costFactory(f, p.cost, pageCounter(run.Policy), run.Cost)
+		f = costFactory(f, p.cost, facts.MapPages, run.Cost)
 	}
 	cfg.EmptyCacheEvery = run.EmptyCacheEvery
 	return &job{run: run, factory: f, cfg: cfg, noSeries: !p.series}, nil
-}
-
-// addPolicy adds a policy under the given conf.
-func (p *planner) addPolicy(name string) error {
-	name = strings.ToLower(strings.TrimSpace(name))
-	if p.seen[name] {
-		return nil
-	}
-	p.seen[name] = true
-	run := &Run{Label: name, Policy: name, Conf: p.conf, Limit: name == LimitPolicy}
-	j, err := p.job(run, p.cfg)
-	if err != nil {
-		return err
-	}
-	p.runs = append(p.runs, run)
-	p.first = append(p.first, j)
-	return nil
-}
-
-// addSetting adds a setting variant; one that needs a cap the trace lacks
-// waits for second.
-func (p *planner) addSetting(s Setting) error {
-	if p.seen[s.Label()] {
-		return nil
-	}
-	p.seen[s.Label()] = true
-	if s.needsCap() && !hasFraction(p.h, p.cfg) {
-		// Parse it now, so that a bad setting fails before any replay.
-		if _, err := allocator.NewFactory(s.Policy, joinConf(p.base, s.Conf), p.h); err != nil {
-			return fmt.Errorf("%s: %w", s.Name(), err)
-		}
-		p.later = append(p.later, s)
-		p.runs = append(p.runs, nil) // filled by second, in this place
-		return nil
-	}
-	j, err := p.job(s.run(p.conf, p.base), p.cfg)
-	if err != nil {
-		return err
-	}
-	p.runs = append(p.runs, j.run)
-	p.first = append(p.first, j)
-	return nil
-}
-
-// run returns the replay of the setting.
-func (s Setting) run(conf, base string) *Run {
-	r := &Run{Label: s.Label(), Policy: s.Policy, Setting: s.Name(), EmptyCacheEvery: s.EmptyCacheEvery, Conf: conf}
-	if s.Conf != "" {
-		r.Conf = joinConf(base, s.Conf)
-	}
-	return r
 }
 
 // hasFraction reports whether the replay runs under a memory fraction.
@@ -167,14 +210,21 @@ func hasFraction(h *trace.Header, cfg replay.Config) bool {
 	return f > 0 && f < 1
 }
 
-// replay runs the first round, with extra jobs alongside (analyze's
-// explained replay), then the capped settings.
-func (p *planner) replay(extra []*job) error {
+// replayAll runs the first round, with extra jobs alongside (analyze's
+// explained replay), then the capped settings, then, for a fit goal,
+// each candidate's min capacity: what Decide weighs.
+func (p *planner) replayAll(extra []*job, goal Goal) error {
 	jobs := append(append([]*job(nil), extra...), p.first...)
 	if err := runJobs(p.open, jobs, p.parallel, p.maxPoints, p.progress); err != nil {
 		return err
 	}
-	return p.second()
+	if err := p.second(); err != nil {
+		return err
+	}
+	if goal.Kind == GoalFit {
+		p.minCapacities()
+	}
+	return nil
 }
 
 // second replays the settings that need a cap the trace lacks, under a
@@ -204,8 +254,8 @@ func (p *planner) second() error {
 		}
 		cfg.CapacityBytes = total
 		cfg.Fraction = math.Min(1, float64(peak)/float64(total)*1.0001)
-		note = fmt.Sprintf("under a memory fraction of %.4f (%s: the caching peak reserved), as "+
-			"torch.cuda.set_per_process_memory_fraction", cfg.Fraction, FmtBytes(peak))
+		note = fmt.Sprintf("under a memory fraction of %.4f (%s: the %s peak reserved), as "+
+			"torch.cuda.set_per_process_memory_fraction", cfg.Fraction, FmtBytes(peak), base.Label)
 	}
 	var jobs []*job
 	k := 0
@@ -215,7 +265,7 @@ func (p *planner) second() error {
 		}
 		s := p.later[k]
 		k++
-		run := s.run(p.conf, p.base)
+		run := s.candidate(p.conf, p.base)
 		run.Note = note
 		j, err := p.job(run, cfg)
 		if err != nil {
@@ -237,7 +287,7 @@ func (p *planner) second() error {
 // minCapacities finds each candidate's min capacity (replay.MinCapacity:
 // the smallest device, to 2 MiB, it runs on with no OOM), into
 // Result.MinCapacityBytes. A candidate that OOMs even on an unlimited
-// device keeps 0 and a note.
+// device keeps 0 and a note. A trace cut short has none.
 func (p *planner) minCapacities() {
 	par := p.parallel
 	if par <= 0 {
@@ -246,7 +296,12 @@ func (p *planner) minCapacities() {
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for _, r := range p.runs {
-		if !r.OK() || r.Limit || r.Truncated != "" {
+		if r.Truncated != "" {
+			return
+		}
+	}
+	for _, r := range p.runs {
+		if !r.OK() || r.Limit {
 			continue
 		}
 		f, err := allocator.NewFactory(r.Policy, r.Conf, p.h)

@@ -2,84 +2,17 @@ package analysis
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/replay"
-	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
-// DefaultPolicies are the policies Compare replays when none are given.
-var DefaultPolicies = []string{"caching", "expandable", "pooled", "bfc", "ideal"}
-
-// LimitPolicy is the policy shown as the physical limit: no allocator one
-// can switch to does better, so it is never the verdict's "after".
-const LimitPolicy = "ideal"
-
 // Opener opens a fresh reader on the trace; Compare calls it once per run.
 type Opener func() (*trace.Reader, io.Closer, error)
-
-// Setting is an allocator setting replayed as a variant of a policy: a
-// PYTORCH_CUDA_ALLOC_CONF fragment, or emptying the cache at a rhythm.
-type Setting struct {
-	Policy string `json:"policy"` // the policy it applies to, e.g. "caching"
-	Conf   string `json:"conf"`   // a PYTORCH_CUDA_ALLOC_CONF fragment, e.g. "max_split_size_mb:128"
-	// EmptyCacheEvery calls empty_cache after every N requests.
-	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
-}
-
-// Name is the change the setting makes: its conf, or "empty_cache every N
-// requests".
-func (s Setting) Name() string {
-	if s.EmptyCacheEvery > 0 {
-		name := fmt.Sprintf("empty_cache every %d requests", s.EmptyCacheEvery)
-		if s.Conf != "" {
-			name = s.Conf + "," + name
-		}
-		return name
-	}
-	return s.Conf
-}
-
-// Label names the setting as tables and verdicts show it.
-func (s Setting) Label() string { return s.Policy + "+" + s.Name() }
-
-// CompareOptions configures Compare.
-type CompareOptions struct {
-	// Policies to replay; nil: DefaultPolicies (those registered).
-	Policies []string
-	// Conf is a PYTORCH_CUDA_ALLOC_CONF string (or policy options) given to
-	// every policy; empty: the settings recorded in the trace header.
-	Conf string
-	// Settings are the variants considered for the verdict besides the
-	// policies; nil: DefaultSettings. Use an empty non-nil slice for none.
-	Settings []Setting
-	// Config is the replay configuration (capacity, fraction, ...); its
-	// Observer and Progress are set by Compare.
-	Config replay.Config
-	// Parallel bounds the replays run at once; 0: GOMAXPROCS.
-	Parallel int
-	// MaxPoints bounds the points of each time series; 0: DefaultMaxPoints.
-	MaxPoints int
-	// Progress, when set, is called now and then (from any goroutine, never
-	// concurrently) with the events replayed so far over all runs and the
-	// runs finished.
-	Progress func(events int64, runsDone, runs int)
-	// Name is the trace's name, for reports.
-	Name string
-	// DeviceCost prices every run's device calls; nil: H200Cost.
-	DeviceCost *DeviceCost
-	// Goal is what the recommendation optimises; zero: GoalReserved.
-	Goal Goal
-}
 
 // Run is one replay of a comparison: a policy, or a setting variant.
 type Run struct {
@@ -91,7 +24,8 @@ type Run struct {
 	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
 	// Note says how the run was made when that is not plain (a cap).
 	Note string `json:"note,omitempty"`
-	// Limit marks the physical limit (ideal): shown, never chosen.
+	// Limit marks the physical limit (the registry's Limit policy): shown,
+	// never chosen.
 	Limit    bool           `json:"physical_limit,omitempty"`
 	Apply    string         `json:"apply"` // how to get this allocator in PyTorch
 	Result   *replay.Result `json:"result"`
@@ -254,286 +188,59 @@ func (c *Comparison) Run(label string) *Run {
 	return nil
 }
 
-// registered reports whether the allocator registry knows name.
-func registered(name string) bool { return allocator.Describe(name) != "" }
-
-// joinConf appends a setting to a base PYTORCH_CUDA_ALLOC_CONF string; the
-// later key wins, as in PyTorch.
-func joinConf(base, setting string) string {
-	base = strings.Trim(base, ", ")
-	if base == "" {
-		return setting
-	}
-	return base + "," + setting
-}
-
-// applyHint says how to get a policy or setting in PyTorch.
-func applyHint(policy, setting string) string {
-	if setting != "" {
-		conf, every := setting, ""
-		if i := strings.Index(setting, "empty_cache every "); i >= 0 {
-			conf, every = strings.TrimRight(setting[:i], ","), setting[i+len("empty_cache every "):]
-			every = strings.TrimSuffix(every, " requests")
-		}
-		var parts []string
-		if conf != "" {
-			parts = append(parts, "PYTORCH_CUDA_ALLOC_CONF="+conf)
-		}
-		if every != "" {
-			parts = append(parts, "call torch.cuda.empty_cache() every "+every+" allocations (e.g. between requests)")
-		}
-		return strings.Join(parts, " and ")
-	}
-	switch canonical(policy) {
-	case "caching":
-		return "PyTorch's default caching allocator"
-	case "expandable":
-		return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-	case "pooled":
-		return "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
-	case LimitPolicy:
-		return "none: the physical limit"
-	}
-	return "a pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator)"
-}
-
-// job is one replay to run.
-type job struct {
-	run     *Run
-	factory driver.Factory
-	cfg     replay.Config
-	// open, when set, replaces the comparison's opener (transformed traces).
-	open Opener
-	// noSeries skips the time series and histogram.
-	noSeries bool
-	// prepare, when set, is called with the reader before the replay and
-	// may set cfg.Observer.
-	prepare func(r *trace.Reader, cfg *replay.Config)
-}
-
-// readHeader opens the trace once to read its header.
-func readHeader(open Opener) (*trace.Header, error) {
-	r, c, err := open()
-	if err != nil {
-		return nil, err
-	}
-	h := r.Header()
-	if c != nil {
-		c.Close()
-	}
-	return h, nil
-}
-
 // Compare replays the trace under each policy and setting, in parallel,
-// and decides the verdict.
+// and decides the verdict: the options are planned into replays, each
+// candidate's factory built from the allocator registry (a bad option is
+// an *OptionError, before any replay), the replays run, and Decide weighs
+// them for the goal.
 func Compare(open Opener, opts CompareOptions) (*Comparison, error) {
 	start := time.Now()
-	h, err := readHeader(open)
+	p, err := plan(open, opts)
 	if err != nil {
 		return nil, err
 	}
-	policies := opts.Policies
-	if len(policies) == 0 {
-		for _, p := range DefaultPolicies {
-			if registered(p) {
-				policies = append(policies, p)
-			}
-		}
-	}
-	settings := opts.Settings
-	if settings == nil {
-		settings = DefaultSettings(h, policies)
-	}
-	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
-	p.parallel, p.maxPoints, p.series, p.progress = opts.Parallel, opts.MaxPoints, true, opts.Progress
-	for _, pol := range policies {
-		if err := p.addPolicy(pol); err != nil {
-			return nil, err
-		}
-	}
-	for _, s := range settings {
-		if err := p.addSetting(s); err != nil {
-			return nil, err
-		}
-	}
-	if err := p.replay(nil); err != nil {
+	if err := p.replayAll(nil, opts.Goal); err != nil {
 		return nil, err
 	}
-	c := &Comparison{Trace: NewTraceInfo(opts.Name, h), Goal: opts.Goal}
-	for _, r := range p.runs {
+	d := Decide(p.runs, opts.Goal)
+	c := newComparison(opts.Name, p.h, p.runs, d)
+	c.WallS = time.Since(start).Seconds()
+	return c, nil
+}
+
+// newComparison is the comparison of the replays of the trace whose
+// header is h, with the decision made of them.
+func newComparison(name string, h *trace.Header, runs []*Run, d *Decision) *Comparison {
+	c := &Comparison{Trace: NewTraceInfo(name, h), Runs: runs, Goal: d.Goal, Decision: d}
+	for _, r := range runs {
 		if r.Truncated != "" {
 			c.Truncated = r.Truncated
 		}
-	}
-	if opts.Goal.Kind == GoalFit && c.Truncated == "" {
-		p.minCapacities()
-	}
-	if b := baselineRun(p.runs); b != nil && StateOnly(h, b.Result.Events) {
-		c.State = StateOf(h)
-		for _, r := range p.runs {
-			if r.OK() && !r.Limit {
-				c.State.ApplyState(r.Result)
-			}
-		}
-	}
-	for _, r := range p.runs {
-		c.Runs = append(c.Runs, r)
 		if r.OK() && c.Trace.Events == 0 {
 			c.Trace.Events = r.Result.Events
 			c.Trace.dateFrom(r.firstTimeNS)
 		}
 	}
-	c.decide()
-	c.Cost = c.costVerdict(h)
-	c.WallS = time.Since(start).Seconds()
-	return c, nil
-}
-
-// runJobs runs the jobs, at most parallel at once, each on its own reader.
-// It fails only when every job failed; otherwise failures are kept in the runs.
-func runJobs(open Opener, jobs []*job, parallel, maxPoints int, progress func(int64, int, int)) error {
-	if parallel <= 0 {
-		parallel = runtime.GOMAXPROCS(0)
-	}
-	var (
-		total    atomic.Int64
-		done     atomic.Int64
-		progMu   sync.Mutex
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, parallel)
-		stopTick = make(chan struct{})
-		tickDone = make(chan struct{})
-	)
-	report := func() {
-		if progress != nil {
-			progMu.Lock()
-			progress(total.Load(), int(done.Load()), len(jobs))
-			progMu.Unlock()
-		}
-	}
-	go func() {
-		defer close(tickDone)
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopTick:
-				return
-			case <-t.C:
-				report()
+	if b := baselineRun(runs); b != nil && StateOnly(h, b.Result.Events) {
+		c.State = StateOf(h)
+		for _, r := range runs {
+			if r.OK() && !r.Limit {
+				c.State.ApplyState(r.Result)
 			}
 		}
-	}()
-	for _, j := range jobs {
-		wg.Add(1)
-		go func(j *job) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			runOne(open, j, maxPoints, &total)
-			done.Add(1)
-		}(j)
 	}
-	wg.Wait()
-	close(stopTick)
-	<-tickDone
-	report()
-	var errs []error
-	for _, j := range jobs {
-		if j.run.Error != "" {
-			errs = append(errs, fmt.Errorf("%s: %s", j.run.Label, j.run.Error))
-		}
-	}
-	if len(errs) == len(jobs) && len(errs) > 0 {
-		if len(errs) > 1 && sameErrors(jobs) {
-			return errors.New(jobs[0].run.Error)
-		}
-		return errors.Join(errs...)
-	}
-	return nil
-}
-
-// sameErrors reports whether every job failed with the same message (a bad
-// trace fails every replay alike).
-func sameErrors(jobs []*job) bool {
-	for _, j := range jobs[1:] {
-		if j.run.Error != jobs[0].run.Error {
-			return false
-		}
-	}
-	return true
-}
-
-// runOne replays one job with a collector attached.
-func runOne(open Opener, j *job, maxPoints int, total *atomic.Int64) {
-	t0 := time.Now()
-	defer func() { j.run.WallS = time.Since(t0).Seconds() }()
-	if j.open != nil {
-		open = j.open
-	}
-	r, c, err := open()
-	if err != nil {
-		j.run.Error = err.Error()
-		return
-	}
-	if c != nil {
-		defer c.Close()
-	}
-	cfg := j.cfg
-	var col *collector
-	if !j.noSeries {
-		col = newCollector(j.run.Label, maxPoints)
-		cfg.Observer = col.observe
-	}
-	if j.prepare != nil {
-		j.prepare(r, &cfg)
-	}
-	var n int64
-	obs := cfg.Observer
-	cfg.Observer = func(s *replay.Sample) {
-		if obs != nil {
-			obs(s)
-		}
-		if n == 0 {
-			j.run.firstTimeNS = s.TimeNS
-		}
-		if n++; n&(1<<16-1) == 0 {
-			total.Add(1 << 16)
-		}
-	}
-	res, err := replay.Run(r, j.factory, cfg)
-	total.Add(n & (1<<16 - 1))
-	if err != nil && res != nil && errors.Is(err, trace.ErrTruncated) {
-		j.run.Truncated = err.Error()
-	} else if err != nil {
-		j.run.Error = err.Error()
-	}
-	if res != nil {
-		res.Conf = j.run.Conf
-		j.run.Result = res
-		if col != nil {
-			j.run.Series = col.series()
-			j.run.FreeHist = col.histogram()
-		}
-	}
+	c.verdict()
+	c.Cost = c.costVerdict(h)
+	return c
 }
 
 // pctEqual is the tolerance under which two at_peak_pct values tie.
 const pctEqual = 0.05
 
-// Exact reports whether a policy reproduces a real allocator exactly
-// (PyTorch's caching allocator, with or without expandable segments); the
-// others are models.
-func Exact(policy string) bool {
-	e, _ := trust(policy)
-	return e
-}
-
-// decide fills the verdict from the runs: Decide for the comparison's
-// goal; before is its baseline, after its recommendation.
-func (c *Comparison) decide() {
+// verdict fills the verdict from the decision: before is its baseline,
+// after its recommendation.
+func (c *Comparison) verdict() {
 	c.LimitPct = -1
-	c.Decision = Decide(c.Runs, c.Goal)
 	c.Methods = c.Methods[:0]
 	for _, r := range c.Runs {
 		if r.Limit && r.OK() && c.LimitPct < 0 {
@@ -572,18 +279,11 @@ func (c *Comparison) RecommendedLine() string {
 func (c *Comparison) VerdictLines() []string {
 	before := c.Before
 	if before == "" {
-		before = "caching"
+		before = baselinePolicy()
 	}
 	after := c.After
 	if c.AfterMethod != "" && c.AfterMethod != after {
 		after += ": " + c.AfterMethod
-	}
-	methods := "replayed " + fmtCount(c.Trace.Events) + " events under " + strings.Join(c.Methods, ", ") +
-		"; fragmentation view: at_peak_pct, 100·(1 − active/reserved) when reserved peaks; after: the recommendation for the goal " +
-		c.Goal.String() + " (within 1% of peak reserved the cheaper in device calls and estimated allocator time wins; " +
-		"a modelled policy wins only when it beats the best exact replay by more than its measured error)"
-	if c.LimitPct >= 0 {
-		methods += fmt.Sprintf("; %s %.1f%% is the physical limit", LimitPolicy, c.LimitPct)
 	}
 	lines := []string{
 		fmt.Sprintf("Fragmentation before: %.1f%% (%s, at peak reserved)", c.BeforePct, before),
@@ -592,7 +292,40 @@ func (c *Comparison) VerdictLines() []string {
 	if c.Cost != nil {
 		lines = append(lines, c.Cost.Line())
 	}
-	return append(lines, "Methods: "+methods, c.Trace.Line())
+	return append(lines, c.MethodsLine(), c.Trace.Line())
+}
+
+// MethodsLine says how the verdict was reached: "Methods: replayed N
+// events under P policies and S settings; ...". The candidates are those
+// of Methods (and the JSON's methods).
+func (c *Comparison) MethodsLine() string {
+	var pols, sets int
+	for _, r := range c.Runs {
+		switch {
+		case !r.OK() || r.Limit:
+		case r.Setting == "":
+			pols++
+		default:
+			sets++
+		}
+	}
+	s := fmt.Sprintf("Methods: replayed %s events under %s and %s; fragmentation: at_peak_pct, "+
+		"100·(1 − active/reserved) when reserved peaks; after: the recommendation for the goal %s: "+
+		"within 1%% of peak reserved the cheaper in device calls and estimated allocator time wins, "+
+		"and a modelled policy wins only by more than its measured error",
+		fmtCount(c.Trace.Events), plural(pols, "policy", "policies"), plural(sets, "setting", "settings"), c.Goal)
+	if c.LimitPct >= 0 {
+		s += "; " + limitNote(c.LimitPct)
+	}
+	return s
+}
+
+// plural is "1 policy", "3 policies".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // fmtCount formats n with thousands separators.

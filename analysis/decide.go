@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/fragsim/fragsim/allocator"
 )
 
 // bytesEqual is the relative difference of peak reserved under which two
@@ -21,7 +19,7 @@ type Outcome struct {
 	Label string `json:"label"`
 	// Policy is the allocator policy replayed; Setting is the change it
 	// stands for ("" for the trace's own settings): a PYTORCH_CUDA_ALLOC_CONF
-	// fragment, "empty_cache every N requests", or a policy's name.
+	// fragment, "empty_cache every N allocations", or a policy's name.
 	Policy  string `json:"policy"`
 	Setting string `json:"setting"`
 	// Env is the line to paste into the environment ("" when no variable
@@ -98,52 +96,16 @@ type Decision struct {
 	Results []Outcome `json:"results"`
 }
 
-// trust returns, from the allocator registry, whether a policy is
-// PyTorch's allocator replayed exactly and, for a model, its measured
-// error of peak reserved, in percent (0: not measured).
-func trust(policy string) (exact bool, errorPct float64) {
-	f, ok := allocator.Lookup(policy)
-	if !ok {
-		return false, 0
-	}
-	if f.Exact {
-		return true, 0
-	}
-	return false, f.ErrorPct
-}
-
-// canonical is the registry's name of a policy or alias.
-func canonical(policy string) string {
-	if f, ok := allocator.Lookup(policy); ok {
-		return f.Name
-	}
-	return policy
-}
-
-// settingOf is the change a run stands for, "" for the trace's own settings.
-func settingOf(r *Run) string {
-	if r.Setting != "" {
-		return r.Setting
-	}
-	switch canonical(r.Policy) {
-	case "caching":
-		return ""
-	case "expandable":
-		return "expandable_segments:True"
-	case "pooled":
-		return "backend:cudaMallocAsync"
-	}
-	return r.Policy
-}
-
 // isConf reports whether a setting is a PYTORCH_CUDA_ALLOC_CONF fragment.
 func isConf(s string) bool { return s != "" && strings.Contains(s, ":") && !strings.Contains(s, " ") }
 
-// baselineRun is the run the others are measured against: caching under
-// the trace's own settings, else the first run that finished.
+// baselineRun is the run the others are measured against: the baseline
+// policy (allocator.Baseline) under the trace's own settings, else the
+// first run that finished.
 func baselineRun(runs []*Run) *Run {
+	base := baselinePolicy()
 	for _, r := range runs {
-		if r.OK() && r.Policy == "caching" && r.Setting == "" && r.EmptyCacheEvery == 0 {
+		if r.OK() && r.Policy == base && r.Setting == "" && r.EmptyCacheEvery == 0 {
 			return r
 		}
 	}
@@ -312,7 +274,7 @@ func outcome(r *Run, base *Run, g Goal) Outcome {
 		o.ErrorPct = 0
 	}
 	if isConf(o.Setting) {
-		o.Env = "PYTORCH_CUDA_ALLOC_CONF=" + o.Setting
+		o.Env = confEnv(o.Setting)
 	}
 	if o.Apply == "" {
 		o.Apply = applyHint(r.Policy, r.Setting)
@@ -373,7 +335,7 @@ func recommend(g Goal, base *Run, outs []Outcome) *Recommendation {
 		if r.Setting != "" && r.Conf != "" {
 			rec.Conf = r.Conf // the setting joined to the trace's own
 		}
-		rec.Env = "PYTORCH_CUDA_ALLOC_CONF=" + rec.Conf
+		rec.Env = confEnv(rec.Conf)
 	}
 	rec.Exact, rec.ErrorPct = win.Exact, win.ErrorPct
 	rec.PeakReservedBytes, rec.AtPeakPct, rec.DeviceCalls = win.PeakReservedBytes, win.AtPeakPct, win.DeviceCalls
@@ -456,55 +418,4 @@ func orDefault(s string) string {
 		return "the current settings"
 	}
 	return s
-}
-
-// Table returns the candidates, best first, one a line, fitting
-// TableWidth, under a title line; * marks the recommended one.
-func (d *Decision) Table() []string {
-	fit := d.Goal.Kind == GoalFit
-	head := fmt.Sprintf("%4s  %-33s  %9s  %6s  %7s  %4s  %s", "rank", "candidate",
-		"reserved", "frag", "calls", "OOMs", "trust")
-	if fit {
-		head += "  min capacity"
-	}
-	title := "Candidates for the goal " + d.Goal.String() + ", each replayed (* recommended; frag: at_peak_pct; " +
-		"calls: device calls, [Nx]: N times the baseline's):"
-	lines := []string{wrap(title, TableWidth), head}
-	for _, o := range d.Results {
-		label := orDefault(o.Setting)
-		if !o.Exact && o.Setting != o.Policy && !o.Limit {
-			label = o.Policy + ": " + label
-		}
-		if o.Limit {
-			label = o.Policy + " (physical limit)"
-		}
-		mark := " "
-		if o.Recommended {
-			mark = "*"
-		}
-		if o.Error != "" {
-			lines = append(lines, fmt.Sprintf("%3d%s  %-33s  failed: %s", o.Rank, mark, truncate(label, 33), truncate(o.Error, 50)))
-			continue
-		}
-		tr := "exact"
-		switch {
-		case !o.Exact && o.ErrorPct > 0:
-			tr = fmt.Sprintf("±%.1f%%", o.ErrorPct)
-		case !o.Exact:
-			tr = "model"
-		}
-		if o.Limit {
-			tr = "limit"
-		}
-		l := fmt.Sprintf("%3d%s  %-33s  %9s  %5.1f%%  %7s  %4s  %-6s", o.Rank, mark, truncate(label, 33),
-			FmtBytes(o.PeakReservedBytes), o.AtPeakPct, fmtCount(o.DeviceCalls), fmtCount(o.OOMs), tr)
-		if fit && o.MinCapacityBytes > 0 {
-			l += fmt.Sprintf("  %s", FmtBytes(o.MinCapacityBytes))
-		}
-		if o.CallsNote != "" {
-			l += "  [" + strings.TrimSuffix(o.CallsNote, " the baseline's device calls") + "]"
-		}
-		lines = append(lines, strings.TrimRight(l, " "))
-	}
-	return lines
 }

@@ -68,30 +68,6 @@ func (c *DeviceCost) MallocUs(n uint64) float64 { return interp(c.Malloc, n) }
 // FreeUs is the time of one cudaFree of a segment of n bytes.
 func (c *DeviceCost) FreeUs(n uint64) float64 { return interp(c.Free, n) }
 
-// PageCounter says how many physical pages a policy maps for n bytes.
-type PageCounter func(n uint64) uint64
-
-// TorchPages counts PyTorch's expandable-segment pages: 20 MiB in the
-// large pool, 2 MiB in the small one.
-func TorchPages(n uint64) uint64 {
-	const large, small = 20 << 20, 2 << 20
-	if n%large == 0 {
-		return n / large
-	}
-	return (n + small - 1) / small
-}
-
-// PoolPages counts the pieces CUDA's stream-ordered pool grows by (32 MiB).
-func PoolPages(n uint64) uint64 { return (n + 32<<20 - 1) / (32 << 20) }
-
-// pageCounter returns the page rule of a policy.
-func pageCounter(policy string) PageCounter {
-	if canonical(policy) == "pooled" {
-		return PoolPages
-	}
-	return TorchPages
-}
-
 // AllocatorCost is the estimated time a replay's device calls take.
 type AllocatorCost struct {
 	GPU string `json:"gpu"` // whose per-call times
@@ -117,7 +93,7 @@ func (a AllocatorCost) String() string {
 type costDevice struct {
 	driver.Device
 	cost  *DeviceCost
-	pages PageCounter
+	pages func(n uint64) uint64 // the policy's Facts.MapPages; nil: one page a map
 	acc   *AllocatorCost
 }
 
@@ -125,6 +101,14 @@ func (d costDevice) add(us float64, pages int64) {
 	d.acc.Ms += us / 1000
 	d.acc.Calls++
 	d.acc.Pages += pages
+}
+
+// pagesOf is the pages a map or unmap of n bytes takes.
+func (d costDevice) pagesOf(n uint64) uint64 {
+	if d.pages == nil {
+		return 1
+	}
+	return d.pages(n)
 }
 
 func (d costDevice) Malloc(n uint64, s trace.StreamID) (uint64, bool) {
@@ -142,7 +126,7 @@ func (d costDevice) Map(addr, n uint64) bool {
 	ok := d.Device.Map(addr, n)
 	d.acc.Mapped = true
 	if ok {
-		p := d.pages(n)
+		p := d.pagesOf(n)
 		d.add(float64(p)*d.cost.MapPageUs, int64(p))
 	}
 	return ok
@@ -150,7 +134,7 @@ func (d costDevice) Map(addr, n uint64) bool {
 
 func (d costDevice) Unmap(addr, n uint64) {
 	d.Device.Unmap(addr, n)
-	p := d.pages(n)
+	p := d.pagesOf(n)
 	d.add(float64(p)*d.cost.UnmapPageUs, int64(p))
 }
 
@@ -163,8 +147,9 @@ type costFractionDevice struct {
 func (d costFractionDevice) SetFraction(f float64) { d.fs.SetFraction(f) }
 
 // costFactory wraps f so that the device calls of every policy it builds
-// are priced with cost into acc, pages counted by pages.
-func costFactory(f driver.Factory, cost *DeviceCost, pages PageCounter, acc *AllocatorCost) driver.Factory {
+// are priced with cost into acc, the pages of each map and unmap counted
+// by pages (the policy's Facts.MapPages; nil: one page each).
+func costFactory(f driver.Factory, cost *DeviceCost, pages func(n uint64) uint64, acc *AllocatorCost) driver.Factory {
 	acc.GPU = cost.GPU
 	return func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		cd := costDevice{Device: dev, cost: cost, pages: pages, acc: acc}
@@ -193,20 +178,6 @@ type CostVerdict struct {
 	// Agree reports whether the estimate and the measurement change in the
 	// same direction (set only with a measurement).
 	Agree *bool `json:"agree,omitempty"`
-}
-
-// measuredArm is the header's wall-time arm for a run: the native
-// allocator, expandable segments or the stream-ordered pool.
-func measuredArm(r *Run) string {
-	switch {
-	case r.Policy == "caching" && r.Setting == "":
-		return "native"
-	case canonical(r.Policy) == "expandable", r.Policy == "caching" && r.Setting == "expandable_segments:True":
-		return "expandable"
-	case canonical(r.Policy) == "pooled":
-		return "async"
-	}
-	return ""
 }
 
 // costVerdict fills the cost comparison of the verdict's before and after.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -30,22 +31,6 @@ func TestDeviceCostInterpolation(t *testing.T) {
 	slope := (2962.5 - 672.1) / float64(3<<30)
 	if got, want := c.FreeUs(8<<30), 2962.5+slope*float64(4<<30); !near(got, want) {
 		t.Errorf("FreeUs(8 GiB) = %v, want %v", got, want)
-	}
-}
-
-func TestPageCounters(t *testing.T) {
-	for _, tc := range []struct {
-		n          uint64
-		torch, gpu uint64
-	}{
-		{2 << 20, 1, 1}, {20 << 20, 1, 1}, {60 << 20, 3, 2}, {6 << 20, 3, 1}, {64 << 20, 32, 2}, {160 << 20, 8, 5},
-	} {
-		if got := TorchPages(tc.n); got != tc.torch {
-			t.Errorf("TorchPages(%d MiB) = %d, want %d", tc.n>>20, got, tc.torch)
-		}
-		if got := PoolPages(tc.n); got != tc.gpu {
-			t.Errorf("PoolPages(%d MiB) = %d, want %d", tc.n>>20, got, tc.gpu)
-		}
 	}
 }
 
@@ -76,7 +61,7 @@ func TestCostFactoryPricesEveryCall(t *testing.T) {
 	}
 	var acc AllocatorCost
 	dev := &costTestDevice{}
-	if _, err := costFactory(f, &H200Cost, TorchPages, &acc)(dev, nil); err != nil {
+	if _, err := costFactory(f, &H200Cost, caching.MappedPages, &acc)(dev, nil); err != nil {
 		t.Fatal(err)
 	}
 	fs, ok := got.(driver.FractionSetter)

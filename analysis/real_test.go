@@ -32,7 +32,7 @@ func TestCompareRealMultiAgent(t *testing.T) {
 	if c.Before != "caching" || c.BeforePct <= 10 {
 		t.Errorf("before: %s %.1f%%, want caching above 10%%", c.Before, c.BeforePct)
 	}
-	if c.AfterPct >= 10 || c.After == "" || c.After == LimitPolicy {
+	if c.AfterPct >= 10 || c.After == "" || c.After == "ideal" {
 		t.Errorf("after: %s %.1f%%, want a policy or setting below 10%%", c.After, c.AfterPct)
 	}
 	lines := c.VerdictLines()

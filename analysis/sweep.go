@@ -21,7 +21,7 @@ type Variant struct {
 	Knob string `json:"knob"`
 	// Conf is the PYTORCH_CUDA_ALLOC_CONF fragment, for settings.
 	Conf string `json:"conf,omitempty"`
-	// EmptyCacheEvery calls empty_cache after every N requests.
+	// EmptyCacheEvery calls empty_cache after every N allocations.
 	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
 	// PadPow2 rounds every request up to the next power of two.
 	PadPow2 bool `json:"pad_pow2,omitempty"`
@@ -33,7 +33,7 @@ func (v Variant) Label() string {
 	case v.Conf != "":
 		return v.Conf
 	case v.EmptyCacheEvery > 0:
-		return fmt.Sprintf("empty_cache every %d requests", v.EmptyCacheEvery)
+		return fmt.Sprintf("empty_cache every %d allocations", v.EmptyCacheEvery)
 	case v.PadPow2:
 		return "pad requests to powers of two"
 	}
@@ -90,23 +90,25 @@ type Advice struct {
 	Rank               int    `json:"rank"`
 }
 
-// setting is the replayed setting a variant stands for (padding has none).
+// setting is the replayed setting a variant stands for (padding has
+// none), of the baseline policy.
 func (v Variant) setting() Setting {
-	return Setting{Policy: "caching", Conf: v.Conf, EmptyCacheEvery: v.EmptyCacheEvery}
+	return Setting{Conf: v.Conf, EmptyCacheEvery: v.EmptyCacheEvery}
 }
 
 // padNote says how to read the padded replay.
 const padNote = "padding is internal waste that at_peak_pct does not count: judge it by peak reserved"
 
 // padRun builds the replay of the trace with requests padded to powers of
-// two, under the caching allocator and conf.
+// two, under the baseline policy and conf.
 func padRun(open Opener, h *trace.Header, conf string, cfg replay.Config) (*job, error) {
-	f, err := allocator.NewFactory("caching", conf, h)
+	policy := baselinePolicy()
+	f, err := allocator.NewFactory(policy, conf, h)
 	if err != nil {
-		return nil, err
+		return nil, optionError(policy, conf, "", err)
 	}
 	v := Variant{Knob: "padding", PadPow2: true}
-	run := &Run{Label: v.Label(), Policy: "caching", Conf: conf, Setting: v.Label(), Note: padNote}
+	run := &Run{Label: v.Label(), Policy: policy, Conf: conf, Setting: v.Label(), Note: padNote}
 	return &job{run: run, factory: f, cfg: cfg, noSeries: true, open: padTransform(open)}, nil
 }
 

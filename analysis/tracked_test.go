@@ -11,11 +11,11 @@ import (
 
 // TestOriginsFollowBlocks replays a trace that starts from a recorded state
 // under a policy that seeds it (caching) and one the engine serves it to as
-// requests (bfc), and checks the origins learnt from the samples: the
+// requests (bfc), and checks the attributions learnt from the samples: the
 // initial block under its replayed address, each alloc under the address
 // it was served, and, once stale entries are dropped, only the blocks the
 // policy still holds.
-func TestOriginsFollowBlocks(t *testing.T) {
+func TestAttributionsFollowBlocks(t *testing.T) {
 	const base = 0x7f0000000000
 	h := &trace.Header{Producer: trace.ProducerPyTorch, Initial: &trace.InitialState{Segments: []trace.Segment{{
 		Stream: 5, Addr: base, SizeBytes: 2 * mib, Pool: "small",
@@ -53,21 +53,21 @@ func TestOriginsFollowBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var o *origins
+		var o *attributions
 		served := map[uint64]uint64{} // replayed address -> requested bytes
 		var firstFreed uint64
 		cfg := replay.Config{Observer: func(s *replay.Sample) {
 			if o == nil {
-				o = newOrigins(s, r.Header())
+				o = newAttributions(s, r.Header())
 				if o == nil {
-					t.Fatalf("%s: no origins for an Inspector", policy)
+					t.Fatalf("%s: no attributions for an Inspector", policy)
 				}
 				b, req, ok := s.Replayed(base)
 				if !ok || req != 1000 {
 					t.Fatalf("%s: initial block not live at the first sample: %v %d %v", policy, b, req, ok)
 				}
-				if got := o.m[b.Addr]; got != (origin{size: 1000, stream: 5, marker: initialMarker}) {
-					t.Errorf("%s: initial block's origin %+v", policy, got)
+				if got := o.m[b.Addr]; got != (attribution{size: 1000, stream: 5, marker: initialMarker}) {
+					t.Errorf("%s: initial block's attribution %+v", policy, got)
 				}
 			}
 			switch s.Event.Kind {
@@ -75,7 +75,7 @@ func TestOriginsFollowBlocks(t *testing.T) {
 				if !s.HasBlock || s.Block.SizeBytes < s.Event.SizeBytes {
 					t.Fatalf("%s: alloc sample without its block: %+v", policy, s.Block)
 				}
-				o.served(s.Block.Addr, origin{size: s.Event.SizeBytes, marker: "m"})
+				o.served(s.Block.Addr, attribution{size: s.Event.SizeBytes, marker: "m"})
 				served[s.Block.Addr] = s.Event.SizeBytes
 			case trace.KindFreeCompleted:
 				if !s.HasBlock {
@@ -86,20 +86,20 @@ func TestOriginsFollowBlocks(t *testing.T) {
 		}}
 		check := func() {
 			if o.m[firstFreed].size != 3*mib {
-				t.Fatalf("%s: freed block's origin %+v before the drop", policy, o.m[firstFreed])
+				t.Fatalf("%s: freed block's attribution %+v before the drop", policy, o.m[firstFreed])
 			}
 			// The freed block's address is not reused by the last alloc
-			// (512 B goes to the small pool), so its origin is stale.
+			// (512 B goes to the small pool), so its attribution is stale.
 			o.dropGone()
 			if _, ok := o.m[firstFreed]; ok {
-				t.Errorf("%s: origin of the freed block kept: %+v", policy, o.m)
+				t.Errorf("%s: attribution of the freed block kept: %+v", policy, o.m)
 			}
 			if len(o.m) != 3 {
-				t.Errorf("%s: %d origins after the drop, want the initial block and two allocs: %+v", policy, len(o.m), o.m)
+				t.Errorf("%s: %d attributions after the drop, want the initial block and two allocs: %+v", policy, len(o.m), o.m)
 			}
 			for a, req := range served {
 				if a != firstFreed && o.m[a].size != req {
-					t.Errorf("%s: origin of %#x = %+v, want %d bytes", policy, a, o.m[a], req)
+					t.Errorf("%s: attribution of %#x = %+v, want %d bytes", policy, a, o.m[a], req)
 				}
 			}
 		}

@@ -2,14 +2,11 @@
 package replay
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
@@ -67,7 +64,7 @@ type engine struct {
 	heldFree   bool // a free_requested waits for the decision
 	heldEvent  trace.Event
 	ahead      []trace.Event // the events decoded after the one step replays
-	requests   int64
+	allocs     int64         // allocations since the last injected empty_cache (Config.EmptyCacheEvery)
 	lastDefrag uint64
 
 	// totals over devices
@@ -134,7 +131,11 @@ type engine struct {
 //
 // A trace cut short (an error that Is trace.ErrTruncated) still gives a
 // complete Result for every event read, with the error saying what was lost.
+// A cfg that Validate refuses is a *ConfigError, before any event.
 func Run(r *trace.Reader, f driver.Factory, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	e := &engine{cfg: cfg, factory: f, hdr: r.Header(), injects: cfg.EmptyCacheEvery > 0 || cfg.DefragThresholdPct > 0}
 	if e.hdr == nil {
 		e.hdr = &trace.Header{}
@@ -170,66 +171,6 @@ func (e *engine) release() {
 		if r, ok := d.policy.(driver.Releaser); ok {
 			r.Release()
 		}
-	}
-}
-
-// RunFile replays the trace file at path (as OpenFile opens it).
-func RunFile(path string, f driver.Factory, cfg Config) (*Result, error) {
-	fh, err := trace.OpenInput(path, trace.InputOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	res, err := Run(r, f, cfg)
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", path, err)
-	}
-	return res, nil
-}
-
-// OpenFile returns an opener of the trace at path, for MinCapacity. Each
-// call reads the trace from its start, also when path can be read only
-// once (a pipe such as <(cat t.fst), a FIFO, "-" for standard input): the
-// first call reads it into a temporary copy (trace.OpenInput) that the
-// later calls, concurrent ones included, read; the copy goes with the
-// opener.
-func OpenFile(path string) func() (*trace.Reader, io.Closer, error) {
-	var mu sync.Mutex
-	var spool *trace.Input
-	fromSpool := func() (*trace.Reader, io.Closer, error) {
-		r, err := trace.NewReader(bufio.NewReaderSize(spool.Reopen(), 1<<20))
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return r, io.NopCloser(nil), nil
-	}
-	return func() (*trace.Reader, io.Closer, error) {
-		mu.Lock()
-		if spool != nil {
-			mu.Unlock()
-			return fromSpool()
-		}
-		fh, err := trace.OpenInput(path, trace.InputOptions{})
-		if err != nil {
-			mu.Unlock()
-			return nil, nil, err
-		}
-		if fh.Spooled() {
-			spool = fh
-			mu.Unlock()
-			return fromSpool()
-		}
-		mu.Unlock()
-		r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
-		if err != nil {
-			fh.Close()
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return r, fh, nil
 	}
 }
 
@@ -568,7 +509,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	}
 	switch ev.Kind {
 	case trace.KindAlloc:
-		e.requests++
+		e.allocs++
 		e.ev = *ev
 		e.dispatch(ds)
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
@@ -597,7 +538,6 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		}
 		e.updateStats(ds)
 	case trace.KindFreeRequested:
-		e.requests++
 		l, ok := ds.live.Get(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
@@ -614,7 +554,6 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.blk, e.hasBlk = l.block(), true
 		ds.policy.FreeRequested(e.blk)
 	case trace.KindFreeCompleted:
-		e.requests++
 		l, ok := ds.live.Take(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
@@ -644,14 +583,12 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		}
 		return nil
 	case trace.KindEmptyCache:
-		e.requests++
 		e.ev = *ev
 		e.dispatch(ds)
 		ds.policy.EmptyCache()
 		e.endRequest(ds)
 		e.updateStats(ds)
 	case trace.KindOOM:
-		e.requests++
 		e.ev = *ev
 		e.dispatch(ds)
 		// PyTorch's allocator failed this request: replayed under its
@@ -712,8 +649,8 @@ func poolEvent(p driver.Policy, ev *trace.Event) error {
 
 // inject carries out the actions Config asks for.
 func (e *engine) inject(ds *devState) {
-	if n := e.cfg.EmptyCacheEvery; n > 0 && e.requests >= n {
-		e.requests = 0
+	if n := e.cfg.EmptyCacheEvery; n > 0 && e.allocs >= n {
+		e.allocs = 0
 		e.dispatch(ds)
 		ds.policy.EmptyCache()
 		e.endRequest(ds)

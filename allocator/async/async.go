@@ -117,6 +117,11 @@ const (
 	vaSpan             = 1 << 46  // virtual address space reserved for the heap
 )
 
+// MappedPages is the pieces the pool maps, or unmaps, for n bytes at the
+// default granularity: the device-cost model prices each piece's driver
+// calls.
+func MappedPages(n uint64) uint64 { return (n + DefaultGranularity - 1) / DefaultGranularity }
+
 // Config configures the pool model.
 type Config struct {
 	Granularity      uint64 // the heap is mapped in pieces of this size (bytes)

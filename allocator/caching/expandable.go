@@ -155,3 +155,15 @@ func (a *Allocator) unmapBlock(id int32) {
 	a.reserved -= us
 	a.dev.Unmap(ua, us)
 }
+
+// MappedPages is the physical pages an expandable segment maps, or
+// unmaps, for n bytes: pages of LargeBuffer (20 MiB) in the large pool,
+// of SmallBuffer (2 MiB) in the small one. Each page is its own driver
+// calls (cuMemCreate, cuMemMap, cuMemSetAccess; cuMemUnmap,
+// cuMemRelease), which is how the device-cost model prices a map.
+func MappedPages(n uint64) uint64 {
+	if n%LargeBuffer == 0 {
+		return n / LargeBuffer
+	}
+	return (n + SmallBuffer - 1) / SmallBuffer
+}

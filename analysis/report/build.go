@@ -23,7 +23,7 @@ type Options struct {
 	// Compare configures the comparison (policies, settings, conf, capacity).
 	Compare analysis.CompareOptions
 	// Policy is the run whose segment map and stranded bytes are shown
-	// ("" is caching); it replays with Compare.Conf.
+	// ("": the baseline policy); it replays with Compare.Conf.
 	Policy string
 	// Moments is the number of moments whose segment map is captured,
 	// half evenly spaced in events and half in time, besides the worst
@@ -107,6 +107,12 @@ func Build(open analysis.Opener, opts Options) (*Report, error) {
 		}
 		co.MaxPoints = 2 * b
 	}
+	if opts.Policy != "" {
+		// Checked now, so that a bad policy fails before any replay.
+		if _, err := analysis.NewFactory(opts.Policy, co.Conf, nil); err != nil {
+			return nil, err
+		}
+	}
 	cmp, err := analysis.Compare(open, co)
 	if err != nil {
 		return nil, err
@@ -120,7 +126,7 @@ func Build(open analysis.Opener, opts Options) (*Report, error) {
 func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options) (*Report, error) {
 	policy := opts.Policy
 	if policy == "" {
-		policy = "caching"
+		policy = allocator.BaselineFacts().Name
 	}
 	an, err := analysis.Analyze(open, analysis.AnalyzeOptions{Policy: policy, Conf: opts.Compare.Conf,
 		Config: opts.Compare.Config, NoAdvice: true, Top: 1, Name: cmp.Trace.Name, Parallel: opts.Compare.Parallel})

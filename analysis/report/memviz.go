@@ -14,9 +14,9 @@ import (
 
 // ExportOptions configures WriteMemoryViz and WritePerfetto.
 type ExportOptions struct {
-	// Policy is the policy replayed for memory_viz ("" is caching).
+	// Policy is the policy replayed for memory_viz ("": the baseline).
 	Policy string
-	// Policies are the policies compared for Perfetto; nil: analysis.DefaultPolicies.
+	// Policies are the policies compared for Perfetto; nil: the registry's defaults.
 	Policies []string
 	// Conf is a PYTORCH_CUDA_ALLOC_CONF string; empty: the trace's own settings.
 	Conf string
@@ -190,10 +190,10 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	}
 	policy := opts.Policy
 	if policy == "" {
-		policy = "caching"
+		policy = allocator.BaselineFacts().Name
 	}
 	h := r.Header()
-	f, err := allocator.NewFactory(policy, opts.Conf, h)
+	f, err := analysis.NewFactory(policy, opts.Conf, h)
 	if err != nil {
 		return nil, err
 	}

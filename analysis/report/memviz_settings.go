@@ -6,16 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fragsim/fragsim/allocator/caching"
+	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
-
-// configurer is a policy that runs under PyTorch's caching allocator
-// settings, resolved (the trace's own, or a --conf, with what the policy
-// forces, such as expandable segments).
-type configurer interface {
-	Config() caching.Config
-}
 
 // vizSettings returns what writes a snapshot's allocator_settings: the
 // settings the probed policies ran under, as PyTorch's snapshot keys
@@ -23,64 +16,67 @@ type configurer interface {
 // PYTORCH_CUDA_ALLOC_CONF saying the same. A policy that is not the
 // caching allocator has only its conf string.
 func vizSettings(probes []*probe, conf string) func(*pickle.Encoder) {
-	var cfg *caching.Config
 	for _, p := range probes {
-		if c, ok := p.Policy.(configurer); ok {
-			x := c.Config()
-			cfg = &x
-			break
+		cfg, ok := allocator.TorchSettings(p.Policy)
+		if !ok {
+			continue
+		}
+		return func(e *pickle.Encoder) {
+			e.BeginDict()
+			e.Str("PYTORCH_CUDA_ALLOC_CONF")
+			e.Str(confWith(conf, cfg.Expandable))
+			e.Str("max_split_size")
+			if cfg.MaxSplitSize == math.MaxUint64 {
+				e.Int(-1)
+			} else {
+				e.Uint(cfg.MaxSplitSize)
+			}
+			e.Str("max_non_split_rounding_size")
+			e.Uint(cfg.MaxNonSplitRounding)
+			e.Str("large_segment_size")
+			e.Uint(cfg.LargeSegmentSize)
+			e.Str("garbage_collection_threshold")
+			e.Float(cfg.GCThreshold)
+			e.Str("expandable_segments")
+			e.Bool(cfg.Expandable)
+			e.Str("release_lock_on_cudamalloc")
+			e.Bool(cfg.ReleaseLockOnCudaMalloc)
+			e.Str("graph_capture_record_stream_reuse")
+			e.Bool(cfg.GraphCaptureRecordStreamReuse)
+			if cfg.Fraction > 0 && cfg.Fraction < 1 {
+				e.Str("per_process_memory_fraction")
+				e.Float(cfg.Fraction)
+			}
+			e.Str("roundup_power2_divisions")
+			e.BeginDict()
+			for i, d := range cfg.RoundupPower2Divisions {
+				e.Str(strconv.Itoa(1 << i))
+				e.Uint(d)
+			}
+			e.EndDict()
+			e.EndDict()
 		}
 	}
 	return func(e *pickle.Encoder) {
 		e.BeginDict()
 		e.Str("PYTORCH_CUDA_ALLOC_CONF")
-		if cfg == nil {
-			e.Str(conf)
-			e.Str("expandable_segments")
-			e.Bool(false)
-			e.EndDict()
-			return
-		}
-		e.Str(confWith(conf, cfg.Expandable))
-		e.Str("max_split_size")
-		if cfg.MaxSplitSize == math.MaxUint64 {
-			e.Int(-1)
-		} else {
-			e.Uint(cfg.MaxSplitSize)
-		}
-		e.Str("max_non_split_rounding_size")
-		e.Uint(cfg.MaxNonSplitRounding)
-		e.Str("large_segment_size")
-		e.Uint(cfg.LargeSegmentSize)
-		e.Str("garbage_collection_threshold")
-		e.Float(cfg.GCThreshold)
+		e.Str(conf)
 		e.Str("expandable_segments")
-		e.Bool(cfg.Expandable)
-		e.Str("release_lock_on_cudamalloc")
-		e.Bool(cfg.ReleaseLockOnCudaMalloc)
-		e.Str("graph_capture_record_stream_reuse")
-		e.Bool(cfg.GraphCaptureRecordStreamReuse)
-		if cfg.Fraction > 0 && cfg.Fraction < 1 {
-			e.Str("per_process_memory_fraction")
-			e.Float(cfg.Fraction)
-		}
-		e.Str("roundup_power2_divisions")
-		e.BeginDict()
-		for i, d := range cfg.RoundupPower2Divisions {
-			e.Str(strconv.Itoa(1 << i))
-			e.Uint(d)
-		}
-		e.EndDict()
+		e.Bool(false)
 		e.EndDict()
 	}
 }
 
-var expandableKey = regexp.MustCompile(`(^|,)\s*expandable_segments\s*:\s*[A-Za-z0-9]*\s*`)
+var expandableKey = regexp.MustCompile(`(^|,)\s*expandable_segments\s*:\s*([A-Za-z0-9]*)\s*`)
 
 // confWith returns conf saying expandable_segments as expandable does:
-// a policy may force it (expandable), and then the string says so too.
+// a policy may force it, and then the string says so too.
 func confWith(conf string, expandable bool) string {
-	if c, err := caching.ParseConf(conf); err == nil && c.Expandable == expandable {
+	says := false // PyTorch's default
+	for _, m := range expandableKey.FindAllStringSubmatch(conf, -1) {
+		says = m[2] == "True" || m[2] == "true" || m[2] == "1"
+	}
+	if says == expandable {
 		return conf
 	}
 	conf = strings.Trim(expandableKey.ReplaceAllString(conf, "$1"), ", ")

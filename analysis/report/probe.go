@@ -6,8 +6,8 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// origin is the request a live block serves.
-type origin struct {
+// servedRequest is the request a live block serves.
+type servedRequest struct {
 	requested uint64
 	stream    trace.StreamID
 	stack     trace.StackID
@@ -34,14 +34,14 @@ type probe struct {
 	final  []trace.Segment // its segments as the replay ended, with hooks.keepFinal
 	// finalPools are the pools of final's segments (PoolSegments').
 	finalPools []uint64
-	origins    map[uint64]origin
+	origins    map[uint64]servedRequest
 	lastAddr   uint64
 	lastOK     bool
 	hooks      *hooks
 }
 
 // hooks receive the calls of every probed policy of a replay, in order.
-// The probe still knows the block's origin when freeReq and freeDone run.
+// The probe still knows the block's request when freeReq and freeDone run.
 type hooks struct {
 	malloc   func(p *probe, b driver.Block, size uint64, s trace.StreamID)
 	oom      func(p *probe, size uint64, s trace.StreamID)
@@ -57,7 +57,7 @@ func (p *probe) Malloc(n uint64, s trace.StreamID) (driver.Block, error) {
 	p.lastOK = err == nil
 	if err == nil {
 		p.lastAddr = b.Addr
-		p.origins[b.Addr] = origin{requested: n, stream: s, stack: trace.NoStack}
+		p.origins[b.Addr] = servedRequest{requested: n, stream: s, stack: trace.NoStack}
 		if p.hooks != nil && p.hooks.malloc != nil {
 			p.hooks.malloc(p, b, n, s)
 		}
@@ -173,7 +173,7 @@ func (p probeSeeder) Seed(segs []trace.Segment) error {
 	for _, s := range segs {
 		for _, b := range s.Blocks {
 			if b.State != trace.BlockInactive {
-				p.origins[b.Addr] = origin{requested: b.RequestedBytes, stream: s.Stream, stack: trace.NoStack}
+				p.origins[b.Addr] = servedRequest{requested: b.RequestedBytes, stream: s.Stream, stack: trace.NoStack}
 			}
 		}
 	}
@@ -205,7 +205,7 @@ func probeFactory(f driver.Factory, hk *hooks, onNew func(*probe)) driver.Factor
 		if err != nil {
 			return nil, err
 		}
-		p := &probe{Policy: pol, origins: make(map[uint64]origin, 1024), hooks: hk}
+		p := &probe{Policy: pol, origins: make(map[uint64]servedRequest, 1024), hooks: hk}
 		if pd != nil {
 			pd.p = p
 		}

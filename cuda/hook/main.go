@@ -55,6 +55,10 @@ type meta struct {
 	AllocConf      *string           `json:"alloc_conf"`
 	Device         int               `json:"device"`
 	Tags           map[string]string `json:"tags"`
+	// Shm is the record region of a fragsim process that writes the
+	// trace, in place of $FRAGSIM_SHM: a variable the host sets after it
+	// started is not in the environment Go read when this library loaded.
+	Shm string `json:"shm"`
 }
 
 // recorder is the one open trace of this process.
@@ -103,7 +107,8 @@ func fragsim_last_error() *C.char {
 
 // fragsim_open starts recording into the trace file at path. metaJSON may
 // be NULL or a JSON object with torch_version, command_line,
-// memory_fraction, alloc_conf, device and tags. It returns 0, or -1 with
+// memory_fraction, alloc_conf, device, tags and shm (the record region of
+// the fragsim process that writes the trace, else $FRAGSIM_SHM). It returns 0, or -1 with
 // the reason in fragsim_last_error.
 //
 //export fragsim_open
@@ -139,7 +144,11 @@ func open(path string, metaJSON *C.char) error {
 	}
 	r := &recorder{path: path, pid: os.Getpid(), stop: make(chan struct{}), done: make(chan struct{})}
 	var cerr [512]C.char
-	if shm := os.Getenv("FRAGSIM_SHM"); shm != "" {
+	shm := m.Shm
+	if shm == "" {
+		shm = os.Getenv("FRAGSIM_SHM")
+	}
+	if shm != "" {
 		p := C.CString(shm)
 		rc := C.fs_ring_attach(p, &cerr[0], C.size_t(len(cerr)))
 		C.free(unsafe.Pointer(p))

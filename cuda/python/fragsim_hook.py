@@ -129,6 +129,10 @@ def install(path=None, lib=None, tags=None):
         "alloc_conf": conf,
         "device": 0,
         "tags": dict(tags if tags is not None else _env_tags()),
+        # The record region of a fragsim process that writes the trace: the
+        # library reads the environment it was loaded with, which lacks a
+        # variable set by this process since it started.
+        "shm": os.environ.get("FRAGSIM_SHM", ""),
     }
     if cdll.fragsim_open(os.fsencode(path), json.dumps(meta).encode()) != 0:
         raise FragsimError(_last_error(cdll))

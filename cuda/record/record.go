@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -86,7 +87,10 @@ var ErrNoTrace = errors.New("no trace was written")
 
 // FindHookLib returns the hook library to use: $FRAGSIM_HOOK_LIB, else
 // libfragsim_hook.so next to the fragsim executable, in build/ beside it
-// or above it, or in ./build.
+// or above it, in the fragsim Python package installed beside it (a
+// wheel's: the executable in bin/, the package in
+// lib/pythonX.Y/site-packages/fragsim/lib/), or in ./build. Only Linux
+// has one: elsewhere the error says so.
 func FindHookLib() (string, error) {
 	if p := os.Getenv("FRAGSIM_HOOK_LIB"); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -94,13 +98,30 @@ func FindHookLib() (string, error) {
 		}
 		return filepath.Abs(p)
 	}
+	if runtime.GOOS != "linux" {
+		return "", fmt.Errorf("recording needs %s, the CUDA hook, which exists for Linux only (this is %s/%s): "+
+			"record on the Linux machine with the GPU, or take a PyTorch snapshot there "+
+			"(torch.cuda.memory._record_memory_history, _dump_snapshot) and `fragsim import` it here",
+			LibName, runtime.GOOS, runtime.GOARCH)
+	}
+	exe, _ := os.Executable()
+	return findHookLib(exe)
+}
+
+// findHookLib is FindHookLib for the fragsim executable at exe ("":
+// unknown), once $FRAGSIM_HOOK_LIB and the platform are checked.
+func findHookLib(exe string) (string, error) {
 	var tried []string
-	if exe, err := os.Executable(); err == nil {
+	if exe != "" {
 		if r, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = r
 		}
 		d := filepath.Dir(exe)
 		tried = append(tried, filepath.Join(d, LibName), filepath.Join(d, "build", LibName), filepath.Join(d, "..", "build", LibName))
+		for _, dir := range []string{"site-packages", "dist-packages"} {
+			m, _ := filepath.Glob(filepath.Join(d, "..", "lib", "python3*", dir, "fragsim", "lib", LibName))
+			tried = append(tried, m...)
+		}
 	}
 	tried = append(tried, filepath.Join("build", LibName))
 	for _, p := range tried {
@@ -108,7 +129,9 @@ func FindHookLib() (string, error) {
 			return filepath.Abs(p)
 		}
 	}
-	return "", fmt.Errorf("%s not found (tried %s); build it with cuda/build.sh, or pass --lib or set FRAGSIM_HOOK_LIB", LibName, strings.Join(tried, ", "))
+	return "", fmt.Errorf("%s not found (tried %s); build it with cuda/build.sh, or pass --lib or set FRAGSIM_HOOK_LIB "+
+		"(the Python wheels for platforms other than linux x86_64 carry the replay binary only, without it)",
+		LibName, strings.Join(tried, ", "))
 }
 
 // Run runs cfg.Args with the recording allocator installed through a

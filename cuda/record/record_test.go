@@ -506,3 +506,31 @@ func TestRecordOutput(t *testing.T) {
 		t.Error("the program ran although its trace could not be written")
 	}
 }
+
+// TestFindHookLibInWheel checks that a fragsim installed from the wheel
+// (the executable in bin/, the library in the package under lib/) finds
+// its hook library.
+func TestFindHookLibInWheel(t *testing.T) {
+	root := t.TempDir()
+	exe := filepath.Join(root, "bin", "fragsim")
+	lib := filepath.Join(root, "lib", "python3.11", "site-packages", "fragsim", "lib", LibName)
+	for _, p := range []string{exe, lib} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := findHookLib(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := filepath.EvalSymlinks(lib); got != want && got != lib {
+		t.Errorf("found %s, want %s", got, lib)
+	}
+	os.Remove(lib)
+	if _, err := findHookLib(exe); err == nil || !strings.Contains(err.Error(), "replay binary only") {
+		t.Errorf("no library: %v, want an error that says the wheel may lack it", err)
+	}
+}

@@ -24,6 +24,24 @@ func (e *exitError) Unwrap() error { return e.err }
 // exitCode returns an error that makes Main exit with code.
 func exitCode(code int, err error) error { return &exitError{code: code, err: err} }
 
+// actionError is an error a command's action returned. Main tells it from
+// the errors urfave/cli returns before any action runs (a required flag
+// missing), which are usage errors.
+type actionError struct{ err error }
+
+func (e *actionError) Error() string { return e.err.Error() }
+func (e *actionError) Unwrap() error { return e.err }
+
+// ranAction marks the errors of action as actionErrors.
+func ranAction(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := action(c); err != nil {
+			return &actionError{err}
+		}
+		return nil
+	}
+}
+
 // NewApp returns the fragsim application writing to stdout and stderr.
 // Tests run the whole CLI in-process through it.
 func NewApp(stdout, stderr io.Writer) *cli.App {
@@ -41,6 +59,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			recordCommand(),
+			attachCommand(),
 			probeCommand(),
 			importCommand(),
 			infoCommand(),
@@ -49,6 +68,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			replayCommand(),
 			compareCommand(),
 			analyzeCommand(),
+			explainCommand(),
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),
@@ -61,6 +81,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 	app.OnUsageError = usage
 	for _, c := range app.Commands {
 		c.OnUsageError = usage
+		c.Action = ranAction(c.Action)
 	}
 	return app
 }
@@ -80,6 +101,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	args, err := helpArgs(app, args)
 	if err == nil {
 		err = app.Run(interspersed(app, args))
+		var ae *actionError
+		var ee *exitError
+		if err != nil && !errors.As(err, &ae) && !errors.As(err, &ee) {
+			// urfave/cli refused the arguments before any action ran (a
+			// required flag missing): a usage error.
+			err = exitCode(2, err)
+		}
 	}
 	if err == nil && out.err != nil {
 		err = exitCode(1, fmt.Errorf("writing the output: %w", out.err))
@@ -96,13 +124,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			// (record exits with its program's code).
 			code = 2
 		}
-		if code != 1 {
-			return code
-		}
-		if strings.HasPrefix(err.Error(), "Required flag") { // urfave/cli's missing required flags
-			return 2
-		}
-		return 1
+		return code
 	}
 	return 0
 }
@@ -193,19 +215,16 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// version is the module version and the commit the binary was built from,
-// as the Go toolchain recorded them: "v1.2.3" for `go install
-// module@v1.2.3`, "(devel) commit abc123def456" for a build of a checkout
-// ("+modified" when it had uncommitted changes).
+// version is Version and the commit the binary was built from, as the Go
+// toolchain recorded it: "0.9.0 commit abc123def456" for a build of a
+// checkout ("+modified" when it had uncommitted changes), "0.9.0" when no
+// commit was stamped.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return Version
 	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
+	v := Version
 	var rev, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -216,6 +235,9 @@ func version() string {
 				modified = "+modified"
 			}
 		}
+	}
+	if rev == "" {
+		rev = Commit
 	}
 	if rev != "" {
 		v += " commit " + rev[:min(len(rev), 12)] + modified

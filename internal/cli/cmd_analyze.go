@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/replay"
 )
@@ -23,7 +24,7 @@ func analyzeCommand() *cli.Command {
 			"the cache, padding requests), their combinations and the other policies, in parallel,\n" +
 			"ranks them and recommends one for --goal, as compare does.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policy", Usage: "policy whose fragmentation is explained", Value: "caching"},
+			&cli.StringFlag{Name: "policy", Usage: "policy whose fragmentation is explained", Value: allocator.BaselineFacts().Name},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 			&cli.IntFlag{Name: "top", Usage: "worst moments to list", Value: 5},
@@ -39,36 +40,27 @@ func runAnalyze(c *cli.Context) error {
 	if c.NArg() > 1 {
 		return exitCode(2, fmt.Errorf("analyze: one TRACE at most, got %d arguments", c.NArg()))
 	}
-	open, name, err := traceSource(c, c.Args().First())
-	if err != nil {
-		return err
-	}
 	opts := analysis.AnalyzeOptions{Policy: c.String("policy"), Conf: c.String("conf"), Top: c.Int("top"),
-		NoAdvice: c.Bool("no-advice"), Name: name}
+		NoAdvice: c.Bool("no-advice")}
+	var err error
 	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
 		return exitCode(2, fmt.Errorf("analyze: --goal: %w", err))
-	}
-	if err := checkPolicyConf(open, []string{opts.Policy}, opts.Conf); err != nil {
-		return exitCode(2, fmt.Errorf("analyze: %w", err))
 	}
 	if s := c.String("capacity"); s != "" {
 		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
 			return exitCode(2, err)
 		}
 	}
-	prog := startProgress(c.App.ErrWriter, "analyze", c.Bool("quiet"))
-	opts.Progress = func(events int64, done, runs int) {
-		prog.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
-	}
-	a, err := analysis.Analyze(open, opts)
-	prog.done()
+	open, name, err := traceSource(c, c.Args().First())
 	if err != nil {
 		return err
 	}
-	// A trace cut short: show what its events say, then fail.
-	var cut error
-	if a.Truncated != "" {
-		cut = exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, a.Truncated))
+	prog := startProgress(c.App.ErrWriter, "analyze", c.Bool("quiet"))
+	opts.Name, opts.Progress = name, prog.replays
+	a, err := analysis.Analyze(open, opts)
+	prog.done()
+	if err != nil {
+		return callError("analyze", name, err)
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -80,5 +72,8 @@ func runAnalyze(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return cut
+	if a.Truncated != "" { // a trace cut short: its events were shown; now fail
+		return exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, a.Truncated))
+	}
+	return nil
 }

@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,8 +14,6 @@ import (
 	"github.com/fragsim/fragsim/analysis/plot"
 	"github.com/fragsim/fragsim/analysis/report"
 	"github.com/fragsim/fragsim/replay"
-	"github.com/fragsim/fragsim/trace"
-	"github.com/fragsim/fragsim/traces"
 )
 
 func compareCommand() *cli.Command {
@@ -29,46 +24,63 @@ func compareCommand() *cli.Command {
 		Description: "Replays TRACE (default: the built-in multi-agent trace) under each policy in parallel\n" +
 			"and under PyTorch's own settings (expandable_segments, max_split_size_mb,\n" +
 			"roundup_power2_divisions, garbage_collection_threshold, periodic empty_cache, and\n" +
-			"combinations), prints the fragmentation views side by side, the setting recommended for\n" +
-			"--goal (the same as analyze's), and the verdict: fragmentation before (caching, at peak\n" +
-			"reserved) and after (the recommendation; ideal is the physical limit, never chosen).\n" +
+			"combinations), prints the fragmentation views of the policies side by side, every\n" +
+			"candidate ranked for --goal, the setting recommended (the same as analyze's), and the\n" +
+			"verdict: fragmentation before (the baseline, " + allocator.BaselineFacts().Name + ", at peak reserved)\n" +
+			"and after (the recommendation; the physical limit is shown, never chosen).\n" +
 			"Policies: " + strings.Join(allocator.Names(), ", ") + ".",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(analysis.DefaultPolicies, ",")},
-			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
-			&cli.StringSliceFlag{Name: "setting", Usage: "a caching setting variant to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
-			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
-			goalFlag(),
+		Flags: append(compareFlags(),
 			&cli.StringFlag{Name: "out", Usage: "write the plots (PNG and SVG) to this directory"},
 			&cli.StringFlag{Name: "html", Usage: "also write the interactive HTML report (timeline, segment map, recommendation) to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
 			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
-		},
+		),
 		Action: runCompare,
 	}
 }
 
-// traceSource resolves the TRACE argument: a file, or the built-in baseline
-// when empty (said on stderr).
-func traceSource(c *cli.Context, arg string) (analysis.Opener, string, error) {
-	if arg != "" {
-		if _, err := os.Stat(arg); err != nil {
-			return nil, "", err
-		}
-		return replay.OpenFile(arg), arg, nil
+// compareFlags are the flags that say what a comparison replays and
+// weighs: --policies, --conf, --setting, --capacity and --goal.
+// compareOptions maps them; a command that compares takes both.
+func compareFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(allocator.Defaults(), ",")},
+		&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
+		&cli.StringSliceFlag{Name: "setting", Usage: "a setting of the baseline policy to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
+		&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
+		goalFlag(),
 	}
-	name, data, err := traces.Baseline()
-	if err != nil {
-		return nil, "", fmt.Errorf("no TRACE given and %w", err)
+}
+
+// compareOptions maps the flags of compareFlags to the options of
+// analysis.Compare: --policies (comma-separated; the registry's defaults
+// when empty), --conf, --setting (each a setting of the baseline policy;
+// 'none' for none; not given: the default variants), --capacity and
+// --goal. A bad --goal or --capacity is a usage error here (exit 2). The
+// policies, conf and settings are the library's to check: Compare refuses
+// a bad one with an *analysis.OptionError before any replay, which
+// callError makes a usage error. The trace, its name, progress and
+// outputs are the caller's to set.
+func compareOptions(c *cli.Context) (analysis.CompareOptions, error) {
+	opts := analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf")}
+	var err error
+	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
+		return opts, exitCode(2, fmt.Errorf("%s: --goal: %w", c.Command.Name, err))
 	}
-	fmt.Fprintf(c.App.ErrWriter, "fragsim: no TRACE given: using the built-in trace %s\n", name)
-	return func() (*trace.Reader, io.Closer, error) {
-		r, err := trace.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
+	if s := c.String("capacity"); s != "" {
+		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
+			return opts, exitCode(2, err)
 		}
-		return r, io.NopCloser(nil), nil
-	}, name, nil
+	}
+	if c.IsSet("setting") {
+		opts.Settings = []analysis.Setting{}
+		for _, s := range c.StringSlice("setting") {
+			if s != "none" {
+				opts.Settings = append(opts.Settings, analysis.Setting{Conf: s})
+			}
+		}
+	}
+	return opts, nil
 }
 
 // goalFlag is --goal, shared by compare and analyze.
@@ -76,34 +88,6 @@ func goalFlag() cli.Flag {
 	return &cli.StringFlag{Name: "goal", Value: "reserved", Usage: "what the recommendation optimises: " +
 		"reserved (lowest peak reserved), fragmentation (lowest at_peak_pct), or fit:SIZE (e.g. fit:24GiB: " +
 		"runs with no OOM on a device of SIZE, then the lowest cost in device calls and allocator time)"}
-}
-
-// checkPolicyConf builds every policy under conf, and every setting, on
-// the trace's header, so that an unknown policy or a bad --conf is a
-// usage error found before any replay.
-func checkPolicyConf(open analysis.Opener, policies []string, conf string, settings ...analysis.Setting) error {
-	r, cl, err := open()
-	if err != nil {
-		return nil // the replay reports the unreadable trace
-	}
-	h := r.Header()
-	if cl != nil {
-		cl.Close()
-	}
-	if len(policies) == 0 && len(settings) == 0 {
-		policies = []string{"caching"}
-	}
-	for _, p := range policies {
-		if _, err := allocator.NewFactory(p, conf, h); err != nil {
-			return err
-		}
-	}
-	for _, s := range settings {
-		if _, err := allocator.NewFactory(s.Policy, s.Conf, h); err != nil {
-			return fmt.Errorf("%s: %w", s.Conf, err)
-		}
-	}
-	return nil
 }
 
 // splitList splits a comma-separated flag value.
@@ -121,72 +105,28 @@ func runCompare(c *cli.Context) error {
 	if c.NArg() > 1 {
 		return exitCode(2, fmt.Errorf("compare: one TRACE at most, got %d arguments", c.NArg()))
 	}
+	opts, err := compareOptions(c)
+	if err != nil {
+		return err
+	}
 	open, name, err := traceSource(c, c.Args().First())
 	if err != nil {
 		return err
 	}
-	opts := analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf"), Name: name}
-	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
-		return exitCode(2, fmt.Errorf("compare: --goal: %w", err))
-	}
-	if err := checkPolicyConf(open, opts.Policies, opts.Conf); err != nil {
-		return exitCode(2, fmt.Errorf("compare: %w", err))
-	}
-	if c.IsSet("setting") {
-		opts.Settings = []analysis.Setting{}
-		for _, s := range c.StringSlice("setting") {
-			if s != "none" {
-				opts.Settings = append(opts.Settings, analysis.Setting{Policy: "caching", Conf: s})
-			}
-		}
-		if err := checkPolicyConf(open, nil, "", opts.Settings...); err != nil {
-			return exitCode(2, fmt.Errorf("compare: --setting %w", err))
-		}
-	}
-	if s := c.String("capacity"); s != "" {
-		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
-			return exitCode(2, err)
-		}
-	}
 	prog := startProgress(c.App.ErrWriter, "compare", c.Bool("quiet"))
-	opts.Progress = func(events int64, done, runs int) {
-		prog.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
-	}
+	opts.Name, opts.Progress = name, prog.replays
 	if c.String("html") != "" {
 		opts.MaxPoints = 2 * report.DefaultBuckets
 	}
 	cmp, err := analysis.Compare(open, opts)
 	prog.done()
 	if err != nil {
-		if !strings.Contains(err.Error(), name) {
-			err = fmt.Errorf("%s: %w", name, err)
-		}
+		return callError("compare", name, err)
+	}
+	if err := writeCompareFiles(c, open, cmp, opts); err != nil {
 		return err
 	}
-	// A trace cut short: show what its events say, then fail.
-	var cut error
-	if cmp.Truncated != "" {
-		cut = exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, cmp.Truncated))
-	}
 	w := c.App.Writer
-	if c.String("out") != "" {
-		paths, err := plot.WriteAll(c.String("out"), cmp)
-		if err != nil {
-			return fmt.Errorf("writing plots: %w", err)
-		}
-		for _, p := range paths {
-			fmt.Fprintf(c.App.ErrWriter, "fragsim: wrote %s\n", filepath.Clean(p))
-		}
-	}
-	if p := c.String("html"); p != "" {
-		rep, err := report.FromComparison(open, cmp, report.Options{Compare: opts})
-		if err != nil {
-			return fmt.Errorf("%s: report: %w", name, err)
-		}
-		if err := writeReport(c, rep, p, c.Args().First()); err != nil {
-			return err
-		}
-	}
 	switch {
 	case c.Bool("json"):
 		enc := json.NewEncoder(w)
@@ -200,7 +140,32 @@ func runCompare(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return cut
+	if cmp.Truncated != "" { // a trace cut short: its events were shown; now fail
+		return exitCode(2, fmt.Errorf("%s: %s (the figures cover the events before the cut)", name, cmp.Truncated))
+	}
+	return nil
+}
+
+// writeCompareFiles writes what --out and --html ask for: the plots, and
+// the HTML report of the comparison.
+func writeCompareFiles(c *cli.Context, open analysis.Opener, cmp *analysis.Comparison, opts analysis.CompareOptions) error {
+	if dir := c.String("out"); dir != "" {
+		paths, err := plot.WriteAll(dir, cmp)
+		if err != nil {
+			return fmt.Errorf("writing plots: %w", err)
+		}
+		for _, p := range paths {
+			fmt.Fprintf(c.App.ErrWriter, "fragsim: wrote %s\n", filepath.Clean(p))
+		}
+	}
+	if p := c.String("html"); p != "" {
+		rep, err := report.FromComparison(open, cmp, report.Options{Compare: opts})
+		if err != nil {
+			return fmt.Errorf("%s: report: %w", opts.Name, err)
+		}
+		return writeReport(c, rep, p, c.Args().First())
+	}
+	return nil
 }
 
 func fmtMillions(n int64) string {

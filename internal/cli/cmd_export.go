@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fragsim/fragsim/allocator"
-	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/report"
 	"github.com/fragsim/fragsim/internal/outfile"
 	"github.com/fragsim/fragsim/replay"
@@ -31,8 +30,8 @@ func exportCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Usage: "memory_viz or perfetto", Required: true},
 			&cli.StringFlag{Name: "o", Aliases: []string{"out"}, Usage: "the file to write", Required: true},
-			&cli.StringFlag{Name: "policy", Usage: "memory_viz: the policy replayed", Value: "caching"},
-			&cli.StringFlag{Name: "policies", Usage: "perfetto: comma-separated policies to replay", Value: strings.Join(analysis.DefaultPolicies, ",")},
+			&cli.StringFlag{Name: "policy", Usage: "memory_viz: the policy replayed", Value: allocator.BaselineFacts().Name},
+			&cli.StringFlag{Name: "policies", Usage: "perfetto: comma-separated policies to replay", Value: strings.Join(allocator.Defaults(), ",")},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 		},
@@ -58,13 +57,6 @@ func runExport(c *cli.Context) error {
 			return exitCode(2, err)
 		}
 	}
-	pols := []string{opts.Policy}
-	if format == "perfetto" {
-		pols = opts.Policies
-	}
-	if err := checkPolicyConf(open, pols, opts.Conf); err != nil {
-		return exitCode(2, fmt.Errorf("export: %w", err))
-	}
 	path := c.String("o")
 	// Written to a temporary file renamed into place (internal/outfile): a
 	// failed export leaves no partial file, and an earlier one stays whole.
@@ -85,10 +77,7 @@ func runExport(c *cli.Context) error {
 		cut, err = exitCode(2, fmt.Errorf("%s: %v (the export covers the events before the cut)", name, err)), nil
 	}
 	if err != nil {
-		if !strings.Contains(err.Error(), name) {
-			err = fmt.Errorf("%s: %w", name, err)
-		}
-		return err
+		return callError("export", name, err)
 	}
 	if err := bw.Flush(); err != nil {
 		return err

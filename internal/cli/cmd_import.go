@@ -3,22 +3,21 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/fragsim/fragsim/analysis"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
+	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pytorch"
 	"github.com/fragsim/fragsim/trace/rmm"
-	"github.com/urfave/cli/v2"
 )
 
 func importCommand() *cli.Command {
@@ -66,18 +65,11 @@ func runImport(c *cli.Context) (err error) {
 	if err := importSameFile(in, out); err != nil {
 		return exitCode(2, fmt.Errorf("import: %w", err))
 	}
-	var head inputHead
-	if in != "-" {
-		head = readHead(in)
-	}
 	format := c.String("format")
 	switch format {
 	case "auto":
-		format = "pytorch"
-		if in != "-" {
-			format = importDetect(in, head)
-		}
-	case "pytorch", "rmm":
+		format = pytorch.DetectFormat(in)
+	case pytorch.FormatPyTorch, pytorch.FormatRMM:
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
 	}
@@ -97,7 +89,7 @@ func runImport(c *cli.Context) (err error) {
 	start := time.Now()
 	var summary any
 	switch format {
-	case "rmm":
+	case pytorch.FormatRMM:
 		sum, err := rmm.ImportFile(in, out)
 		if err != nil {
 			if sum != nil && sum.Output != "" {
@@ -128,14 +120,7 @@ func runImport(c *cli.Context) (err error) {
 			Meta:              meta,
 			Progress:          importProgress(prog),
 		}
-		if opt.MemoryCapBytes == 0 && opt.MemoryFraction > 0 && opt.MemoryFraction < 1 && meta.GPUTotalBytes > 0 {
-			// PyTorch's cap: (size_t)(fraction × (double)totalGlobalMem).
-			opt.MemoryCapBytes = uint64(opt.MemoryFraction * float64(meta.GPUTotalBytes))
-		}
-		// Restored once the command's output is written: with the
-		// import's heap live, turning the collector back on starts a
-		// collection, which would hold the summary's printing.
-		defer importGC(head)()
+		defer pytorch.TuneGC(in)() // restored once the output is written
 		sum, err := pytorch.ImportFile(in, out, opt)
 		prog.done()
 		if err != nil {
@@ -148,7 +133,7 @@ func runImport(c *cli.Context) (err error) {
 		summary = sum
 		if !c.Bool("json") {
 			importPrintPyTorch(c.App.Writer, sum, time.Since(start))
-			importAdvice(c.App.Writer, sum, meta.GPUTotalBytes, opt.MemoryCapBytes)
+			importAdvice(c.App.Writer, sum)
 		}
 	}
 	if c.Bool("json") {
@@ -177,121 +162,30 @@ func importSameFile(in, out string) error {
 
 // importAdvice prints what the summary s calls for: how to record a
 // snapshot that allows what-ifs, for a state-only one; the flags that
-// tell a capped run's retries from empty_cache(), when release bursts
-// look like them and no cap was given. total is the GPU's memory (0:
-// not known), capBytes the cap the import knew.
-func importAdvice(w io.Writer, s *pytorch.Summary, total, capBytes uint64) {
+// tell a capped run's retries from empty_cache() (s.CapAdvice).
+func importAdvice(w io.Writer, s *pytorch.Summary) {
 	if s.StateOnly {
 		fmt.Fprintf(w, "state-only:  the snapshot holds the allocator's state but no history: what-ifs need "+
 			"torch.cuda.memory._record_memory_history(enabled=\"all\", max_entries=1000000) before the run, "+
 			"then torch.cuda.memory._dump_snapshot(path)\n")
 	}
-	if s.CapLikeBursts == 0 || capBytes > 0 {
+	a := s.CapAdvice()
+	if a == nil {
 		return
 	}
 	f := "F"
 	est := fmt.Sprintf("F is the fraction given to set_per_process_memory_fraction; at least the peak reserved, %s, over the GPU's memory",
-		analysis.FmtBytes(s.PeakReserved))
+		analysis.FmtBytes(a.PeakReservedBytes))
 	gpu := "--gpu-total NAME"
-	if total > 0 && s.PeakReserved > 0 && s.PeakReserved <= total {
-		f = importFraction(s.PeakReserved, total)
+	if a.Fraction != "" {
+		f = a.Fraction
 		est = fmt.Sprintf("%s is the peak reserved, %s, over the GPU's %s, rounded up: the least the cap can have been",
-			f, analysis.FmtBytes(s.PeakReserved), analysis.FmtBytes(total))
-		gpu = "--gpu-total " + strconv.FormatUint(total, 10)
+			f, analysis.FmtBytes(a.PeakReservedBytes), analysis.FmtBytes(a.GPUTotalBytes))
+		gpu = "--gpu-total " + strconv.FormatUint(a.GPUTotalBytes, 10)
 	}
 	fmt.Fprintf(w, "advice:      %d release bursts right before a new segment look like a memory cap's retries or garbage collection; "+
-		"if the run was capped, import with --memory-fraction %s %s (%s)\n", s.CapLikeBursts, f, gpu, est)
+		"if the run was capped, import with --memory-fraction %s %s (%s)\n", a.Bursts, f, gpu, est)
 }
-
-// importFraction returns peak/total rounded up at 3 significant digits.
-func importFraction(peak, total uint64) string {
-	f := float64(peak) / float64(total)
-	scale := math.Pow(10, 2-math.Floor(math.Log10(f)))
-	return strconv.FormatFloat(math.Ceil(f*scale)/scale, 'g', 3, 64)
-}
-
-// inputHead is what the import command reads of its input before
-// importing it: its first bytes, and whether it is a regular file of size
-// bytes.
-type inputHead struct {
-	bytes   []byte
-	regular bool
-	size    int64
-}
-
-// readHead reads the first headBytes of the file path (fewer when it is
-// shorter; none when it cannot be read: the import reports the error).
-func readHead(path string) inputHead {
-	var h inputHead
-	// A pipe or a FIFO gives its bytes once: they are the import's, and
-	// it is not even opened here (a FIFO's writer would meet this open).
-	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
-		return h
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return h
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil {
-		h.regular, h.size = st.Mode().IsRegular(), st.Size()
-	}
-	b := make([]byte, headBytes)
-	n, _ := io.ReadFull(f, b)
-	h.bytes = b[:n]
-	return h
-}
-
-// importGC turns the garbage collector off for the import of an input
-// that begins with head when it is a plain pickle of at most
-// gcOffMaxBytes (and neither GOGC nor GOMEMLIMIT is set), and returns
-// what restores the settings.
-// Such an import allocates a few times its input, most of it live to the
-// end, and in a fresh process the collections while the heap was still
-// small stall the decoder in mark assists, for little memory saved. A
-// memory limit of gcOffLimitBytes stays: near it the collector
-// runs. Larger and compressed inputs (whose pickle may be far larger
-// than the file) keep the collector, and with it the import's flat
-// memory.
-func importGC(head inputHead) (restore func()) {
-	none := func() {}
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
-		return none
-	}
-	if !head.regular || len(head.bytes) == 0 || head.bytes[0] != 0x80 { // PROTO: a pickle of protocol 2 or later
-		return none
-	}
-	if head.size > gcOffMaxBytes {
-		// The decoder holds what it builds to a budget proportional to the
-		// input (trace/pickle); a soft memory limit a little above it keeps
-		// the collector's slack from doubling that in a hostile file.
-		limit := debug.SetMemoryLimit(int64(memLimitPerByte*head.size) + memLimitFloor)
-		return func() { debug.SetMemoryLimit(limit) }
-	}
-	pct := debug.SetGCPercent(-1)
-	limit := debug.SetMemoryLimit(gcOffLimitBytes)
-	return func() {
-		debug.SetMemoryLimit(limit)
-		debug.SetGCPercent(pct)
-	}
-}
-
-// gcOffMaxBytes is the largest plain pickle imported with the garbage
-// collector off (its peak RSS is about the same either way),
-// and gcOffLimitBytes the memory limit kept meanwhile.
-const (
-	gcOffMaxBytes   = 64 << 20
-	gcOffLimitBytes = 1 << 30
-)
-
-// A larger plain pickle is imported under a soft memory limit of
-// memLimitPerByte bytes per byte of input and memLimitFloor more: real
-// snapshots' decoded tables take 1.2 to 2.2 bytes per byte, and the
-// decoder refuses a pickle past 3.
-const (
-	memLimitPerByte = 4
-	memLimitFloor   = 256 << 20
-)
 
 // importMeta gathers the header fields given on the command line.
 func importMeta(c *cli.Context) (*trace.Header, error) {
@@ -319,26 +213,6 @@ func importMeta(c *cli.Context) (*trace.Header, error) {
 		m.Tags[k] = v
 	}
 	return m, nil
-}
-
-// headBytes is what readHead reads: enough for an RMM log's first
-// column name after a byte-order mark (7 bytes, which left the mark's 3
-// and "Thre", did not tell such a log from a snapshot).
-const headBytes = len("\ufeff") + len(rmmFirstColumn)
-
-// rmmFirstColumn is how an RMM log's header line starts.
-const rmmFirstColumn = "Thread,"
-
-// importDetect tells an RMM CSV log from a snapshot by its name and its
-// first bytes.
-func importDetect(path string, head inputHead) string {
-	if strings.EqualFold(filepath.Ext(path), ".csv") {
-		return "rmm"
-	}
-	if strings.HasPrefix(strings.TrimPrefix(string(head.bytes), "\ufeff"), rmmFirstColumn) {
-		return "rmm"
-	}
-	return "pytorch"
 }
 
 // importProgress reports an import's phases on its progress line.

@@ -30,12 +30,12 @@ func replayCommand() *cli.Command {
 			"Policies: " + strings.Join(allocator.Names(), ", ") + ".\n" +
 			"Capacity presets: " + strings.Join(replay.PresetNames(), ", ") + ".",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "policy", Value: "caching", Usage: "allocator policy (" + strings.Join(allocator.Names(), ", ") + ")"},
+			&cli.StringFlag{Name: "policy", Value: allocator.BaselineFacts().Name, Usage: "allocator policy (" + strings.Join(allocator.Names(), ", ") + ")"},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (caching, expandable) or the policy's options; default: the trace's recorded settings"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (24GiB, 80G) or a preset; default: the trace's GPU total, else unlimited"},
 			&cli.Float64Flag{Name: "fraction", Usage: "per-process memory fraction (0 < F <= 1); default: the trace's"},
 			&cli.StringFlag{Name: "outside", Usage: "device memory held outside the allocator (bytes or a size)"},
-			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N requests"},
+			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N allocations"},
 			&cli.Float64Flag{Name: "defrag-threshold", Usage: "inject empty_cache whenever 100*(1-active/reserved) passes PCT"},
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity with no OOM (bisection to 2 MiB)"},
 			&cli.BoolFlag{Name: "forecast", Usage: "also forecast silent OOMs: the largest request that can still be served over time, and the first moment it drops below the largest request made (JSON key forecast)"},
@@ -67,16 +67,10 @@ func runReplay(c *cli.Context) error {
 		cfg.OutsideBytes = v
 	}
 	cfg.Fraction = c.Float64("fraction")
-	if !(cfg.Fraction >= 0 && cfg.Fraction <= 1) {
-		return exitCode(2, fmt.Errorf("replay: --fraction %g: want a number in (0, 1]", cfg.Fraction))
-	}
 	cfg.EmptyCacheEvery = c.Int64("empty-cache-every")
 	cfg.DefragThresholdPct = c.Float64("defrag-threshold")
-	if cfg.EmptyCacheEvery < 0 || !(cfg.DefragThresholdPct >= 0 && cfg.DefragThresholdPct <= 100) {
-		return exitCode(2, fmt.Errorf("replay: --empty-cache-every must not be negative, --defrag-threshold is a percentage from 0 to 100"))
-	}
-	if cfg.EmptyCacheEvery > 0 && cfg.DefragThresholdPct > 0 {
-		return exitCode(2, fmt.Errorf("replay: give --empty-cache-every or --defrag-threshold, not both"))
+	if err := cfg.Validate(); err != nil { // replay.Run checks it too; here, before the trace is read
+		return configUsage(err)
 	}
 
 	open := replay.OpenFile(path)
@@ -104,7 +98,7 @@ func runReplay(c *cli.Context) error {
 	var cut error // the trace was cut short: report what was read, then fail
 	if err != nil {
 		if res == nil || !errors.Is(err, trace.ErrTruncated) {
-			return fmt.Errorf("%s: %w", path, err)
+			return traceError(path, err)
 		}
 		cut = exitCode(2, fmt.Errorf("%s: %w (the figures cover the %d events read)", path, err, res.Events))
 	}
@@ -130,7 +124,7 @@ func runReplay(c *cli.Context) error {
 			title = "silent-OOM forecast on " + replay.FormatBytes(cfg.CapacityBytes)
 		}
 		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return traceError(path, err)
 		}
 	}
 	w := c.App.Writer
@@ -159,6 +153,32 @@ func runReplay(c *cli.Context) error {
 		writeForecast(w, fc)
 	}
 	return cut
+}
+
+// replayFlags names the flag of each replay.Config field a ConfigError
+// can name.
+var replayFlags = map[string]string{
+	"Fraction":           "--fraction",
+	"EmptyCacheEvery":    "--empty-cache-every",
+	"DefragThresholdPct": "--defrag-threshold",
+}
+
+// configUsage is the usage error of a configuration replay refused (a
+// *replay.ConfigError), told by its flags.
+func configUsage(err error) error {
+	var ce *replay.ConfigError
+	if !errors.As(err, &ce) {
+		return exitCode(2, err)
+	}
+	flags := make([]string, len(ce.Fields))
+	for i, f := range ce.Fields {
+		flags[i] = replayFlags[f]
+	}
+	what := strings.Join(flags, " and ")
+	if ce.Value != "" {
+		what += " " + ce.Value
+	}
+	return exitCode(2, fmt.Errorf("replay: %s: want %s", what, ce.Want))
 }
 
 // replayProgress returns a Progress callback for a replay's progress

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -246,49 +247,16 @@ func TestImportHeaderFlags(t *testing.T) {
 	}
 }
 
-// noGCEnv unsets GOGC and GOMEMLIMIT for the test and returns the
-// collector's percent.
+// noGCEnv sets the collector to its defaults for the test (GOGC 100, no
+// memory limit: what pytorch.TuneGC tunes) and returns the percent.
 func noGCEnv(t *testing.T) int {
-	t.Setenv("GOGC", "")
-	t.Setenv("GOMEMLIMIT", "")
-	os.Unsetenv("GOGC")
-	os.Unsetenv("GOMEMLIMIT")
-	pct := debug.SetGCPercent(-1)
-	debug.SetGCPercent(pct)
-	return pct
-}
-
-// TestImportGC checks that importGC turns the collector off for a plain
-// pickle only, and that what it returns restores the settings.
-func TestImportGC(t *testing.T) {
-	pct := noGCEnv(t)
-	for _, c := range []struct {
-		path string
-		off  bool
-	}{
-		{importTestdata + "basic.p5.pickle", true},
-		{importTestdata + "basic.p5.pickle.gz", false}, // its pickle may be far larger
-		{importTestdata + "missing.pickle", false},
-	} {
-		restore := importGC(readHead(c.path))
-		now := debug.SetGCPercent(-1)
-		debug.SetGCPercent(now)
-		limit := debug.SetMemoryLimit(-1)
-		restore()
-		if off := now < 0 && limit == gcOffLimitBytes; off != c.off {
-			t.Errorf("%s: collector off %v (percent %d, limit %d), want %v", c.path, off, now, limit, c.off)
-		}
-		if got := debug.SetGCPercent(pct); got != pct {
-			t.Errorf("%s: percent %d after the import, was %d", c.path, got, pct)
-		}
-	}
-	t.Setenv("GOGC", "100")
-	restore := importGC(readHead(importTestdata + "basic.p5.pickle"))
-	now := debug.SetGCPercent(pct)
-	restore()
-	if now != pct {
-		t.Errorf("with GOGC set the collector's percent became %d", now)
-	}
+	pct := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(limit)
+	})
+	return 100
 }
 
 // gcWriter records the collector's percent at each write.

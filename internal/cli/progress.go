@@ -82,3 +82,9 @@ func (p *progressLine) done() {
 		p.shown = false
 	}
 }
+
+// replays is the Progress of analysis.CompareOptions and AnalyzeOptions:
+// the replays done and the events replayed over all of them.
+func (p *progressLine) replays(events int64, done, runs int) {
+	p.update("%d/%d replays done, %s events replayed", done, runs, fmtMillions(events))
+}

@@ -55,6 +55,7 @@ func (c *converter) convert(top *pickle.Dict) error {
 	h.MemoryFraction = c.opt.MemoryFraction
 	h.Merge(c.opt.Meta)
 	sum := &c.snap.summary
+	sum.capKnown = c.opt.capBytes() > 0
 	sum.Actions = map[string]map[string]int{}
 	sum.Kinds = map[string]int{}
 	c.set.maxSplit = math.MaxUint64

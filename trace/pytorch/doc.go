@@ -21,7 +21,8 @@
 //     empty_cache() unless it may be the malloc's own release: that needs the
 //     next entry to be a segment_alloc/segment_map (a malloc that missed the
 //     free lists) and either a memory cap the malloc would have crossed
-//     (known only through Options.MemoryCapBytes), or garbage collection
+//     (known through Options.MemoryCapBytes, or MemoryFraction and the GPU's
+//     total), or garbage collection
 //     (garbage_collection_threshold > 0, and a burst of whole large-pool
 //     segments only). Without a known cap every other burst is an
 //     empty_cache(). Limits: an empty_cache() that releases nothing leaves no

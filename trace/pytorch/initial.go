@@ -411,7 +411,7 @@ type ecInfer struct {
 }
 
 func (c *converter) newECInfer(dev trace.DeviceID, init *trace.InitialState) *ecInfer {
-	x := &ecInfer{c: c, dev: dev, capBytes: c.opt.MemoryCapBytes}
+	x := &ecInfer{c: c, dev: dev, capBytes: c.opt.capBytes()}
 	if init != nil {
 		for _, s := range init.Segments {
 			if s.Device == dev {

@@ -13,7 +13,8 @@ type Options struct {
 	NoInferEmptyCache bool
 	// MemoryCapBytes is the per-process memory cap the run had (fraction ×
 	// device total), when known: it lets release bursts that came from a
-	// malloc's retry be told apart from empty_cache(). 0 means unknown.
+	// malloc's retry be told apart from empty_cache(). 0 means unknown,
+	// unless MemoryFraction and Meta.GPUTotalBytes give it (see capBytes).
 	MemoryCapBytes uint64
 	// MemoryFraction, when set, is stored in the header.
 	MemoryFraction float64
@@ -56,6 +57,19 @@ type Options struct {
 	// prepareShare of a streamed pickle (see ImportFile), with the
 	// entries it expects in all.
 	prepare func(events int)
+}
+
+// capBytes is the run's memory cap: MemoryCapBytes, or PyTorch's cap of
+// a memory fraction below 1 on a device of known size, (size_t)(fraction
+// × (double)totalGlobalMem); 0 when not known.
+func (o *Options) capBytes() uint64 {
+	if o.MemoryCapBytes > 0 {
+		return o.MemoryCapBytes
+	}
+	if f := o.MemoryFraction; f > 0 && f < 1 && o.Meta != nil && o.Meta.GPUTotalBytes > 0 {
+		return uint64(f * float64(o.Meta.GPUTotalBytes))
+	}
+	return 0
 }
 
 // parallelMin is the events of a device from which its initial state is

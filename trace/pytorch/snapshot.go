@@ -39,6 +39,8 @@ type Summary struct {
 	// PeakReserved is the most bytes reserved on one device, as far as the
 	// empty_cache() inference followed it (0 when it did not run).
 	PeakReserved uint64 `json:"peak_reserved_bytes,omitempty"`
+
+	capKnown bool // the import knew the run's memory cap (Options.capBytes)
 }
 
 // event is a trace event waiting for its stack and text: the fields of

@@ -121,6 +121,13 @@ type LineError struct {
 
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.Name, e.Line, e.Msg) }
 
+// sameLineError reports whether a and b are the same *LineError: the
+// same bad line, for the same reason.
+func sameLineError(a, b error) bool {
+	var la, lb *LineError
+	return errors.As(a, &la) && errors.As(b, &lb) && *la == *lb
+}
+
 // ErrNotRMM is matched by the error for input without the RMM CSV header.
 var ErrNotRMM = errors.New("not an RMM log: the first line is not Thread,Time,Action,Pointer,Size,Stream")
 
@@ -344,7 +351,7 @@ func ImportFile(in, out string) (*Summary, error) {
 		// written before it.
 		var again *Summary
 		again, err = Import(f, in, w)
-		if err != nil && ierr != nil && err.Error() == ierr.Error() {
+		if sameLineError(err, ierr) {
 			err = nil
 		}
 		if err == nil && again.Events != sum.Events {

@@ -137,8 +137,8 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 	fmt.Fprintf(w, "\nAdvice: each change replayed, ranked by at_peak_pct then peak reserved (the fragmentation view;\n"+
 		"the recommendation for the goal follows).\n")
 	if b != nil {
-		fmt.Fprintf(w, "Baseline caching: at_peak_pct %.1f%%, peak reserved %s, %s device calls, %s OOMs\n",
-			b.Fragmentation.AtPeakPct, FmtBytes(b.PeakReservedBytes), fmtCount(b.DeviceAllocs+b.DeviceFrees), fmtCount(b.OOMs))
+		fmt.Fprintf(w, "Baseline %s: at_peak_pct %.1f%%, peak reserved %s, %s device calls, %s OOMs\n",
+			baselinePolicy(), b.Fragmentation.AtPeakPct, FmtBytes(b.PeakReservedBytes), fmtCount(b.DeviceAllocs+b.DeviceFrees), fmtCount(b.OOMs))
 	}
 	fmt.Fprintf(w, "%4s  %-32s  %7s  %7s  %9s  %10s  %9s  %4s\n", "rank", "change", "at_peak", "removed",
 		"reserved", "Δ reserved", "dev calls", "OOMs")

@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+
+	"github.com/fragsim/fragsim/allocator"
 )
 
 // TableWidth is the width tables are laid out to fit.
 const TableWidth = 100
+
+// ProseWidth is the width paragraphs under the tables wrap to.
+const ProseWidth = 80
 
 // FmtBytes formats a byte count with a binary unit: "1.50 GiB", "512.0 MiB".
 func FmtBytes(n uint64) string {
@@ -54,7 +60,16 @@ var policyMetrics = []metric{
 	}},
 	{"alloc retries", func(_ *Comparison, r *Run) string { return fmtCount(r.Result.AllocRetries) }},
 	{"OOMs", func(_ *Comparison, r *Run) string { return fmtCount(r.Result.OOMs) }},
-	{"reserved vs ideal", func(c *Comparison, r *Run) string { return c.vsLimit(r) }},
+	{"reserved vs " + limitName(), func(c *Comparison, r *Run) string { return c.vsLimit(r) }},
+}
+
+// limitName names the physical limit in the policy table: the registry's
+// limit policy.
+func limitName() string {
+	if f, ok := allocator.LimitFacts(); ok {
+		return f.Name
+	}
+	return "limit"
 }
 
 // vsLimit is the distance of r's peak reserved from the physical limit's.
@@ -73,16 +88,16 @@ func (c *Comparison) vsLimit(r *Run) string {
 	return fmt.Sprintf("%+.1f%%", d)
 }
 
-// WriteTable writes the side-by-side table (rows: metrics, columns:
-// policies, split into blocks that fit TableWidth), the settings table,
-// any failed runs and the verdict lines.
+// WriteTable writes the comparison as text: the policies' views side by
+// side (rows: metrics, columns: policies, split into blocks that fit
+// TableWidth), the ranked table of every candidate, policies and settings
+// (Decision.Table), any failed runs, then the recommendation and the
+// verdict, the methods as a paragraph of at most ProseWidth columns.
 func (c *Comparison) WriteTable(w io.Writer) error {
-	var pols, sets []*Run
+	var pols []*Run
 	for _, r := range c.Runs {
 		if r.Setting == "" {
 			pols = append(pols, r)
-		} else {
-			sets = append(sets, r)
 		}
 	}
 	ew := &errWriter{w: w}
@@ -90,15 +105,6 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 		fmt.Fprintf(ew, "%s: %s events\n\n", c.Trace.Name, fmtCount(c.Trace.Events))
 	}
 	writeMetricTable(ew, c, pols)
-	if len(sets) > 0 {
-		fmt.Fprintln(ew)
-		writeSettingsTable(ew, sets)
-	}
-	for _, r := range c.Runs {
-		if r.Error != "" {
-			fmt.Fprintf(ew, "%s failed: %s\n", r.Label, r.Error)
-		}
-	}
 	if c.State != nil {
 		fmt.Fprintln(ew)
 		c.State.WriteText(ew)
@@ -108,12 +114,23 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 			fmt.Fprintln(ew, l)
 		}
 	}
+	for _, r := range c.Runs {
+		if r.Error != "" {
+			fmt.Fprintf(ew, "%s failed: %s\n", r.Label, r.Error)
+		}
+	}
 	fmt.Fprintln(ew)
 	if l := c.RecommendedLine(); l != "" {
-		fmt.Fprintln(ew, wrap(l, TableWidth))
-	}
-	for _, l := range c.VerdictLines() {
+		// One line, never wrapped: scripts grep it and people copy its setting.
 		fmt.Fprintln(ew, l)
+	}
+	methods := c.MethodsLine()
+	for _, l := range c.VerdictLines() {
+		width := TableWidth
+		if l == methods {
+			width = ProseWidth
+		}
+		fmt.Fprintln(ew, wrap(l, width))
 	}
 	return ew.err
 }
@@ -160,27 +177,65 @@ func writeMetricTable(w io.Writer, c *Comparison, runs []*Run) {
 	}
 }
 
-func writeSettingsTable(w io.Writer, runs []*Run) {
-	labelW := len("setting")
-	for _, r := range runs {
-		labelW = max(labelW, len(r.Label))
+// Table returns the candidates, best first, one a line, fitting
+// TableWidth, under a title line: every policy and setting replayed, with
+// its peak reserved, fragmentation (at_peak_pct), stranded bytes at peak,
+// device calls, OOMs and how far to trust it; * marks the recommended one.
+func (d *Decision) Table() []string {
+	fit := d.Goal.Kind == GoalFit
+	labelW := 33
+	if fit {
+		labelW -= 11 // room for the min capacity
 	}
-	labelW = min(labelW, TableWidth-63) // the columns after the label take 63
-	fmt.Fprintf(w, "%-*s  %11s  %13s  %11s  %12s  %6s\n", labelW, "setting", "at_peak_pct", "peak reserved", "stranded", "device calls", "OOMs")
-	for _, r := range runs {
-		label := r.Label
-		if len(label) > labelW {
-			label = label[:labelW-1] + "…"
+	head := fmt.Sprintf("%4s  %-*s  %9s  %6s  %9s  %7s  %4s  %s", "rank", labelW, "candidate",
+		"reserved", "frag", "stranded", "calls", "OOMs", "trust")
+	if fit {
+		head += "  min capacity"
+	}
+	title := "Candidates for the goal " + d.Goal.String() + ", each replayed (* recommended; frag: at_peak_pct; " +
+		"stranded: free bytes empty_cache cannot return, at peak; calls: device calls, [Nx]: N times the baseline's):"
+	lines := []string{wrap(title, TableWidth), head}
+	for _, o := range d.Results {
+		label := orDefault(o.Setting)
+		if !o.Exact && o.Setting != o.Policy && !o.Limit {
+			label = o.Policy + ": " + label
 		}
-		if !r.OK() {
-			fmt.Fprintf(w, "%-*s  %11s\n", labelW, label, "failed")
+		if o.Limit {
+			label = o.Policy + " (physical limit)"
+		}
+		mark := " "
+		if o.Recommended {
+			mark = "*"
+		}
+		if o.Error != "" {
+			lines = append(lines, fmt.Sprintf("%3d%s  %-*s  failed: %s", o.Rank, mark, labelW, truncate(label, labelW), truncate(o.Error, 50)))
 			continue
 		}
-		res := r.Result
-		fmt.Fprintf(w, "%-*s  %11s  %13s  %11s  %12s  %6s\n", labelW, label,
-			fmtPct(res.Fragmentation.AtPeakPct), FmtBytes(res.PeakReservedBytes),
-			FmtBytes(res.Fragmentation.StrandedBytes), fmtCount(res.DeviceAllocs+res.DeviceFrees), fmtCount(res.OOMs))
+		tr := "exact"
+		switch {
+		case !o.Exact && o.ErrorPct > 0:
+			tr = fmt.Sprintf("±%.1f%%", o.ErrorPct)
+		case !o.Exact:
+			tr = "model"
+		}
+		if o.Limit {
+			tr = "limit"
+		}
+		stranded := "-"
+		if o.run != nil && o.run.Result != nil {
+			stranded = FmtBytes(o.run.Result.Fragmentation.StrandedBytes)
+		}
+		l := fmt.Sprintf("%3d%s  %-*s  %9s  %5.1f%%  %9s  %7s  %4s  %-6s", o.Rank, mark, labelW, truncate(label, labelW),
+			FmtBytes(o.PeakReservedBytes), o.AtPeakPct, stranded, fmtCount(o.DeviceCalls), fmtCount(o.OOMs), tr)
+		if fit && o.MinCapacityBytes > 0 {
+			l += fmt.Sprintf("  %s", FmtBytes(o.MinCapacityBytes))
+		}
+		if o.CallsNote != "" {
+			l += "  [" + strings.TrimSuffix(o.CallsNote, " the baseline's device calls") + "]"
+		}
+		lines = append(lines, strings.TrimRight(l, " "))
 	}
+	return lines
 }
 
 // CSVHeader is the header row of WriteCSV.

@@ -1,0 +1,529 @@
+// Package python_test builds the fragsim wheel, installs it into a fresh
+// virtual environment and checks the Python side: the binary as a script,
+// python -m fragsim, the API against the command line, the OOM observer
+// against a fake torch, and recording through fragsim.recording().
+package python_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/internal/cli"
+	"github.com/fragsim/fragsim/trace"
+)
+
+// env is what the tests share, made once per test binary.
+var env struct {
+	once  sync.Once
+	dir   string // temporary directory of everything below
+	wheel string // the built wheel
+	venv  string // the virtual environment it is installed in
+	skip  string
+	err   error
+}
+
+// setup builds the wheel and installs it into a fresh venv with pip
+// --no-index, once. Without python3 or its venv module the tests skip,
+// except under CI=true, where they fail.
+func setup(t *testing.T) {
+	t.Helper()
+	env.once.Do(func() {
+		if _, err := exec.LookPath("python3"); err != nil {
+			env.skip = "python3 not found"
+			return
+		}
+		d, err := os.MkdirTemp("", "fragsim-wheel-test")
+		if err != nil {
+			env.err = err
+			return
+		}
+		env.dir = d
+		env.venv = filepath.Join(d, "venv")
+		if out, err := exec.Command("python3", "-m", "venv", env.venv).CombinedOutput(); err != nil {
+			env.skip = fmt.Sprintf("python3 -m venv failed (on Debian: apt-get install python3-venv): %v\n%s", err, out)
+			return
+		}
+		dist := filepath.Join(d, "dist")
+		out, err := exec.Command("python3", "build_wheel.py", "-o", dist).CombinedOutput()
+		if err != nil {
+			env.err = fmt.Errorf("build_wheel.py: %v\n%s", err, out)
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		env.wheel = lines[len(lines)-1]
+		if out, err := exec.Command(filepath.Join(env.venv, "bin", "pip"), "install", "--no-index", "-q", env.wheel).CombinedOutput(); err != nil {
+			env.err = fmt.Errorf("pip install --no-index: %v\n%s", err, out)
+		}
+	})
+	if env.skip != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(env.skip + ": CI installs python3-venv")
+		}
+		t.Skip(env.skip)
+	}
+	if env.err != nil {
+		t.Fatal(env.err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if env.dir != "" {
+		os.RemoveAll(env.dir)
+	}
+	os.Exit(code)
+}
+
+// venv runs a program of the virtual environment's bin/ with extra
+// environment variables, and returns its stdout and stderr.
+func venv(t *testing.T, extra []string, name string, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.venv, "bin", name), args...)
+	cmd.Env = append(os.Environ(), extra...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// TestWheelContents checks the wheel's name, what it holds, its RECORD
+// (every file with its sha256 and size, as pip verifies them) and that
+// python -m zipfile lists it.
+func TestWheelContents(t *testing.T) {
+	setup(t)
+	name := filepath.Base(env.wheel)
+	m := regexp.MustCompile(`^fragsim-([0-9.]+)-py3-none-(manylinux_2_(\d+)_x86_64)\.whl$`).FindStringSubmatch(name)
+	if m == nil || m[1] != cli.Version {
+		t.Fatalf("wheel %s: want fragsim-%s-py3-none-manylinux_2_N_x86_64.whl", name, cli.Version)
+	}
+	z, err := zip.OpenReader(env.wheel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	info := "fragsim-" + cli.Version + ".dist-info/"
+	files := map[string][]byte{}
+	for _, f := range z.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f.Name] = b
+		exe := f.Mode()&0o111 != 0
+		if wantExe := strings.HasSuffix(f.Name, "/scripts/fragsim") || strings.HasSuffix(f.Name, ".so"); exe != wantExe {
+			t.Errorf("%s: executable %v, want %v", f.Name, exe, wantExe)
+		}
+	}
+	for _, p := range []string{"fragsim-" + cli.Version + ".data/scripts/fragsim", "fragsim/lib/libfragsim_hook.so",
+		"fragsim/__init__.py", "fragsim/__main__.py", "fragsim/_hook/fragsim_hook.py", info + "WHEEL", info + "METADATA"} {
+		if _, ok := files[p]; !ok {
+			t.Errorf("the wheel lacks %s", p)
+		}
+	}
+	if !strings.Contains(string(files[info+"WHEEL"]), "Tag: py3-none-"+m[2]+"\n") {
+		t.Errorf("WHEEL:\n%s\nwant the tag %s", files[info+"WHEEL"], m[2])
+	}
+	rows, err := csv.NewReader(bytes.NewReader(files[info+"RECORD"])).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, row := range rows {
+		listed[row[0]] = true
+		if row[0] == info+"RECORD" {
+			if row[1] != "" || row[2] != "" {
+				t.Errorf("RECORD lists itself with a hash: %v", row)
+			}
+			continue
+		}
+		b, ok := files[row[0]]
+		if !ok {
+			t.Errorf("RECORD lists %s, which the wheel lacks", row[0])
+			continue
+		}
+		sum := sha256.Sum256(b)
+		if want := "sha256=" + base64.RawURLEncoding.EncodeToString(sum[:]); row[1] != want || row[2] != strconv.Itoa(len(b)) {
+			t.Errorf("RECORD %s: %s %s, the file has %s %d", row[0], row[1], row[2], want, len(b))
+		}
+	}
+	for p := range files {
+		if !listed[p] {
+			t.Errorf("RECORD does not list %s", p)
+		}
+	}
+	out, err := exec.Command("python3", "-m", "zipfile", "-l", env.wheel).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "fragsim/lib/libfragsim_hook.so") {
+		t.Errorf("python3 -m zipfile -l: %v\n%s", err, out)
+	}
+	// The tag is honest: the hook needs no newer glibc than it says.
+	if _, err := exec.LookPath("objdump"); err == nil {
+		lib := filepath.Join(t.TempDir(), "hook.so")
+		os.WriteFile(lib, files["fragsim/lib/libfragsim_hook.so"], 0o644)
+		out, err := exec.Command("objdump", "-T", lib).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tagged, _ := strconv.Atoi(m[3])
+		for _, v := range regexp.MustCompile(`GLIBC_2\.(\d+)`).FindAllStringSubmatch(string(out), -1) {
+			if n, _ := strconv.Atoi(v[1]); n > tagged {
+				t.Errorf("the hook needs GLIBC_2.%d, the wheel says manylinux_2_%d", n, tagged)
+			}
+		}
+	}
+}
+
+// TestInstalledCommand runs the installed script and python -m fragsim.
+func TestInstalledCommand(t *testing.T) {
+	setup(t)
+	out, errOut, err := venv(t, nil, "fragsim", "--version")
+	if err != nil || !strings.HasPrefix(out, "fragsim version "+cli.Version) {
+		t.Errorf("fragsim --version: %v, %q %s", err, out, errOut)
+	}
+	out, errOut, err = venv(t, nil, "python", "-m", "fragsim", "--version")
+	if err != nil || !strings.HasPrefix(out, "fragsim version "+cli.Version) {
+		t.Errorf("python -m fragsim --version: %v, %q %s", err, out, errOut)
+	}
+	out, errOut, err = venv(t, nil, "python", "-m", "fragsim", "compare")
+	if err != nil || !strings.Contains(out, "Recommended: ") || !strings.Contains(out, "Fragmentation after:") {
+		t.Errorf("python -m fragsim compare: %v\n%s%s", err, out, errOut)
+	}
+	if _, errOut, err = venv(t, nil, "python", "-m", "fragsim", "replay"); exitCode(err) != 2 || !strings.Contains(errOut, "replay") {
+		t.Errorf("python -m fragsim replay (no trace): %v, want exit 2\n%s", err, errOut)
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestAPI checks that the Python API gives what the command line gives:
+// the recommendation of compare and analyze on the real traces, for two
+// goals; a snapshot dict piped to import; and fragsim.Error.
+func TestAPI(t *testing.T) {
+	setup(t)
+	// Two real traces under the default goal, one under a fit goal (its
+	// min capacities take a bisection each).
+	cases := []string{"../traces/shared_s1.fst|reserved", "../traces/train_s1.fst|reserved",
+		"../traces/train_s1.fst|fit:2GiB"}
+	traces := []string{"../traces/shared_s1.fst", "../traces/train_s1.fst"}
+	script := `
+import json, pickle, sys
+import fragsim
+out = {}
+for case in sys.argv[2:]:
+    path, goal = case.split("|")
+    out[case] = fragsim.compare(path, goal=goal)["recommendation"]
+path = sys.argv[2].split("|")[0]
+out["analyze"] = fragsim.analyze(path, goal="fragmentation", no_advice=False)["recommendation"]
+r = fragsim.compare(path)
+out["html"] = r._repr_html_()
+with open(sys.argv[1], "rb") as f:
+    snap = pickle.load(f)
+out["dict"] = fragsim.compare(snap)["recommendation"]
+try:
+    fragsim.replay(path, policy="nosuch")
+except fragsim.Error as e:
+    out["error"] = [e.message, e.code]
+print(json.dumps(out))
+`
+	snap := "../trace/pytorch/testdata/basic.p5.pickle"
+	out, errOut, err := venv(t, nil, "python", append([]string{"-c", script, snap}, cases...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	cliRec := func(args ...string) string {
+		out, errOut, err := venv(t, nil, "fragsim", append(args, "--json")...)
+		if err != nil {
+			t.Fatalf("fragsim %v: %v\n%s", args, err, errOut)
+		}
+		var x struct {
+			Recommendation json.RawMessage `json:"recommendation"`
+		}
+		if err := json.Unmarshal([]byte(out), &x); err != nil {
+			t.Fatal(err)
+		}
+		return string(x.Recommendation)
+	}
+	same := func(name, api, want string) {
+		var a, b any
+		json.Unmarshal([]byte(api), &a)
+		json.Unmarshal([]byte(want), &b)
+		if fmt.Sprint(a) != fmt.Sprint(b) || a == nil {
+			t.Errorf("%s: the API recommends\n%s\nthe command line\n%s", name, api, want)
+		}
+	}
+	for _, c := range cases {
+		path, goal, _ := strings.Cut(c, "|")
+		same(c, string(got[c]), cliRec("compare", path, "--goal", goal))
+	}
+	same("analyze", string(got["analyze"]), cliRec("analyze", traces[0], "--goal", "fragmentation"))
+	imported := filepath.Join(t.TempDir(), "basic.fst")
+	if _, errOut, err := venv(t, nil, "fragsim", "import", "-q", snap, "-o", imported); err != nil {
+		t.Fatal(errOut)
+	}
+	same("snapshot dict", string(got["dict"]), cliRec("compare", imported))
+	var html string
+	json.Unmarshal(got["html"], &html)
+	var rec struct {
+		Line string `json:"line"`
+	}
+	json.Unmarshal([]byte(cliRec("compare", traces[0])), &rec)
+	if !strings.Contains(html, "<table>") || !strings.Contains(html, rec.Line) {
+		t.Errorf("_repr_html_ lacks the table or the line %q:\n%s", rec.Line, html)
+	}
+	var e []any
+	json.Unmarshal(got["error"], &e)
+	if len(e) != 2 || !strings.Contains(fmt.Sprint(e[0]), "nosuch") || e[1] != 2.0 {
+		t.Errorf("fragsim.Error: %v, want the message naming the policy and exit 2", e)
+	}
+}
+
+// oomRun runs testdata/oom.py with the fake torch on the snapshot, the
+// device figures and the observer's arguments; it returns the
+// explanation the observer kept and the lines it printed.
+func oomRun(t *testing.T, snapshot string, free, total, alloc, deviceAlloc uint64, extra ...string) (map[string]any, []string) {
+	t.Helper()
+	fake, _ := filepath.Abs("testdata/faketorch")
+	dir := t.TempDir()
+	e := []string{"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1", "FAKE_SNAPSHOT=" + snapshot,
+		fmt.Sprintf("FAKE_MEM_INFO=%d,%d", free, total)}
+	out, errOut, err := venv(t, append(e, extra...), "python", "testdata/oom.py", dir, "0",
+		fmt.Sprint(alloc), fmt.Sprint(deviceAlloc), fmt.Sprint(free))
+	if err != nil {
+		t.Fatalf("oom.py: %v\n%s", err, errOut)
+	}
+	var x map[string]any
+	if err := json.Unmarshal([]byte(out), &x); err != nil {
+		t.Fatalf("%v: %q\n%s", err, out, errOut)
+	}
+	return x, strings.Split(strings.TrimSpace(errOut), "\n")
+}
+
+// TestOOMObserverState explains an OOM whose snapshot holds the state
+// alone, with known fragmentation (testdata/fragmented.py: 36 MiB free in
+// blocks of at most 8 MiB), a 12 MiB request failing: the printed figures
+// are analyze's (its state report) and explain's.
+func TestOOMObserverState(t *testing.T) {
+	setup(t)
+	snap := filepath.Join(t.TempDir(), "fragmented.pickle")
+	if out, err := exec.Command("python3", "testdata/fragmented.py", snap).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	const mib = 1 << 20
+	x, lines := oomRun(t, snap, 100*mib, 1<<30, 12*mib, 1<<30)
+	if len(lines) > 6 {
+		t.Errorf("%d lines, want at most 6:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	// analyze's figures of the same snapshot.
+	imported := filepath.Join(t.TempDir(), "s.fst")
+	if _, errOut, err := venv(t, nil, "fragsim", "import", "-q", snap, "-o", imported); err != nil {
+		t.Fatal(errOut)
+	}
+	out, errOut, err := venv(t, nil, "fragsim", "analyze", imported, "--json")
+	if err != nil {
+		t.Fatal(errOut)
+	}
+	var a struct {
+		State struct {
+			Reserved uint64 `json:"reserved_bytes"`
+			Active   uint64 `json:"active_bytes"`
+			Largest  uint64 `json:"largest_free_bytes"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(out), &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.State.Reserved != 60*mib || a.State.Active != 24*mib || a.State.Largest != 8*mib {
+		t.Fatalf("analyze: %+v, want the snapshot's 60 MiB reserved, 24 MiB active, 8 MiB largest", a.State)
+	}
+	text := strings.Join(lines, "\n")
+	outside := uint64(1<<30) - 60*mib - 100*mib
+	for _, want := range []string{
+		"PyTorch tried to allocate " + analysis.FmtBytes(12*mib),
+		"largest free block " + analysis.FmtBytes(a.State.Largest),
+		analysis.FmtBytes(a.State.Reserved-a.State.Active) + " free in PyTorch's cache",
+		analysis.FmtBytes(a.State.Reserved) + " reserved",
+		"fragmentation: ",
+		analysis.FmtBytes(outside) + " outside the allocator",
+		"the snapshot holds the state only",
+		"snapshot " + x["snapshot"].(string),
+		"report " + fmt.Sprint(x["report"]),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the observer's lines lack %q:\n%s", want, text)
+		}
+	}
+	if x["class"] != "fragmentation" || x["cached_free_bytes"] != float64(36*mib) || x["outside_bytes"] != float64(outside) {
+		t.Errorf("explanation %v", x)
+	}
+	if _, err := os.Stat(fmt.Sprint(x["report"])); err != nil {
+		t.Errorf("the report: %v", err)
+	}
+
+	// The observer never raises: with no fragsim to run, one line says why
+	// and the program still gets its OutOfMemoryError.
+	fake, _ := filepath.Abs("testdata/faketorch")
+	_, errOut, err = venv(t, []string{"PYTHONPATH=" + fake, "FAKE_SNAPSHOT=" + snap, "FAKE_MEM_INFO=1,2",
+		"FRAGSIM_BIN=/nonexistent/fragsim"}, "python", "testdata/oom.py", t.TempDir(), "0", "1", "2", "1")
+	if err != nil || !strings.Contains(errOut, "fragsim: the OOM could not be explained: ") {
+		t.Errorf("a failing observer: %v\n%s", err, errOut)
+	}
+}
+
+// TestOOMObserverHistory explains an OOM whose snapshot has history (a 64
+// MiB request on device 0, its oom entry with 123 MiB free): the request
+// is the entry's, and the setting named is compare's recommendation for
+// fit: the room the allocator had on the device.
+func TestOOMObserverHistory(t *testing.T) {
+	setup(t)
+	snap, _ := filepath.Abs("../trace/pytorch/testdata/basic.p5.pickle")
+	x, lines := oomRun(t, snap, 123<<20, 1<<30, 64<<20, 1<<30, "OOM_NO_REPORT=1")
+	text := strings.Join(lines, "\n")
+	fit, _ := x["fit"].(map[string]any)
+	if fit == nil || x["request_bytes"] != float64(64<<20) {
+		t.Fatalf("explanation %v: want the oom entry's 64 MiB and a fit", x)
+	}
+	imported := filepath.Join(t.TempDir(), "basic.fst")
+	if _, errOut, err := venv(t, nil, "fragsim", "import", "-q", snap, "--gpu-total", "1GiB", "-o", imported); err != nil {
+		t.Fatal(errOut)
+	}
+	out, errOut, err := venv(t, nil, "fragsim", "compare", imported, "--goal", fmt.Sprint(fit["goal"]), "--json")
+	if err != nil {
+		t.Fatal(errOut)
+	}
+	var c struct {
+		Recommendation struct {
+			Env         string `json:"env"`
+			MinCapacity uint64 `json:"min_capacity_bytes"`
+			Fits        bool   `json:"fits"`
+		} `json:"recommendation"`
+	}
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Recommendation.Fits || c.Recommendation.Env == "" {
+		t.Fatalf("compare finds no setting that fits: %s", out)
+	}
+	for _, want := range []string{"a request of " + analysis.FmtBytes(64<<20) + " failed",
+		"setting: " + c.Recommendation.Env + " would have fitted",
+		"needing " + analysis.FmtBytes(c.Recommendation.MinCapacity) + " at its peak"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the observer's lines lack %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestRecording records through fragsim.recording() with the fake torch
+// and the fake CUDA driver of the recording tests: a block that exits
+// closes a complete trace; a process killed inside the block still leaves
+// every call; entered after CUDA started, it refuses and says what to do.
+func TestRecording(t *testing.T) {
+	setup(t)
+	for _, tool := range []string{"gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not found: the fake CUDA driver needs it")
+		}
+	}
+	dir := t.TempDir()
+	libcuda := filepath.Join(dir, "libcuda.so.1")
+	if out, err := exec.Command("gcc", "-O2", "-shared", "-fPIC", "-o", libcuda, "../cuda/hook/testdata/fakecuda.c").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	fake, _ := filepath.Abs("../cuda/record/testdata/faketorch")
+	base := []string{"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1", "FRAGSIM_LIBCUDA=" + libcuda,
+		"LD_LIBRARY_PATH=" + dir}
+	// 3 steps of 10 allocations, 5 of them freed.
+	const allocs, frees = 30, 15
+
+	out := filepath.Join(dir, "run.fst")
+	stdout, errOut, err := venv(t, base, "python", "testdata/recorded.py", out, "3")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var s struct {
+		Allocs, Frees, Missing int64
+		Closed                 bool
+	}
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("%v: %q\n%s", err, stdout, errOut)
+	}
+	if s.Allocs != allocs || s.Frees != frees || !s.Closed || s.Missing != 0 {
+		t.Errorf("summary %+v, want %d allocs, %d frees, closed, none missing", s, allocs, frees)
+	}
+	if n := countAllocs(t, out); n != allocs {
+		t.Errorf("the trace holds %d allocs, want %d", n, allocs)
+	}
+
+	killed := filepath.Join(dir, "killed.fst")
+	if _, _, err := venv(t, base, "python", "testdata/recorded.py", killed, "3", "kill"); exitCode(err) != -1 {
+		t.Fatalf("the process was to be killed: %v", err)
+	}
+	// The trace writer finishes on its own once it sees the process gone.
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(killed); err == nil {
+			break
+		}
+		exec.Command("sleep", "0.1").Run()
+	}
+	if n := countAllocs(t, killed); n != allocs {
+		t.Errorf("killed inside the block: the trace holds %d allocs, want %d", n, allocs)
+	}
+
+	_, errOut, err = venv(t, append(base, "FAKE_TORCH_INIT=1"), "python", "testdata/recorded.py", filepath.Join(dir, "late.fst"), "1", "late")
+	if exitCode(err) != 4 || !strings.Contains(errOut, "before the first CUDA allocation") || !strings.Contains(errOut, "fragsim record -o") {
+		t.Errorf("entered late: %v\n%s", err, errOut)
+	}
+}
+
+// countAllocs counts the alloc events of the trace at path.
+func countAllocs(t *testing.T, path string) int {
+	t.Helper()
+	f, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for {
+		e, err := f.ReadEvent()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if e.Kind == trace.KindAlloc {
+			n++
+		}
+	}
+}
