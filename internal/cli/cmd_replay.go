@@ -277,6 +277,10 @@ func writeForecast(w io.Writer, f *replay.Forecast) {
 	} else {
 		fmt.Fprintln(w, "forecast: the largest request made could be served at every event")
 	}
-	fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
+	if f.Unlimited {
+		fmt.Fprintln(w, "min headroom: unlimited (the device has no capacity: give --capacity, or import with --gpu-total)")
+	} else {
+		fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
+	}
 	writeSilent(w, "forecast", f)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -94,7 +95,10 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	br, size, b := inputReader(r, opt)
-	head, _ := br.Peek(len(zstdMagic))
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, err
+	}
 	kind := compression(head)
 	if kind == "" {
 		hint := int64(1 << 20)
@@ -117,6 +121,11 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 // readInput's) or returned as z, to be decoded as it is decompressed.
 func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
 	br, size, b := inputReader(r, opt)
+	// The first bytes are checked before the rest is read (and held).
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, nil, err
+	}
 	hint := int64(1 << 20)
 	if size >= 0 {
 		hint = size + 1
@@ -166,7 +175,7 @@ type brokenStream struct{ error }
 func (e brokenStream) Unwrap() error { return e.error }
 
 // sizeOf returns the size of r, a regular file or a reader with a Len
-// method, or -1.
+// or Size method, or -1.
 func sizeOf(r io.Reader) int64 {
 	switch x := r.(type) {
 	case *os.File:
@@ -175,8 +184,27 @@ func sizeOf(r io.Reader) int64 {
 		}
 	case interface{ Len() int }:
 		return int64(x.Len())
+	case *trace.Input:
+		return x.Size()
 	}
 	return -1
+}
+
+// checkHead refuses an input whose first bytes can start neither a
+// pickle nor a gzip or zstd stream, before the rest is read: 2 GB of
+// zeros on standard input are refused at once, as the same bytes in a
+// file are by the decoder.
+func checkHead(head []byte) error {
+	if len(head) == 0 || compression(head) != "" {
+		return nil // an empty input: the decoder says so
+	}
+	if bytes.HasPrefix(head, []byte("Thread,Time,")) || bytes.HasPrefix(head, []byte("\ufeffThread,Time,")) {
+		return errors.New("byte offset 0: not a snapshot: it starts as an RMM log's header (import it with --format rmm)")
+	}
+	if op := head[0]; op != 0x80 && pickle.OpName(op) == "unknown" {
+		return fmt.Errorf("byte offset 0: not a snapshot: it starts with byte 0x%02x, which starts no pickle (nor gzip or zstd)", op)
+	}
+	return nil
 }
 
 // compression returns "gzip" or "zstd" when data starts with their magic
@@ -311,12 +339,19 @@ func (b budget) bombError(kind string, n, in int64) error {
 		kind, b.allowed(in), in, b.ratio, minBudgetBytes>>20)
 }
 
-// readAll reads r to its end into a buffer of capacity hint, failing past limit.
+// readAll reads r to its end into a buffer of capacity hint, failing past
+// limit: the buffer never grows past limit+1 bytes (the byte that tells
+// an input of more).
 func readAll(r io.Reader, hint, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, max(hint, 512))
+	buf := make([]byte, 0, min(max(hint, 512), limit+1))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if int64(len(buf)) > limit {
+				return nil, fmt.Errorf("input exceeds %d bytes", limit)
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
