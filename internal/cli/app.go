@@ -32,10 +32,15 @@ type actionError struct{ err error }
 func (e *actionError) Error() string { return e.err.Error() }
 func (e *actionError) Unwrap() error { return e.err }
 
-// ranAction marks the errors of action as actionErrors.
+// ranAction marks the errors of action as actionErrors, and applies the
+// rules of every output flag first (outputFlags).
 func ranAction(action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if err := action(c); err != nil {
+		err := outputFlags(c)
+		if err == nil {
+			err = action(c)
+		}
+		if err != nil {
 			return &actionError{err}
 		}
 		return nil

@@ -58,6 +58,7 @@ func cohostCommand() *cli.Command {
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity on which every process completes (bisection to 2 MiB)"},
 			&cli.StringFlag{Name: "out", Usage: "write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			quietFlag(),
 		},
 		Action: runCohost,
 	}
@@ -109,6 +110,9 @@ func runCohost(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("cohost: want one or more TRACE arguments"))
 	}
 	n := len(paths)
+	if err := checkPlots(c.String("out"), paths, plot.ForecastName); err != nil {
+		return fmt.Errorf("cohost: %w", err)
+	}
 	policies, err := perTrace("policy", c.String("policy"), ",", n)
 	if err != nil {
 		return exitCode(2, err)
@@ -200,7 +204,7 @@ func runCohost(c *cli.Context) error {
 		res.MinCapacityBytes = v
 	}
 	if dir := c.String("out"); dir != "" {
-		if err := writeForecastPlot(c.App.ErrWriter, dir, res); err != nil {
+		if err := writeForecastPlot(c.App.ErrWriter, dir, res, paths); err != nil {
 			return err
 		}
 	}
@@ -255,7 +259,7 @@ func writeSilent(w io.Writer, name string, f *replay.Forecast) {
 		name, replay.FormatBytes(f.SilentMinFreeBytes), f.OutsideSource, replay.FormatBytes(f.OutsideReserveBytes))
 }
 
-func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) error {
+func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult, inputs []string) error {
 	var lines []plot.ForecastLine
 	for _, p := range res.Processes {
 		lines = append(lines, plot.ForecastLine{Name: p.Name, Forecast: p.Forecast})
@@ -265,11 +269,12 @@ func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) erro
 		title = fmt.Sprintf("silent-OOM forecast on %s (%s context per process)",
 			replay.FormatBytes(res.CapacityBytes), replay.FormatBytes(res.ContextOverheadBytes))
 	}
-	return saveForecast(log, dir, title, lines)
+	return saveForecast(log, dir, title, lines, inputs)
 }
 
-// saveForecast draws forecast lines into dir as forecast.png and forecast.svg.
-func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine) error {
+// saveForecast draws forecast lines into dir as forecast.png and
+// forecast.svg, neither of which may be one of inputs.
+func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine, inputs []string) error {
 	fig, err := plot.Forecast(title, lines)
 	if err != nil {
 		return err
@@ -277,7 +282,7 @@ func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	paths, err := fig.Save(dir)
+	paths, err := fig.Save(dir, inputs...)
 	if err != nil {
 		return fmt.Errorf("writing plots: %w", err)
 	}

@@ -43,7 +43,7 @@ func explainCommand() *cli.Command {
 			&cli.IntFlag{Name: "device", Usage: "the failing device `N` (default: the last oom entry's, else the only device)", Value: -1},
 			&cli.BoolFlag{Name: "json", Usage: "print the explanation as JSON: reserved_bytes, allocated_bytes, cached_free_bytes, " +
 				"largest_free_block_bytes, request_bytes, outside_bytes (when the device figures are known), class, and fit with history"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
+			quietFlag(),
 		},
 		Action: runExplain,
 	}

@@ -41,6 +41,7 @@ func replayCommand() *cli.Command {
 			&cli.BoolFlag{Name: "forecast", Usage: "also forecast silent OOMs: the largest request that can still be served over time, and the first moment it drops below the largest request made (JSON key forecast)"},
 			&cli.StringFlag{Name: "out", Usage: "with --forecast, write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			quietFlag(),
 		},
 		Action: runReplay,
 	}
@@ -51,6 +52,9 @@ func runReplay(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("replay: want one TRACE argument, got %d", c.NArg()))
 	}
 	path := c.Args().First()
+	if err := checkPlots(c.String("out"), []string{path}, plot.ForecastName); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
 	var cfg replay.Config
 	if s := c.String("capacity"); s != "" {
 		v, err := replay.ParseCapacity(s)
@@ -123,7 +127,7 @@ func runReplay(c *cli.Context) error {
 		if cfg.CapacityBytes > 0 {
 			title = "silent-OOM forecast on " + replay.FormatBytes(cfg.CapacityBytes)
 		}
-		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}); err != nil {
+		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}, []string{path}); err != nil {
 			return traceError(path, err)
 		}
 	}
