@@ -165,7 +165,7 @@ func runCohost(c *cli.Context) error {
 		}
 		f, err := allocator.NewFactory(policies[i], confs[i], hdr)
 		if err != nil {
-			return exitCode(2, fmt.Errorf("cohost: %s: %w", path, err))
+			return factoryError("cohost", path, err)
 		}
 		off, err := parseOffset(offsets[i])
 		if err != nil {

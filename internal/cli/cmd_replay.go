@@ -86,7 +86,7 @@ func runReplay(c *cli.Context) error {
 	f, err := allocator.NewFactory(c.String("policy"), c.String("conf"), hdr)
 	if err != nil {
 		closer.Close()
-		return exitCode(2, fmt.Errorf("replay: %w", err))
+		return factoryError("replay", path, err)
 	}
 	var done func()
 	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay", c.Bool("quiet"))
