@@ -118,7 +118,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = exitCode(1, fmt.Errorf("writing the output: %w", out.err))
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "fragsim: %v\n", err)
+		fmt.Fprintf(stderr, "fragsim: %s\n", trace.PrintableLines(err.Error()))
 		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -16,6 +16,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis/plot"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
 
@@ -214,7 +215,7 @@ func runCohost(c *cli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	writeCohost(w, res)
+	writeCohost(trace.PrintableWriter(w), res)
 	return nil
 }
 
@@ -315,7 +316,7 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 				mh = "unlimited"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", p.Name, res.Policy, res.Events,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", trace.Printable(p.Name), res.Policy, res.Events,
 			replay.FormatBytes(res.PeakReservedBytes), replay.FormatBytes(res.FinalReservedBytes),
 			res.Fragmentation.AtPeakPct, res.Fragmentation.TimeWeightedPct, res.OOMs, p.AvoidableOOMs, p.BlamedOOMs, sf, mh)
 	}

@@ -98,7 +98,7 @@ func runExplain(c *cli.Context) error {
 		err = enc.Encode(x)
 	} else {
 		for _, l := range x.Lines() {
-			if _, err = fmt.Fprintln(c.App.Writer, l); err != nil {
+			if _, err = fmt.Fprintln(c.App.Writer, trace.Printable(l)); err != nil {
 				break
 			}
 		}

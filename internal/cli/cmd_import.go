@@ -121,7 +121,7 @@ func runImport(c *cli.Context) error {
 			kept = fmt.Errorf("import: %w; kept the %d valid events before the bad line in %s (its header says the log was cut)", err, sum.Events, out)
 		}
 		sum.Output = out
-		summary, print = sum, func() { importPrintRMM(c.App.Writer, sum, time.Since(start)) }
+		summary, print = sum, func() { importPrintRMM(trace.PrintableWriter(c.App.Writer), sum, time.Since(start)) }
 	default:
 		opt := pytorch.Options{
 			NoInferEmptyCache: c.Bool("no-infer-empty-cache"),
@@ -142,8 +142,9 @@ func runImport(c *cli.Context) error {
 		}
 		sum.Output = out
 		summary, print = sum, func() {
-			importPrintPyTorch(c.App.Writer, sum, time.Since(start))
-			importAdvice(c.App.Writer, sum)
+			w := trace.PrintableWriter(c.App.Writer)
+			importPrintPyTorch(w, sum, time.Since(start))
+			importAdvice(w, sum)
 		}
 	}
 	if dest != out {
@@ -277,7 +278,7 @@ func importPrintPyTorch(w io.Writer, s *pytorch.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "empty_cache: %d inferred\n", s.EmptyCaches)
 	fmt.Fprintf(w, "stacks:      %d events with a call stack; %d markers\n", s.Stacks, s.Markers)
 	for _, a := range s.Approximate {
-		fmt.Fprintf(w, "approximate: %s\n", a)
+		fmt.Fprintf(w, "approximate: %s\n", trace.Printable(a))
 	}
 }
 
@@ -287,6 +288,6 @@ func importPrintRMM(w io.Writer, s *rmm.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "streams:     %d; threads: %d\n", len(s.Streams), s.Threads)
 	fmt.Fprintf(w, "time window: %s\n", importWindow(s.FirstNS, s.LastNS))
 	for _, n := range s.Clock {
-		fmt.Fprintf(w, "clock:       %s\n", n)
+		fmt.Fprintf(w, "clock:       %s\n", trace.Printable(n))
 	}
 }

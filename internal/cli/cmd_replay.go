@@ -149,6 +149,7 @@ func runReplay(c *cli.Context) error {
 		}
 		return cut
 	}
+	w = trace.PrintableWriter(w)
 	writeResult(w, res, hdr)
 	if state != nil {
 		fmt.Fprintln(w, state.Hint)
@@ -203,7 +204,7 @@ func writeResult(w io.Writer, r *replay.Result, h *trace.Header) {
 	b := func(v uint64) string { return fmt.Sprintf("%s\t(%d B)", replay.FormatBytes(v), v) }
 	fmt.Fprintf(tw, "policy\t%s\n", r.Policy)
 	if r.Conf != "" {
-		fmt.Fprintf(tw, "conf\t%s\n", r.Conf)
+		fmt.Fprintf(tw, "conf\t%s\n", trace.Printable(r.Conf))
 	}
 	fmt.Fprintf(tw, "events\t%d\n", r.Events)
 	fmt.Fprintf(tw, "allocs\t%d\n", r.Allocs)
