@@ -111,6 +111,9 @@ func runCohost(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("cohost: want one or more TRACE arguments"))
 	}
 	n := len(paths)
+	if n > replay.MaxCohostProcesses {
+		return exitCode(2, fmt.Errorf("cohost: %d traces: at most %d processes share a device", n, replay.MaxCohostProcesses))
+	}
 	if err := checkPlots(c.String("out"), paths, plot.ForecastName); err != nil {
 		return fmt.Errorf("cohost: %w", err)
 	}
@@ -247,13 +250,18 @@ func outsideModel(c *cli.Context, ctxFlag string, capacity uint64) (replay.Outsi
 }
 
 // writeSilent prints a forecast's silent-OOM risk in one line, or how
-// close the run came.
-func writeSilent(w io.Writer, name string, f *replay.Forecast) {
+// close the run came. With merged, the risk's time is on cohost's merged
+// clock (seconds from the first event of all the processes), and said.
+func writeSilent(w io.Writer, name string, f *replay.Forecast, merged bool) {
 	if f == nil || f.OutsideSource == "" {
 		return
 	}
 	if f.SilentRisk != "" {
-		fmt.Fprintf(w, "%s: %s\n", name, f.SilentRisk)
+		if merged && f.SilentRiskTimeNS >= 0 {
+			fmt.Fprintf(w, "%s: at %.2f s: %s\n", name, float64(f.SilentRiskTimeNS)/1e9, f.SilentRisk)
+		} else {
+			fmt.Fprintf(w, "%s: %s\n", name, f.SilentRisk)
+		}
 		return
 	}
 	fmt.Fprintf(w, "%s: no silent-OOM risk: the device's free memory stayed at or above %s (outside memory from the %s; reserve %s)\n",
@@ -330,7 +338,7 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 		fmt.Fprintf(w, "min capacity: %s (%d B)\n", replay.FormatBytes(r.MinCapacityBytes), r.MinCapacityBytes)
 	}
 	for _, p := range r.Processes {
-		writeSilent(w, p.Name, p.Forecast)
+		writeSilent(w, trace.Printable(p.Name), p.Forecast, true)
 	}
 	if t.OOMs > 0 {
 		fmt.Fprintf(w, "%d OOMs, %d avoidable had the other processes released their cache\n", t.OOMs, t.AvoidableOOMs)

@@ -287,5 +287,5 @@ func writeForecast(w io.Writer, f *replay.Forecast) {
 	} else {
 		fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
 	}
-	writeSilent(w, "forecast", f)
+	writeSilent(w, "forecast", f, false)
 }
