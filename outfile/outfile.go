@@ -172,21 +172,27 @@ func Create(path string, inputs ...string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, temp, err := createTemp(target)
+	c := &cleanup{}
+	err = track(c, func() error {
+		f, temp, err := createTemp(target)
+		if err != nil {
+			return err
+		}
+		if exists {
+			// Keep the replaced file's permissions, as writing into it would.
+			if err := f.Chmod(st.Mode().Perm()); err != nil {
+				f.Close()
+				os.Remove(temp)
+				return err
+			}
+		}
+		c.f, c.path = f, temp
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if exists {
-		// Keep the replaced file's permissions, as writing into it would.
-		if err := f.Chmod(st.Mode().Perm()); err != nil {
-			f.Close()
-			os.Remove(temp)
-			return nil, err
-		}
-	}
-	c := &cleanup{f: f, path: temp}
-	track(c)
-	return &File{File: f, path: target, name: path, temp: c}, nil
+	return &File{File: c.f, path: target, name: path, temp: c}, nil
 }
 
 // Name returns the output's name as given to Create (not the temporary
@@ -279,13 +285,22 @@ type Scratch struct {
 // NewScratch creates an empty scratch file in dir ("": os.TempDir()),
 // named after pattern as os.CreateTemp names its files.
 func NewScratch(dir, pattern string) (*Scratch, error) {
-	f, err := os.CreateTemp(dir, pattern)
+	c := &cleanup{}
+	err := track(c, func() error {
+		f, err := os.CreateTemp(dir, pattern)
+		if err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			os.Remove(f.Name())
+			return err
+		}
+		c.path = f.Name()
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	f.Close()
-	c := &cleanup{path: f.Name()}
-	track(c)
 	return &Scratch{c: c}, nil
 }
 

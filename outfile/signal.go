@@ -33,17 +33,35 @@ var (
 	exit = os.Exit
 )
 
-// track registers a temporary file, and catches the Signals while any is
-// registered. The signals are caught only then, so that a command with no
+// track makes a temporary file with create, which sets c's file and
+// path, and registers it, catching the Signals while any is registered.
+// The signals are caught from before the file exists to after it is
+// registered, so that no signal ends the process with the file left
+// behind; and only while a file is registered, so that a command with no
 // output open (record, waiting for its program) keeps its own handling.
-func track(c *cleanup) {
+func track(c *cleanup, create func() error) error {
 	mu.Lock()
 	defer mu.Unlock()
-	live[c] = struct{}{}
 	if sigs == nil {
 		sigs = make(chan os.Signal, 1)
 		signal.Notify(sigs, Signals...)
 		go watch(sigs)
+	}
+	if err := create(); err != nil {
+		stopIfIdle()
+		return err
+	}
+	live[c] = struct{}{}
+	return nil
+}
+
+// stopIfIdle stops catching the signals when no file is registered; mu is
+// held.
+func stopIfIdle() {
+	if len(live) == 0 && sigs != nil {
+		signal.Stop(sigs)
+		close(sigs) // no signal is sent on it once Stop returns
+		sigs = nil
 	}
 }
 
@@ -56,11 +74,7 @@ func untrack(c *cleanup) {
 		return
 	}
 	delete(live, c)
-	if len(live) == 0 && sigs != nil {
-		signal.Stop(sigs)
-		close(sigs) // no signal is sent on it once Stop returns
-		sigs = nil
-	}
+	stopIfIdle()
 }
 
 // watch removes every registered temporary file when a signal comes, and

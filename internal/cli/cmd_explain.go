@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pytorch"
@@ -120,17 +120,18 @@ func explainSource(in string, opts analysis.ExplainOptions) (analysis.Opener, fu
 	if in != "-" && isTrace(in) {
 		return replay.OpenFile(in), func() {}, nil
 	}
-	dir, err := os.MkdirTemp("", "fragsim-explain-")
+	// A scratch file, removed by cleanup and on an interrupt.
+	scratch, err := outfile.NewScratch("", "fragsim-explain-*.fst")
 	if err != nil {
 		return nil, nil, err
 	}
-	cleanup := func() { os.RemoveAll(dir) }
+	cleanup := scratch.Remove
 	meta := &trace.Header{GPUTotalBytes: opts.DeviceTotalBytes}
 	opt := pytorch.Options{Meta: meta, MaxSizeBytes: opts.DeviceTotalBytes, MemoryCapBytes: opts.CapBytes}
 	if opts.CapBytes > 0 && opts.DeviceTotalBytes > 0 && opts.CapBytes < opts.DeviceTotalBytes {
 		opt.MemoryFraction = float64(opts.CapBytes) / float64(opts.DeviceTotalBytes)
 	}
-	tmp := filepath.Join(dir, "snapshot.fst")
+	tmp := scratch.Path()
 	if _, err := pytorch.ImportFile(in, tmp, opt); err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("explain: %w", err)
