@@ -45,6 +45,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // File is an output file being written. Its methods Write, WriteAt, Seek,
@@ -85,8 +86,8 @@ func IsStdout(path string) bool {
 }
 
 // Check applies Create's rules to path without creating anything: an
-// empty path, a directory, and an output that is the same file as one of
-// inputs are refused. inputs are the files the command reads: "-" is
+// empty path, a directory, a new file in a directory that does not exist,
+// and an output that is the same file as one of inputs are refused. inputs are the files the command reads: "-" is
 // standard input, and "" and names that do not exist are skipped. A
 // command calls it before its work, so that a refusal costs nothing.
 func Check(path string, inputs ...string) error {
@@ -100,8 +101,27 @@ func Check(path string, inputs ...string) error {
 	} else {
 		st, err = os.Stat(path) // through every link
 	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// A new file: its directory must be there, or the work would be
+		// done for nothing.
+		target, err := resolve(path)
+		if err != nil {
+			return err
+		}
+		if dst, err := os.Stat(filepath.Dir(target)); err != nil || !dst.IsDir() {
+			if err == nil {
+				err = syscall.ENOTDIR
+			}
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return fmt.Errorf("cannot create %s: %w", target, err)
+		}
+		return nil
+	}
 	if err != nil {
-		return nil // a new file, or one Create reports
+		return nil // Create reports it
 	}
 	if st.IsDir() {
 		return fmt.Errorf("%s: is a directory", path)
