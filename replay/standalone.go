@@ -13,3 +13,9 @@ func NewDevice(total uint64) driver.Device {
 	d.compare = false
 	return d
 }
+
+// ReservedBytes is the memory the policy holds from the device: its
+// segments and mapped pages. NewDevice's device has it, for a caller that
+// reads the policy's footprint while it runs (the recording hook's
+// metrics).
+func (d *device) ReservedBytes() uint64 { return d.reserved }
