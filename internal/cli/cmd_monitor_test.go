@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -153,5 +154,45 @@ func TestMonitorCommand(t *testing.T) {
 	if code != 0 || len(lines) != 2 || !strings.Contains(lines[1], `"fragsim_silent_oom_risk":0`) ||
 		!strings.Contains(lines[1], fmt.Sprintf(`"fragsim_silent_oom_margin_bytes":%d`, free-50<<20)) {
 		t.Errorf("--outside-reserve 50MiB: exit %d\n%s", code, strings.Join(lines, "\n"))
+	}
+}
+
+// TestImportMetricsLog merges a monitor's log into an imported snapshot:
+// the trace is the one the device log of the same samples gives.
+func TestImportMetricsLog(t *testing.T) {
+	dir := t.TempDir()
+	devLog, metLog := filepath.Join(dir, "dev.log"), filepath.Join(dir, "metrics.jsonl")
+	viaDev, viaMet := filepath.Join(dir, "dev.fst"), filepath.Join(dir, "met.fst")
+	const samples = "1764000000000000001 0 3000 8000\n1764000000000200000 0 2000 8000\n1764000000009000000 0 1000 8000\n"
+	var met strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(samples), "\n") {
+		var ts, dev, free, total uint64
+		fmt.Sscan(l, &ts, &dev, &free, &total)
+		r := monitor.Record{TimeNS: int64(ts), Device: int(dev), DeviceTotalBytes: total,
+			Metrics: map[string]float64{"fragsim_device_free_bytes": float64(free), "fragsim_reserved_bytes": 1 << 20}}
+		b, _ := json.Marshal(r)
+		met.Write(append(b, '\n'))
+	}
+	os.WriteFile(devLog, []byte(samples), 0o644)
+	os.WriteFile(metLog, []byte(met.String()), 0o644)
+	if code, out, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", viaDev, "-q", "--device-log", devLog); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	code, out, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", viaMet, "-q", "--metrics-log", metLog)
+	if code != 0 || !strings.Contains(errs, "merged 2 device-memory samples") {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	dk, dfree := kindsOf(t, viaDev)
+	mk, mfree := kindsOf(t, viaMet)
+	if fmt.Sprint(dk, dfree) != fmt.Sprint(mk, mfree) || len(mfree) != 2 {
+		t.Errorf("--metrics-log gives\n%v %v\n--device-log\n%v %v", mk, mfree, dk, dfree)
+	}
+	if code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", viaMet, "-q", "--metrics-log", devLog); code != 1 ||
+		!strings.Contains(errs, "--metrics-log: "+devLog+": line 1: not a metrics record") {
+		t.Errorf("a device log as --metrics-log: exit %d %s", code, errs)
+	}
+	if code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", viaMet, "-q", "--metrics-log", metLog,
+		"--device-log", devLog); code != 2 || !strings.Contains(errs, "not both") {
+		t.Errorf("both logs: exit %d %s", code, errs)
 	}
 }
