@@ -85,9 +85,9 @@ type Sample struct {
 	DeviceFreeBytes, DeviceTotalBytes uint64
 	// HeldBytes is the device memory the process's allocator holds, when
 	// it is not the reserved bytes (the recording hook serves from a pool
-	// of its own while it models PyTorch's allocator); 0: the reserved
+	// of its own while it models PyTorch's allocator); nil: the reserved
 	// bytes.
-	HeldBytes uint64
+	HeldBytes *uint64
 	// Peak, when not nil, is the exact peak; else the monitor takes the
 	// sample with the most reserved bytes so far.
 	Peak *Peak
@@ -176,9 +176,9 @@ func (m *Monitor) Observe(s Sample) Gauges {
 		return g
 	}
 	g.DeviceKnown, g.DeviceTotalBytes, g.DeviceFreeBytes = true, s.DeviceTotalBytes, s.DeviceFreeBytes
-	held := s.HeldBytes
-	if held == 0 {
-		held = g.ReservedBytes
+	held := g.ReservedBytes
+	if s.HeldBytes != nil {
+		held = *s.HeldBytes
 	}
 	if used := held + s.DeviceFreeBytes; used < s.DeviceTotalBytes {
 		g.OutsideAllocatorBytes = s.DeviceTotalBytes - used

@@ -128,7 +128,8 @@ func TestObserveCounters(t *testing.T) {
 			t.Errorf("device unknown: %s in the record: %v", met.Name, ok)
 		}
 	}
-	g = m.Observe(Sample{Device: 1, Layout: l, DeviceFreeBytes: 5 * mib, DeviceTotalBytes: 100 * mib, HeldBytes: 40 * mib})
+	held := uint64(40 * mib)
+	g = m.Observe(Sample{Device: 1, Layout: l, DeviceFreeBytes: 5 * mib, DeviceTotalBytes: 100 * mib, HeldBytes: &held})
 	if !g.RiskCrossed || g.OutsideAllocatorBytes != 55*mib || g.SilentOOMMarginBytes != -5*mib {
 		t.Errorf("gauges %+v", g)
 	}
