@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -469,13 +470,23 @@ func TestRecording(t *testing.T) {
 	const allocs, frees = 30, 15
 
 	out := filepath.Join(dir, "run.fst")
-	stdout, errOut, err := venv(t, base, "python", "testdata/recorded.py", out, "3")
+	// With FRAGSIM_METRICS_ADDR, the hook serves the monitor's metrics
+	// inside the block, as under fragsim record.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	stdout, errOut, err := venv(t, append(base, "FRAGSIM_METRICS_ADDR="+addr, "RECORDED_SCRAPE=http://"+addr+"/metrics"),
+		"python", "testdata/recorded.py", out, "3")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	var s struct {
 		Allocs, Frees, Missing int64
 		Closed                 bool
+		Metrics                string
 	}
 	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
 		t.Fatalf("%v: %q\n%s", err, stdout, errOut)
@@ -485,6 +496,11 @@ func TestRecording(t *testing.T) {
 	}
 	if n := countAllocs(t, out); n != allocs {
 		t.Errorf("the trace holds %d allocs, want %d", n, allocs)
+	}
+	for _, name := range monitor.Names() {
+		if !strings.Contains(s.Metrics, "\n"+name+`{device="0"} `) {
+			t.Errorf("the hook's endpoint inside fragsim.recording() serves no %s:\n%s", name, s.Metrics)
+		}
 	}
 
 	killed := filepath.Join(dir, "killed.fst")
@@ -785,5 +801,34 @@ func TestMonitorEdges(t *testing.T) {
 	s, lines, _ = runMonitored(t, snap, "nostats", nil, "FAKE_CUDA_UNINIT=1")
 	if s.Ticks != 0 || len(s.Last) != 0 || len(lines) != 0 {
 		t.Errorf("CUDA not initialised: %d ticks, %v, stderr %v", s.Ticks, s.Last, lines)
+	}
+}
+
+// TestMonitorCost runs the tick benchmark (bench/monitor/tick.py) on a
+// small cache: it reports the monitor thread's and the fragsim process's
+// CPU time a tick, which add up. The figure itself is the benchmark's
+// (bench/RESULTS.md), not this test's.
+func TestMonitorCost(t *testing.T) {
+	setup(t)
+	fake, _ := filepath.Abs("testdata/faketorch")
+	out, errOut, err := venv(t, []string{"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1"}, "python",
+		"../bench/monitor/tick.py", "--blocks", "2000", "--ticks", "3")
+	if err != nil {
+		t.Fatalf("tick.py: %v\n%s", err, errOut)
+	}
+	var r struct {
+		Blocks int `json:"blocks"`
+		CPU    struct {
+			Python, Fragsim, Total float64
+		} `json:"cpu_ms_per_tick"`
+		Pct  float64 `json:"core_pct_at_interval"`
+		Exec float64 `json:"a_process_per_tick_cpu_ms"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Blocks != 2000 || r.CPU.Python <= 0 || r.CPU.Fragsim < 0 || math.Abs(r.CPU.Total-r.CPU.Python-r.CPU.Fragsim) > 0.02 ||
+		r.Pct <= 0 || r.Exec <= 0 {
+		t.Errorf("tick.py reported %s", out)
 	}
 }
