@@ -19,7 +19,7 @@ type Outcome struct {
 	Label string `json:"label"`
 	// Policy is the allocator policy replayed; Setting is the change it
 	// stands for ("" for the trace's own settings): a PYTORCH_CUDA_ALLOC_CONF
-	// fragment, "empty_cache every N requests", or a policy's name.
+	// fragment, "empty_cache every N allocations", or a policy's name.
 	Policy  string `json:"policy"`
 	Setting string `json:"setting"`
 	// Env is the line to paste into the environment ("" when no variable

@@ -45,8 +45,8 @@ func TestDecideGoals(t *testing.T) {
 		cand("caching", "caching", "", 2130*G/1000, 20.4, 108, 5.2, 1820*G/1000),
 		cand("expandable", "expandable", "", 1820*G/1000, 18.2, 103, 6.5, 1760*G/1000),
 		// Within 1% of expandable's bytes but dearer: loses the reserved goal.
-		cand("caching+empty_cache every 100 requests", "caching", "empty_cache every 100 requests", 1819*G/1000, 7.1, 1971, 90, 1800*G/1000),
-		cand("caching+empty_cache every 10000 requests", "caching", "empty_cache every 10000 requests", 1840*G/1000, 6.7, 393, 20, 1800*G/1000),
+		cand("caching+empty_cache every 100 allocations", "caching", "empty_cache every 100 allocations", 1819*G/1000, 7.1, 1971, 90, 1800*G/1000),
+		cand("caching+empty_cache every 10000 allocations", "caching", "empty_cache every 10000 allocations", 1840*G/1000, 6.7, 393, 20, 1800*G/1000),
 		// Lowest of all, but OOMs where the baseline does not.
 		cand("caching+max_split_size_mb:64", "caching", "max_split_size_mb:64", 1*G, 1, 50, 1, 900*G/1000),
 		// The model: 2.2% under expandable, within its error.
@@ -62,7 +62,7 @@ func TestDecideGoals(t *testing.T) {
 		setting string
 	}{
 		{"reserved", "expandable_segments:True"},
-		{"fragmentation", "empty_cache every 10000 requests"},
+		{"fragmentation", "empty_cache every 10000 allocations"},
 		// The defaults fit (1.82 GiB) and cost least of the exact; the
 		// model fits with its error as margin and costs less still.
 		{"fit:2GiB", "backend:cudaMallocAsync"},
@@ -94,7 +94,7 @@ func TestDecideGoals(t *testing.T) {
 				if o.Excluded == "" || o.Recommended {
 					t.Errorf("%s: %s not excluded", tc.goal, o.Label)
 				}
-			case "caching+empty_cache every 100 requests":
+			case "caching+empty_cache every 100 allocations":
 				if !strings.Contains(o.CallsNote, "18x") {
 					t.Errorf("%s: calls note %q, want 18x the baseline's", tc.goal, o.CallsNote)
 				}
@@ -174,7 +174,7 @@ func TestGoalsDisagreeOnKVDecode(t *testing.T) {
 		[]Setting{{Policy: "caching", EmptyCacheEvery: 100}, {Policy: "caching", EmptyCacheEvery: 10000}})
 	for goal, want := range map[GoalKind]string{
 		GoalReserved:      "expandable_segments:True",
-		GoalFragmentation: "empty_cache every 100 requests",
+		GoalFragmentation: "empty_cache every 100 allocations",
 	} {
 		cr, ar := Decide(c.Runs, Goal{Kind: goal}).Recommendation, Decide(a.Runs, Goal{Kind: goal}).Recommendation
 		if cr.Setting != want || ar.Setting != want || cr.Line != ar.Line {
@@ -184,11 +184,11 @@ func TestGoalsDisagreeOnKVDecode(t *testing.T) {
 	if c.RecommendedLine() != a.RecommendedLine() || c.After != "expandable" {
 		t.Errorf("compare %q (after %s), analyze %q", c.RecommendedLine(), c.After, a.RecommendedLine())
 	}
-	// Emptying the cache every 100 requests ties on bytes with expandable
+	// Emptying the cache every 100 allocations ties on bytes with expandable
 	// segments but needs 18x the device calls, and says so.
 	for _, o := range c.Decision.Results {
-		if o.Setting == "empty_cache every 100 requests" && !strings.Contains(o.CallsNote, "x the baseline's device calls") {
-			t.Errorf("empty_cache every 100 requests: calls note %q", o.CallsNote)
+		if o.Setting == "empty_cache every 100 allocations" && !strings.Contains(o.CallsNote, "x the baseline's device calls") {
+			t.Errorf("empty_cache every 100 allocations: calls note %q", o.CallsNote)
 		}
 	}
 }
@@ -253,7 +253,7 @@ func goalsOnKVDecode(t *testing.T, goals ...string) {
 	settings := []Setting{{Policy: "caching", EmptyCacheEvery: 100}, {Policy: "caching", EmptyCacheEvery: 10000}}
 	want := map[string]string{
 		"reserved":      "expandable_segments:True",
-		"fragmentation": "empty_cache every 10000 requests",
+		"fragmentation": "empty_cache every 10000 allocations",
 		"fit:2GiB":      "",
 		"fit:1.79GiB":   "expandable_segments:True",
 	}

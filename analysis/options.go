@@ -80,15 +80,15 @@ type Setting struct {
 	// (PyTorch's default allocator).
 	Policy string `json:"policy"`
 	Conf   string `json:"conf"` // a PYTORCH_CUDA_ALLOC_CONF fragment, e.g. "max_split_size_mb:128"
-	// EmptyCacheEvery calls empty_cache after every N requests.
+	// EmptyCacheEvery calls empty_cache after every N allocations.
 	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
 }
 
 // Name is the change the setting makes: its conf, or "empty_cache every N
-// requests".
+// allocations".
 func (s Setting) Name() string {
 	if s.EmptyCacheEvery > 0 {
-		name := fmt.Sprintf(emptyCachePrefix+"%d requests", s.EmptyCacheEvery)
+		name := fmt.Sprintf(emptyCachePrefix+"%d allocations", s.EmptyCacheEvery)
 		if s.Conf != "" {
 			name = s.Conf + "," + name
 		}
@@ -135,7 +135,7 @@ func settingHint(setting string) string {
 	conf, every := setting, ""
 	if i := strings.Index(setting, emptyCachePrefix); i >= 0 {
 		conf, every = strings.TrimRight(setting[:i], ","), setting[i+len(emptyCachePrefix):]
-		every = strings.TrimSuffix(every, " requests")
+		every = strings.TrimSuffix(every, " allocations")
 	}
 	var parts []string
 	if conf != "" {

@@ -21,7 +21,7 @@ type Variant struct {
 	Knob string `json:"knob"`
 	// Conf is the PYTORCH_CUDA_ALLOC_CONF fragment, for settings.
 	Conf string `json:"conf,omitempty"`
-	// EmptyCacheEvery calls empty_cache after every N requests.
+	// EmptyCacheEvery calls empty_cache after every N allocations.
 	EmptyCacheEvery int64 `json:"empty_cache_every,omitempty"`
 	// PadPow2 rounds every request up to the next power of two.
 	PadPow2 bool `json:"pad_pow2,omitempty"`
@@ -33,7 +33,7 @@ func (v Variant) Label() string {
 	case v.Conf != "":
 		return v.Conf
 	case v.EmptyCacheEvery > 0:
-		return fmt.Sprintf("empty_cache every %d requests", v.EmptyCacheEvery)
+		return fmt.Sprintf("empty_cache every %d allocations", v.EmptyCacheEvery)
 	case v.PadPow2:
 		return "pad requests to powers of two"
 	}

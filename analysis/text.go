@@ -121,7 +121,8 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(ew)
 	if l := c.RecommendedLine(); l != "" {
-		fmt.Fprintln(ew, wrap(l, TableWidth))
+		// One line, never wrapped: scripts grep it and people copy its setting.
+		fmt.Fprintln(ew, l)
 	}
 	methods := c.MethodsLine()
 	for _, l := range c.VerdictLines() {

@@ -14,7 +14,22 @@
 #      pickle lists: refused or imported within RSS_LIMIT (default 1 GiB);
 #   5. outputs: two synth runs to one -o both leave a whole trace; synth
 #      interrupted by SIGINT exits 130 and leaves the previous file and no
-#      temporary file.
+#      temporary file;
+#   6. round trips: export --format memory_viz then import gives the trace
+#      replayed (peak, OOMs, device calls, every address), for expandable
+#      segments, CUDA graphs, a memory fraction, two devices; the export of
+#      2M events stays under EXPORT_RSS_LIMIT (default 128 MiB);
+#   7. entry checks: device logs (samples outside the trace, a total of 0, a
+#      gzip'd log of one repeated line), RMM clocks (past midnight, going
+#      back), sizes that wrap, the forecast on an unlimited device, synth
+#      configs that no trace can hold, a snapshot's "fragsim" key;
+#   8. budgets: standard input of zeros, and of a pickle's first bytes and
+#      zeros, is refused in bounded memory;
+#   9. pipes: import, replay, compare, analyze, report, export and cohost of
+#      <(cat FILE), standard input and a named FIFO read their input whole,
+#      once, and leave no temporary file (TMPDIR is the run's own);
+#  10. the report: 200,000-character agent, model and frame names are cut,
+#      and a moment with no segment is written as an empty list.
 #
 # usage: bench/faults.sh            (FRAGSIM=path uses that binary)
 # Prints one line per failed case and a summary table; exits 1 on any failure.
@@ -37,15 +52,21 @@ BOMB_MIB=${BOMB_MIB:-1024}
 
 declare -A total failed maxrss
 fail=0
+# Every temporary file a command makes goes here; it must be empty at the end.
+export TMPDIR=$tmp/tmpdir
+mkdir -p "$TMPDIR"
 # check GROUP WANT CMD...: runs CMD, and fails the case on a panic, a
-# timeout, a kill, an RSS above the limit, or an exit code not in WANT
-# (a regex such as '^[12]$'; '.' accepts any).
+# timeout, a kill, an RSS above the limit (RSS_CASE_KB for this case, when
+# set), an exit code not in WANT (a regex such as '^[12]$'; '.' accepts
+# any), or, when GREP is set, an output (stdout and stderr) without a
+# match of that extended regex (NOGREP: with one). The output is left in
+# $tmp/stdout.
 check() {
 	local group=$1 want=$2
 	shift 2
 	total[$group]=$(( ${total[$group]:-0} + 1 ))
-	/usr/bin/time -f '%M' -o "$tmp/rss" timeout -k 5 "$TIMEOUT" prlimit --as="$AS_LIMIT" "$@" >/dev/null 2>"$tmp/err"
-	local rc=$? rss why=""
+	/usr/bin/time -f '%M' -o "$tmp/rss" timeout -k 5 "$TIMEOUT" prlimit --as="$AS_LIMIT" "$@" >"$tmp/stdout" 2>"$tmp/err"
+	local rc=$? rss why="" limit=${RSS_CASE_KB:-$RSS_LIMIT_KB}
 	rss=$(tail -n 1 "$tmp/rss" 2>/dev/null | tr -dc 0-9)
 	rss=${rss:-0}
 	[ "$rss" -gt "${maxrss[$group]:-0}" ] && maxrss[$group]=$rss
@@ -53,10 +74,14 @@ check() {
 		why="panic: $(grep -m1 -e '^panic:' -e '^fatal error:' "$tmp/err")"
 	elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 		why="hang or kill (exit $rc)"
-	elif [ "$rss" -gt "$RSS_LIMIT_KB" ]; then
+	elif [ "$rss" -gt "$limit" ]; then
 		why="peak RSS $((rss / 1024)) MiB"
 	elif ! [[ $rc =~ $want ]]; then
 		why="exit $rc, want $want: $(head -c 200 "$tmp/err")"
+	elif [ -n "${GREP:-}" ] && ! cat "$tmp/stdout" "$tmp/err" | grep -Eq -- "$GREP"; then
+		why="no output matching /$GREP/: $(cat "$tmp/stdout" "$tmp/err" | head -c 300)"
+	elif [ -n "${NOGREP:-}" ] && cat "$tmp/stdout" "$tmp/err" | grep -Eq -- "$NOGREP"; then
+		why="output matching /$NOGREP/: $(cat "$tmp/stdout" "$tmp/err" | grep -Em1 -- "$NOGREP" | head -c 300)"
 	fi
 	if [ -n "$why" ]; then
 		failed[$group]=$(( ${failed[$group]:-0} + 1 ))
@@ -135,10 +160,122 @@ if [ $rc -ne 130 ] || ! cmp -s "$out" "$tmp/prev.fst" || [ "$(ls -A "$tmp/out")"
 	echo "FAIL [output] synth interrupted: exit $rc (want 130), previous file $(cmp -s "$out" "$tmp/prev.fst" && echo kept || echo lost), directory: $(ls -A "$tmp/out" | tr '\n' ' ')"
 fi
 
+# same GROUP WHAT A B: fails the case unless A and B are equal.
+same() {
+	total[$1]=$(( ${total[$1]:-0} + 1 ))
+	if [ "$3" != "$4" ]; then
+		failed[$1]=$(( ${failed[$1]:-0} + 1 )); fail=1
+		echo "FAIL [$1] $2: $3 against $4"
+	fi
+}
+
+# replayline TRACE: the replay's peak reserved, OOMs and device calls.
+replayline() {
+	"$fs" replay "$1" 2>/dev/null | grep -E '^(peak reserved|OOMs|device allocs|device frees|alloc retries) ' | tr -s ' ' | tr '\n' ';'
+}
+
+# 6. Round trips through PyTorch's snapshot format.
+rt=$tmp/rt
+mkdir -p "$rt"
+printf '# fragsim text v1\nheader {"producer":"synthetic","gpu_total_bytes":1073741824}\n' >"$rt/two.txt"
+for i in $(seq 1 30); do
+	d=$(( i % 2 ))
+	printf 'alloc t=%d dev=%d stream=0x0 addr=0x%x size=%d\n' $(( i * 1000 )) $d $(( i << 32 )) $(( (i % 4 + 1) << 21 )) >>"$rt/two.txt"
+	if [ $i -gt 2 ]; then
+		j=$(( i - 2 ))
+		printf 'free_requested t=%d dev=%d stream=0x0 addr=0x%x size=%d\nfree_completed t=%d dev=%d stream=0x0 addr=0x%x size=%d\n' \
+			$(( i * 1000 + 500 )) $(( j % 2 )) $(( j << 32 )) $(( (j % 4 + 1) << 21 )) $(( i * 1000 + 500 )) $(( j % 2 )) $(( j << 32 )) $(( (j % 4 + 1) << 21 )) >>"$rt/two.txt"
+	fi
+done
+"$fs" undump "$rt/two.txt" -o "$rt/two.fst" >/dev/null 2>&1
+for t in "$root/traces/conformance/expandable_mixed.fst" "$root/traces/serving/graphs_recapture_expandable_s1.fst" \
+	"$root/traces/conformance/fraction_large.live.fst" "$root/traces/conformance/ring_streams.fst" "$rt/two.fst"; do
+	b=$(basename "$t" .fst)
+	check roundtrip '^0$' "$fs" export --format memory_viz "$t" -o "$rt/$b.pickle"
+	check roundtrip '^0$' "$fs" import -q "$rt/$b.pickle" -o "$rt/$b.back.fst"
+	same roundtrip "$b: replay of the import" "$(replayline "$rt/$b.back.fst")" "$(replayline "$t")"
+	GREP='fidelity: ([0-9]+)/\1 allocs at recorded address, ([0-9]+)/\2 device events matched' check roundtrip '^0$' "$fs" replay "$rt/$b.back.fst"
+done
+"$fs" synth -q -o "$rt/big.fst" --events 2M --seed 1 >/dev/null 2>&1
+RSS_CASE_KB=$(( ${EXPORT_RSS_LIMIT:-134217728} / 1024 )) check roundtrip '^0$' "$fs" export --format memory_viz "$rt/big.fst" -o "$rt/big.pickle"
+rm -f "$rt"/*.pickle
+
+# 7. Numbers checked where they enter.
+ent=$tmp/ent
+mkdir -p "$ent"
+snap=$root/trace/pytorch/testdata/midrun.p4.pickle
+printf '1000 0 4000 8000\n1764000000000200000 0 2000 8000\n' >"$ent/early.log"
+GREP='merged 1 device-memory samples.*1 before the trace' check entry '^0$' "$fs" import -q "$snap" -o "$ent/a.fst" --device-log "$ent/early.log"
+printf '1764000000000200000 0 0 0\n' >"$ent/zero.log"
+GREP='total_bytes 0' check entry '^1$' "$fs" import -q "$snap" -o "$ent/b.fst" --device-log "$ent/zero.log"
+yes "1764000000000200000 0 5 10" | head -c 1000000000 | gzip -1 >"$ent/bomb.log.gz"
+GREP='decompression bomb' check entry '^1$' "$fs" import -q "$snap" -o "$ent/c.fst" --device-log "$ent/bomb.log.gz"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,23:30:00.000000,allocate,0x1000,1024,0x0\n1,00:29:59.000000,free,0x1000,1024,0x0\n' >"$ent/wrap.csv"
+GREP='passed midnight at line 3' check entry '^0$' "$fs" import "$ent/wrap.csv" -o "$ent/wrap.fst"
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,01:00:00.000000,allocate,0x1000,1024,0x0\n1,00:00:00.000000,free,0x1000,1024,0x0\n' >"$ent/back.csv"
+GREP='back.csv:3: .*not monotonic' check entry '^1$' "$fs" import "$ent/back.csv" -o "$ent/back.fst"
+for v in 9223372036854775808 18446744073709551616 257TiB 1e30GiB; do
+	GREP='above the largest size|bad size' check entry '^2$' "$fs" cohost --context-overhead "$v" --capacity h200 "$src" "$src"
+	check entry '^2$' "$fs" replay --capacity "$v" "$src"
+done
+GREP='min headroom: unlimited' NOGREP='TiB' check entry '^0$' "$fs" replay --forecast "$root/traces/conformance/all_default.fst"
+for a in 10000000 4097 -1; do
+	GREP='agents' check entry '^2$' "$fs" synth -q -o "$ent/s.fst" --agents "$a"
+done
+python3 -c 'import pickle,sys; pickle.dump({"device_traces":[[]],"segments":[],"fragsim":{"version":9}}, sys.stdout.buffer)' >"$ent/ext.pickle"
+GREP='"fragsim": version 9' check entry '^1$' "$fs" import -q "$ent/ext.pickle" -o "$ent/ext.fst"
+python3 -c 'import pickle,sys; pickle.dump({"device_traces":[[{"action":"alloc","addr":4096,"size":512,"stream":0,"time_us":1}]],"segments":[],"fragsim":{"version":1,"header":"","events":[[[7,"empty_cache",1,0,0,0,"text",""]]]}}, sys.stdout.buffer)' >"$ent/ext2.pickle"
+GREP='place 7' check entry '^1$' "$fs" import -q "$ent/ext2.pickle" -o "$ent/ext2.fst"
+
+# 8. Budgets on standard input.
+GREP='not a snapshot' RSS_CASE_KB=262144 check budget '^1$' bash -c "head -c 2000000000 /dev/zero | exec '$fs' import -q - -o '$ent/z.fst'"
+GREP='unknown opcode' RSS_CASE_KB=262144 check budget '^1$' bash -c "(printf '\x80\x04'; head -c 1000000000 /dev/zero) | exec '$fs' import -q - -o '$ent/z.fst'"
+GREP='not a snapshot' check budget '^1$' bash -c "head -c 2000000000 /dev/zero | exec '$fs' import -q /dev/stdin -o '$ent/z.fst'"
+
+# 9. Inputs that can be read only once.
+pt=$root/traces/conformance/plain_tiny.fst
+check pipe '^0$' bash -c "exec '$fs' import -q <(cat '$snap') -o '$ent/p1.fst'"
+check pipe '^0$' bash -c "exec '$fs' import -q - -o '$ent/p2.fst' <'$snap'"
+check pipe '^0$' bash -c "cat '$snap' | exec '$fs' import -q - -o '$ent/p3.fst'"
+check pipe '^0$' bash -c "exec '$fs' import --format rmm <(cat '$ent/wrap.csv') -o '$ent/p4.fst'"
+check pipe '^0$' bash -c "exec '$fs' info <(cat '$pt')"
+check pipe '^0$' bash -c "cat '$pt' | exec '$fs' replay -"
+for cmd in "replay --min-capacity" "compare" "analyze" "report -o $ent/r.html" "export --format memory_viz -o $ent/e.pickle" \
+	"export --format perfetto -o $ent/e.json"; do
+	check pipe '^0$' bash -c "exec '$fs' $cmd <(cat '$pt')"
+done
+check pipe '^0$' bash -c "exec '$fs' cohost --capacity h200 <(cat '$pt') <(cat '$pt')"
+rm -f "$ent/fifo"
+mkfifo "$ent/fifo"
+(cat "$pt" >"$ent/fifo" &)
+check pipe '^0$' "$fs" compare "$ent/fifo"
+(cat "$snap" >"$ent/fifo" &)
+check pipe '^0$' "$fs" import -q "$ent/fifo" -o "$ent/p5.fst"
+same pipe "a snapshot through a pipe" "$(cmp -s "$ent/p1.fst" "$ent/p2.fst" && cmp -s "$ent/p1.fst" "$ent/p3.fst" && cmp -s "$ent/p1.fst" "$ent/p5.fst" && echo same)" same
+
+# 10. The report's labels and empty moments.
+long=$(head -c 200000 /dev/zero | tr '\0' A)
+{
+	printf '# fragsim text v1\nheader {"producer":"synthetic","gpu_total_bytes":1073741824}\n'
+	printf 'string 1 "%s"\nstring 2 "%s"\n' "$long" "${long//A/M}"
+	printf 'marker t=1000 dev=0 stream=0x0 marker=model text=2\nmarker t=2000 dev=0 stream=0x0 marker=agent text=1\n'
+	for i in 1 2 3 4; do printf 'alloc t=%d000 dev=0 stream=0x0 addr=0x%x size=3145728\n' $(( i + 2 )) $(( i << 32 )); done
+	for i in 1 3 2 4; do printf 'free_requested t=%d000 dev=0 stream=0x0 addr=0x%x size=3145728\nfree_completed t=%d000 dev=0 stream=0x0 addr=0x%x size=3145728\n' $(( i + 8 )) $(( i << 32 )) $(( i + 8 )) $(( i << 32 )); done
+	printf 'empty_cache t=20000 dev=0 stream=0x0\n'
+	for i in $(seq 1 40); do printf 'marker t=%d000 dev=0 stream=0x0 marker=text text=1\n' $(( 20 + i )); done
+} >"$ent/long.txt"
+"$fs" undump "$ent/long.txt" -o "$ent/long.fst" >/dev/null 2>&1
+check report '^0$' "$fs" report "$ent/long.fst" -o "$ent/long.html"
+same report "a run of 201 A on the page" "$(grep -c 'AAAAAAAAAA\{191\}' "$ent/long.html" 2>/dev/null)" 0
+same report '"segments":null on the page' "$(grep -c '"segments":null' "$ent/long.html" 2>/dev/null)" 0
+
+# Nothing may be left in the temporary directory.
+same temp "temporary files left" "$(ls -A "$TMPDIR" | tr '\n' ' ')" ""
+
 echo
 echo "| group | cases | failed | max RSS MiB |"
 echo "|---|---:|---:|---:|"
-for g in cut flip size number bomb output; do
+for g in cut flip size number bomb output roundtrip entry budget pipe report temp; do
 	echo "| $g | ${total[$g]:-0} | ${failed[$g]:-0} | $(( ${maxrss[$g]:-0} / 1024 )) |"
 done
 exit $fail

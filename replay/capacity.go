@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/fragsim/fragsim/trace"
 )
 
 // CapacityPresets are the device sizes ParseCapacity accepts by name.
@@ -43,10 +45,25 @@ func PresetNames() []string {
 	return out
 }
 
+// MaxSizeBytes is the largest size ParseCapacity accepts: the most a trace
+// may hold (trace.MaxSizeBytes, 2^48 bytes, 256 TiB). Every sum of a few
+// such sizes (capacities, overheads, reserved bytes) stays far from
+// overflowing 64 bits.
+const MaxSizeBytes = trace.MaxSizeBytes
+
 // ParseCapacity parses a memory size: a byte count (150109880320), a size
 // with a unit (24GiB, 80G, 1.5TiB, 512MiB; K, M, G, T and KiB... are binary,
-// KB, MB, GB, TB decimal), or a preset name (h200, a100-80g, ...).
+// KB, MB, GB, TB decimal), or a preset name (h200, a100-80g, ...). A size
+// above MaxSizeBytes is an error, as is one that is not a number.
 func ParseCapacity(s string) (uint64, error) {
+	v, err := parseCapacity(s)
+	if err == nil && v > MaxSizeBytes {
+		return 0, fmt.Errorf("bad size %q: %d bytes is above the largest size, %d (256 TiB)", s, v, uint64(MaxSizeBytes))
+	}
+	return v, err
+}
+
+func parseCapacity(s string) (uint64, error) {
 	t := strings.TrimSpace(s)
 	if v, ok := CapacityPresets[strings.ToLower(t)]; ok {
 		return v, nil
@@ -90,8 +107,11 @@ func ParseCapacity(s string) (uint64, error) {
 		return v, nil
 	}
 	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f*mult >= math.MaxUint64 {
-		return 0, fmt.Errorf("bad size %q", s)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: %q is not a number", s, num)
+	}
+	if f*mult > MaxSizeBytes {
+		return 0, fmt.Errorf("bad size %q: above the largest size, %d bytes (256 TiB)", s, uint64(MaxSizeBytes))
 	}
 	return uint64(math.Round(f * mult)), nil
 }

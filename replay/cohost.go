@@ -309,6 +309,31 @@ func (q *proc) releasable() uint64 {
 	return 0
 }
 
+// check refuses sizes past MaxSizeBytes: a sum of such sizes (the
+// processes' overheads, the outside model's bytes) could wrap to a small
+// number and hide every OOM.
+func (cfg *CohostConfig) check() error {
+	for _, v := range []struct {
+		name string
+		n    uint64
+	}{
+		{"capacity", cfg.CapacityBytes},
+		{"context overhead", cfg.ContextOverheadBytes},
+		{"outside context", cfg.Outside.ContextBytes},
+		{"outside libraries", cfg.Outside.LibraryBytes},
+		{"outside growth cap", cfg.Outside.GrowthCapBytes},
+		{"outside reserve", cfg.Outside.ReserveBytes},
+	} {
+		if v.n > MaxSizeBytes {
+			return fmt.Errorf("cohost: %s of %d bytes is above the largest size, %d (256 TiB)", v.name, v.n, uint64(MaxSizeBytes))
+		}
+	}
+	if g := cfg.Outside.GrowthBytesPerS; !(g >= 0 && g <= MaxSizeBytes) {
+		return fmt.Errorf("cohost: outside growth of %v bytes/s: want 0 to %d", g, uint64(MaxSizeBytes))
+	}
+	return nil
+}
+
 // Cohost replays several traces on one device, merged by time (ties go to
 // the lower process index, and each trace keeps its own order). Each
 // process has its own policy, which sees a device of the full capacity
@@ -321,6 +346,9 @@ func (q *proc) releasable() uint64 {
 func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 	if len(procs) == 0 {
 		return nil, errors.New("cohost: no process")
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	pool := &sharedPool{capacity: cfg.CapacityBytes, outside: uint64(len(procs)) * cfg.ContextOverheadBytes}
 	if cfg.CapacityBytes > 0 && pool.outside >= cfg.CapacityBytes {
@@ -484,6 +512,9 @@ func openProc(i int, p *Process, cfg CohostConfig, pool *sharedPool, sil *silent
 	q := &proc{i: i, p: p, r: r, c: c, buf: make([]trace.Event, cohostBatch)}
 	if cfg.Forecast {
 		q.fc = NewForecaster(cfg.ForecastPoints)
+		if cfg.CapacityBytes == 0 {
+			q.fc.SetUnlimited()
+		}
 	}
 	ecfg := p.Config
 	ecfg.CapacityBytes = cfg.CapacityBytes

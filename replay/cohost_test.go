@@ -486,3 +486,18 @@ func TestCohostClockOverflow(t *testing.T) {
 		})
 	}
 }
+
+// An overhead of 2^63 bytes for each of two processes sums to 0 in 64
+// bits: a device with no room would then report no OOM. It is refused.
+func TestCohostRefusesSizesThatWrap(t *testing.T) {
+	for _, cfg := range []replay.CohostConfig{
+		{CapacityBytes: capacity(), ContextOverheadBytes: 1 << 63},
+		{CapacityBytes: 1 << 63},
+		{CapacityBytes: capacity(), Outside: replay.OutsideModel{ReserveBytes: 1 << 62}},
+	} {
+		res, err := replay.Cohost(twoProcs(t, "caching", true), cfg)
+		if err == nil || !strings.Contains(err.Error(), "above the largest size") {
+			t.Errorf("%+v: %v, %v; want an error on the size", cfg, res, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -52,15 +53,14 @@ type device struct {
 	// rec holds the recorded device events not matched yet, oldest first.
 	rec []trace.Event
 
-	lay      driverLayout // where the driver puts segments
-	top      uint64       // the next range slot ends here
-	up       uint64       // the next range slot past LayoutTop starts here
-	tails    tails        // unused range slot tails
-	segs     []span       // live cudaMalloc segments, by address
-	ranges   []span       // live reserved (expandable) ranges, by address
-	compare  bool         // compare calls with rec
-	matched  int64
-	mismatch bool // a mismatch was seen during the current request
+	lay     driverLayout // where the driver puts segments
+	top     uint64       // the next range slot ends here
+	up      uint64       // the next range slot past LayoutTop starts here
+	tails   tails        // unused range slot tails
+	segs    []span       // live cudaMalloc segments, by address
+	ranges  []span       // live reserved (expandable) ranges, by address
+	compare bool         // compare calls with rec
+	matched int64
 
 	// pool, when set, is device memory shared with other processes'
 	// devices (Cohost): it decides fits instead of total and outside.
@@ -70,6 +70,24 @@ type device struct {
 	// fails every segment allocation and mapping (see recordedFailure).
 	refuse bool
 }
+
+// NewDevice returns a simulated GPU of total bytes (0: unlimited) for
+// running a policy outside a replay, as the recording hook runs PyTorch's
+// allocator beside its own: it lays segments out as a replay without
+// recorded addresses does, refuses a segment over the memory fraction set
+// with SetFraction (it implements driver.FractionSetter) or over total,
+// and has no recorded events.
+func NewDevice(total uint64) driver.Device {
+	d := newDevice(nil, 0, total, 0, 0)
+	d.compare = false
+	return d
+}
+
+// ReservedBytes is the memory the policy holds from the device: its
+// segments and mapped pages. NewDevice's device has it, for a caller that
+// reads the policy's footprint while it runs (the recording hook's
+// metrics).
+func (d *device) ReservedBytes() uint64 { return d.reserved }
 
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
 	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, up: LayoutTop, compare: true,

@@ -64,7 +64,7 @@ type engine struct {
 	heldFree   bool // a free_requested waits for the decision
 	heldEvent  trace.Event
 	ahead      []trace.Event // the events decoded after the one step replays
-	requests   int64
+	allocs     int64         // allocations since the last injected empty_cache (Config.EmptyCacheEvery)
 	lastDefrag uint64
 
 	// totals over devices
@@ -93,7 +93,6 @@ type engine struct {
 	prevRes    uint64
 	stranded   uint64
 	sample     Sample
-	err        error
 	// The replayed block of the event apply served last, for the Sample.
 	blk    driver.Block
 	hasBlk bool
@@ -509,7 +508,7 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 	}
 	switch ev.Kind {
 	case trace.KindAlloc:
-		e.requests++
+		e.allocs++
 		e.ev = *ev
 		e.dispatch(ds)
 		blk, err := ds.policy.Malloc(ev.SizeBytes, ev.Stream)
@@ -538,7 +537,6 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		}
 		e.updateStats(ds)
 	case trace.KindFreeRequested:
-		e.requests++
 		l, ok := ds.live.Get(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
@@ -555,7 +553,6 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		e.blk, e.hasBlk = l.block(), true
 		ds.policy.FreeRequested(e.blk)
 	case trace.KindFreeCompleted:
-		e.requests++
 		l, ok := ds.live.Take(ev.Addr)
 		if !ok {
 			if _, skip := ds.unserved[ev.Addr]; skip {
@@ -585,14 +582,12 @@ func (e *engine) apply(ev *trace.Event, idx int64) error {
 		}
 		return nil
 	case trace.KindEmptyCache:
-		e.requests++
 		e.ev = *ev
 		e.dispatch(ds)
 		ds.policy.EmptyCache()
 		e.endRequest(ds)
 		e.updateStats(ds)
 	case trace.KindOOM:
-		e.requests++
 		e.ev = *ev
 		e.dispatch(ds)
 		// PyTorch's allocator failed this request: replayed under its
@@ -653,8 +648,8 @@ func poolEvent(p driver.Policy, ev *trace.Event) error {
 
 // inject carries out the actions Config asks for.
 func (e *engine) inject(ds *devState) {
-	if n := e.cfg.EmptyCacheEvery; n > 0 && e.requests >= n {
-		e.requests = 0
+	if n := e.cfg.EmptyCacheEvery; n > 0 && e.allocs >= n {
+		e.allocs = 0
 		e.dispatch(ds)
 		ds.policy.EmptyCache()
 		e.endRequest(ds)

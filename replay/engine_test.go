@@ -391,13 +391,16 @@ func TestParseCapacity(t *testing.T) {
 	for s, want := range map[string]uint64{
 		"24GiB": 24 << 30, "80G": 80 << 30, "150109880320": 150109880320, "h200": 150109880320,
 		"rtx4090": 24 << 30, "A100-80G": 80 << 30, "1.5GiB": 3 << 29, "512MiB": 512 << 20, "2GB": 2e9,
+		"256TiB": MaxSizeBytes, "281474976710656": MaxSizeBytes,
 	} {
 		got, err := ParseCapacity(s)
 		if err != nil || got != want {
 			t.Errorf("ParseCapacity(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "abc", "12XB", "-1"} {
+	// Past 2^48 bytes a size would wrap the sums it enters (2 × 2^63 is 0).
+	for _, s := range []string{"", "abc", "12XB", "-1", "9223372036854775808", "18446744073709551615",
+		"18446744073709551616", "281474976710657", "257TiB", "1e300GiB", "NaN", "Inf", "..GiB"} {
 		if _, err := ParseCapacity(s); err == nil {
 			t.Errorf("ParseCapacity(%q) succeeded", s)
 		}

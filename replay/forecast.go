@@ -41,7 +41,9 @@ type Forecast struct {
 	// the largest request then.
 	ShortfallHeadroomBytes uint64 `json:"shortfall_headroom_bytes,omitempty"`
 	ShortfallRequestBytes  uint64 `json:"shortfall_request_bytes,omitempty"`
-	// MinHeadroomBytes is the smallest headroom seen, at MinHeadroomIndex.
+	// MinHeadroomBytes is the smallest headroom seen, at MinHeadroomIndex;
+	// 0 on an unlimited device (Unlimited), where the headroom has no
+	// bound to measure.
 	MinHeadroomBytes  uint64 `json:"min_headroom_bytes"`
 	MinHeadroomIndex  int64  `json:"min_headroom_index"`
 	MinHeadroomTimeNS int64  `json:"min_headroom_time_ns"`
@@ -50,8 +52,13 @@ type Forecast struct {
 	// Shortfalls counts the observations with headroom below demand.
 	Shortfalls int64 `json:"shortfalls"`
 	// Series is the headroom over time, downsampled: each point is the
-	// smallest headroom of the observations it stands for.
+	// smallest headroom of the observations it stands for. Empty on an
+	// unlimited device.
 	Series []ForecastPoint `json:"series"`
+	// Unlimited is set when the device had no capacity (none given and
+	// none in the trace's header): every request could be served, no
+	// shortfall is possible and the headroom figures are left at 0.
+	Unlimited bool `json:"unlimited,omitempty"`
 
 	// The silent-OOM risk: memory outside the allocator (see
 	// OutsideModel). SilentRiskTimeNS is the first moment the device's free
@@ -200,12 +207,20 @@ func (f *Forecaster) flush() {
 	}
 }
 
+// SetUnlimited says the device has no capacity: Result then reports the
+// forecast as Unlimited, with no headroom figures (the headroom observed
+// is a stand-in for "any request fits", not a measure).
+func (f *Forecaster) SetUnlimited() { f.fc.Unlimited = true }
+
 // Result returns the forecast so far.
 func (f *Forecaster) Result() *Forecast {
 	fc := f.fc
 	fc.Series = append([]ForecastPoint(nil), f.fc.Series...)
 	if f.inBucket > 0 {
 		fc.Series = append(fc.Series, f.cur)
+	}
+	if fc.Unlimited {
+		fc.MinHeadroomBytes, fc.Series = 0, []ForecastPoint{}
 	}
 	return &fc
 }
@@ -215,6 +230,9 @@ func (f *Forecaster) Result() *Forecast {
 // held outside the allocator. It feeds f and then calls next, when set.
 // A trace with several devices is seen as one.
 func (f *Forecaster) ForecastObserver(capacityBytes, outsideBytes uint64, next func(*Sample)) func(*Sample) {
+	if capacityBytes == 0 {
+		f.SetUnlimited()
+	}
 	return func(s *Sample) {
 		if isRequest(s.Event.Kind) {
 			f.Request(s.Event.SizeBytes)

@@ -91,6 +91,36 @@ func TestRunForecastUsesHeaderCapacity(t *testing.T) {
 	}
 }
 
+// Without a capacity, the headroom has no bound: the forecast says the
+// device is unlimited rather than report the engine's stand-in total.
+func TestRunForecastUnlimited(t *testing.T) {
+	for _, gpu := range []uint64{0, 100 * mib} {
+		var buf bytes.Buffer
+		w, err := trace.NewWriter(&buf, &trace.Header{Producer: trace.ProducerSynthetic, GPUTotalBytes: gpu})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteEvent(trace.Event{Kind: trace.KindAlloc, TimeNS: 1, Addr: 1 << 32, SizeBytes: 40 * mib}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := trace.NewReader(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f, err := replay.RunForecast(r, factory(t, "caching"), replay.Config{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := gpu == 0; f.Unlimited != want || want && (f.MinHeadroomBytes != 0 || len(f.Series) != 0) ||
+			!want && f.MinHeadroomBytes != 60*mib {
+			t.Errorf("gpu %d: forecast %+v; want unlimited %v", gpu, f, want)
+		}
+	}
+}
+
 func TestForecasterDownsamplesKeepingMinimum(t *testing.T) {
 	fc := replay.NewForecaster(10)
 	fc.Request(5)

@@ -16,7 +16,7 @@ type Config struct {
 	// OutsideBytes is device memory held outside the allocator (CUDA
 	// context, cuBLAS workspaces, other processes).
 	OutsideBytes uint64
-	// EmptyCacheEvery injects an empty_cache after every N requests (0: off).
+	// EmptyCacheEvery injects an empty_cache after every N allocations (0: off).
 	EmptyCacheEvery int64
 	// DefragThresholdPct injects an empty_cache whenever 100·(1−active/reserved)
 	// passes this value (0: off): the classic defrag(threshold) loop.

@@ -18,92 +18,41 @@ func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
 func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 
 // uvarint decodes the uvarint at b[i:] and returns it with the index past
-// it; the index is negative when b holds no valid uvarint at i.
-func uvarint(b []byte, i int) (uint64, int) {
-	if i < 0 || i+binary.MaxVarintLen64 > len(b) {
-		return uvarintTail(b, i)
+// it; the index is negative when b holds no valid uvarint at i (i out of
+// b, the input ending within it, more than ten bytes, or a value past 64
+// bits). It is the one uvarint decoder, small enough to be inlined (go
+// build -gcflags=-m), one byte (the most common length) first.
+func uvarint(b []byte, i int) (v uint64, next int) {
+	if uint(i) < uint(len(b)) && b[i] < 0x80 {
+		return uint64(b[i]), i + 1
 	}
-	b = b[i : i+binary.MaxVarintLen64]
-	c := uint64(b[0])
-	if c < 0x80 {
-		return c, i + 1
-	}
-	v := c & 0x7f
-	c = uint64(b[1])
-	if c < 0x80 {
-		return v | c<<7, i + 2
-	}
-	v |= (c & 0x7f) << 7
-	c = uint64(b[2])
-	if c < 0x80 {
-		return v | c<<14, i + 3
-	}
-	v |= (c & 0x7f) << 14
-	c = uint64(b[3])
-	if c < 0x80 {
-		return v | c<<21, i + 4
-	}
-	v |= (c & 0x7f) << 21
-	c = uint64(b[4])
-	if c < 0x80 {
-		return v | c<<28, i + 5
-	}
-	v |= (c & 0x7f) << 28
-	c = uint64(b[5])
-	if c < 0x80 {
-		return v | c<<35, i + 6
-	}
-	v |= (c & 0x7f) << 35
-	c = uint64(b[6])
-	if c < 0x80 {
-		return v | c<<42, i + 7
-	}
-	v |= (c & 0x7f) << 42
-	c = uint64(b[7])
-	if c < 0x80 {
-		return v | c<<49, i + 8
-	}
-	v |= (c & 0x7f) << 49
-	c = uint64(b[8])
-	if c < 0x80 {
-		return v | c<<56, i + 9
-	}
-	v |= (c & 0x7f) << 56
-	c = uint64(b[9])
-	if c > 1 {
-		return 0, -1
-	}
-	return v | c<<63, i + 10
-}
-
-// uvarint4 decodes the uvarint of at most four bytes at the start of x, read
-// little-endian, without a branch; one of x's four high bits must be clear.
-// It returns the value and the uvarint's length.
-func uvarint4(x uint32) (uint64, int) {
-	l := bits.TrailingZeros32(^x&0x80808080) + 1 // 8 times the length
-	y := uint64(x) & (1<<l - 1)
-	return y&0x7f | y>>1&0x3f80 | y>>2&0x1fc000 | y>>3&0xfe00000, l >> 3
-}
-
-// uvarintTail decodes a uvarint near the end of b.
-func uvarintTail(b []byte, i int) (uint64, int) {
-	if i < 0 {
-		return 0, -1
-	}
-	var v uint64
-	for s := uint(0); s < 64; s += 7 {
-		if i >= len(b) {
-			return 0, -1
-		}
-		c := b[i]
+	for s := uint(0); uint(i) < uint(len(b)) && s < 64; s += 7 {
+		c := uint64(b[i])
 		i++
+		v |= (c & 0x7f) << s
 		if c < 0x80 {
-			if s == 63 && c > 1 {
-				return 0, -1
+			if c<<s>>s == c { // the tenth byte holds bit 63 alone
+				return v, i
 			}
-			return v | uint64(c)<<s, i
+			break
 		}
-		v |= uint64(c&0x7f) << s
+	}
+	return 0, -1
+}
+
+// uvarintShort decodes, when four bytes are left at b[i:], a uvarint of
+// at most four bytes there with no branch on its length, and returns it
+// with the index past it; the index is negative when it cannot (fewer
+// bytes left, i negative, a longer uvarint), and uvarint decodes it or
+// says it is bad. The events decoder's column loops call it for the
+// lengths one to four, which a loop would mispredict.
+func uvarintShort(b []byte, i int) (uint64, int) {
+	if i >= 0 && i <= len(b)-4 {
+		x := binary.LittleEndian.Uint32(b[i:])
+		if l := bits.TrailingZeros32(^x&0x80808080) + 1; l <= 32 { // 8 times the length
+			y := uint64(x) & (1<<l - 1)
+			return y&0x7f | y>>1&0x3f80 | y>>2&0x1fc000 | y>>3&0xfe00000, i + l>>3
+		}
 	}
 	return 0, -1
 }

@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"encoding/binary"
 	"math"
 	"strings"
 )
@@ -172,17 +171,53 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 	kinds = kinds[:len(dst)]
 	dst = dst[:len(kinds)]
 	// The columns are decoded one at a time, each in its own loop (with
-	// few live values, they stay in registers). A loop stops at its
+	// few live values, they stay in registers): the kinds with the misc
+	// column, then time, addresses and sizes. A loop stops at its
 	// column's first bad value, and the next loops go no further: the
 	// error reported is the one a decoder going event by event, field by
 	// field (prefix, time, address, size, suffix; version 2 decodes
 	// sizes before addresses), meets first.
-	// Each column loop spells out its uvarint decode (one byte, then four
-	// bytes without a loop, then uvarint): as a function it is over the
-	// inliner's budget, and the call slows every column loop.
-	lim := len(kinds)
 	var ec decodeFault
 	fs := d.fs[:len(kinds)]
+	lim := d.kindsMisc(dst, kinds, fs, &ec)
+	if d.zigzagTime {
+		lim = d.timeZigzag(dst, lim, &ec)
+	} else {
+		lim = d.timeUnsigned(dst, lim, &ec)
+	}
+	if d.v2 {
+		d.sizesAddrsV2(dst, fs, lim, &ec)
+	} else {
+		d.addrsSizesV1(dst, fs, lim, &ec)
+	}
+	if ec.code != errNone {
+		n := ec.event
+		d.j += n
+		msg := errMsgs[ec.code]
+		if strings.HasSuffix(msg, " ") {
+			msg += itoa(d.errVal)
+		}
+		return n, &decodeError{d.j, msg}
+	}
+	n := len(kinds)
+	d.j += n
+	if d.j == len(d.kinds) && (d.ti != len(d.tc) || d.ai != len(d.ac) || d.si != len(d.sc) || d.mi != len(d.mc) || d.ri != len(d.rc)) {
+		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
+	}
+	return n, nil
+}
+
+// Each column loop below decodes a uvarint in three steps, all inlined:
+// one byte, then up to four without a branch on the length
+// (uvarintShort), then uvarint. No one function holding the three is
+// within the inliner's budget, and a call slows every column loop.
+
+// kindsMisc is nextBlock's loop over the kinds of dst's events, with the
+// fields of the misc column (prefix and suffix); it sets each event's
+// fields in fs and returns the limit for the other columns.
+func (d *eventDecoder) kindsMisc(dst []Event, kinds []byte, fs []field, ec *decodeFault) int {
+	lim := len(kinds)
+	dst, fs = dst[:lim], fs[:lim] // (no bounds checks in the loop)
 	sp := d.sp
 	// The device, stream and kind count in locals: the stores to dst
 	// would make the loop load them again event by event.
@@ -220,99 +255,80 @@ func (d *eventDecoder) nextBlock(dst []Event) (int, *decodeError) {
 			}
 		}
 	}
-	// time
-	if !d.zigzagTime {
-		lim = d.timeUnsigned(dst, lim, &ec)
-	} else {
-		tc, ti, t, tu := d.tc, d.ti, d.t, int64(d.tu)
-		dl := dst[:lim]
-		for n := range dl {
-			var v uint64
-			if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
-				v = uint64(tc[ti])
-				ti++
-			} else if ti >= 0 && ti <= len(tc)-4 && ^binary.LittleEndian.Uint32(tc[ti:])&0x80808080 != 0 {
-				var k int
-				v, k = uvarint4(binary.LittleEndian.Uint32(tc[ti:]))
-				ti += k
-			} else if v, ti = uvarint(tc, ti); ti < 0 {
-				ec.set(n, rankTime, errTime)
-				lim = n
-				break
-			}
-			t += uint64(unzigzag(v) * tu)
-			dl[n].TimeNS = int64(t)
+	return lim
+}
+
+// timeZigzag is nextBlock's time loop for a time column of zigzag'd
+// deltas; it returns the new limit.
+func (d *eventDecoder) timeZigzag(dst []Event, lim int, ec *decodeFault) int {
+	tc, ti, t, tu := d.tc, d.ti, d.t, int64(d.tu)
+	dl := dst[:lim]
+	for n := range dl {
+		var v uint64
+		var k int
+		if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
+			v, ti = uint64(tc[ti]), ti+1
+		} else if v, k = uvarintShort(tc, ti); k >= 0 {
+			ti = k
+		} else if v, ti = uvarint(tc, ti); ti < 0 {
+			ec.set(n, rankTime, errTime)
+			lim = n
+			break
 		}
-		d.ti, d.t = ti, t
+		t += uint64(unzigzag(v) * tu)
+		dl[n].TimeNS = int64(t)
 	}
-	if d.v2 {
-		lim = d.sizesAddrsV2(dst, fs, lim, &ec)
-	} else {
-		// address
-		ac, ai, a, au := d.ac, d.ai, d.a, int64(d.au)
-		dl := dst[:lim]
-		for n, f := range fs[:len(dl)] {
-			if f&fieldAddr == 0 {
-				dl[n].Addr = 0
-				continue
-			}
-			var v uint64
-			if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
-				v = uint64(ac[ai])
-				ai++
-			} else if ai >= 0 && ai <= len(ac)-4 && ^binary.LittleEndian.Uint32(ac[ai:])&0x80808080 != 0 {
-				var k int
-				v, k = uvarint4(binary.LittleEndian.Uint32(ac[ai:]))
-				ai += k
-			} else if v, ai = uvarint(ac, ai); ai < 0 {
-				ec.set(n, rankAddr, errAddr)
-				lim = n
-				break
-			}
-			a += uint64(unzigzag(v) * au)
-			dl[n].Addr = a
+	d.ti, d.t = ti, t
+	return lim
+}
+
+// addrsSizesV1 is nextBlock's address loop, then size loop, for version 1:
+// an address is a delta from the previous one.
+func (d *eventDecoder) addrsSizesV1(dst []Event, fs []field, lim int, ec *decodeFault) {
+	// address
+	ac, ai, a, au := d.ac, d.ai, d.a, int64(d.au)
+	dl := dst[:lim]
+	for n, f := range fs[:len(dl)] {
+		if f&fieldAddr == 0 {
+			dl[n].Addr = 0
+			continue
 		}
-		d.ai, d.a = ai, a
-		// size
-		sc, si, su := d.sc, d.si, d.su
-		dl = dst[:lim]
-		for n, f := range fs[:len(dl)] {
-			if f&fieldSize == 0 {
-				dl[n].SizeBytes = 0
-				continue
-			}
-			var v uint64
-			if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
-				v = uint64(sc[si])
-				si++
-			} else if si >= 0 && si <= len(sc)-4 && ^binary.LittleEndian.Uint32(sc[si:])&0x80808080 != 0 {
-				var k int
-				v, k = uvarint4(binary.LittleEndian.Uint32(sc[si:]))
-				si += k
-			} else if v, si = uvarint(sc, si); si < 0 {
-				ec.set(n, rankSize, errSize)
-				lim = n
-				break
-			}
-			dl[n].SizeBytes = v * su
+		var v uint64
+		var k int
+		if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
+			v, ai = uint64(ac[ai]), ai+1
+		} else if v, k = uvarintShort(ac, ai); k >= 0 {
+			ai = k
+		} else if v, ai = uvarint(ac, ai); ai < 0 {
+			ec.set(n, rankAddr, errAddr)
+			lim = n
+			break
 		}
-		d.si = si
+		a += uint64(unzigzag(v) * au)
+		dl[n].Addr = a
 	}
-	if ec.code != errNone {
-		n := ec.event
-		d.j += n
-		msg := errMsgs[ec.code]
-		if strings.HasSuffix(msg, " ") {
-			msg += itoa(d.errVal)
+	d.ai, d.a = ai, a
+	// size
+	sc, si, su := d.sc, d.si, d.su
+	dl = dst[:lim]
+	for n, f := range fs[:len(dl)] {
+		if f&fieldSize == 0 {
+			dl[n].SizeBytes = 0
+			continue
 		}
-		return n, &decodeError{d.j, msg}
+		var v uint64
+		var k int
+		if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
+			v, si = uint64(sc[si]), si+1
+		} else if v, k = uvarintShort(sc, si); k >= 0 {
+			si = k
+		} else if v, si = uvarint(sc, si); si < 0 {
+			ec.set(n, rankSize, errSize)
+			break
+		}
+		dl[n].SizeBytes = v * su
 	}
-	n := len(kinds)
-	d.j += n
-	if d.j == len(d.kinds) && (d.ti != len(d.tc) || d.ai != len(d.ac) || d.si != len(d.sc) || d.mi != len(d.mc) || d.ri != len(d.rc)) {
-		return n, &decodeError{-1, "events chunk: columns hold more data than its events use"}
-	}
-	return n, nil
+	d.si = si
 }
 
 // Ranks of an event's fields in decoding order, for decodeFault.
@@ -335,13 +351,11 @@ func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 	dl := dst[:lim]
 	for n := range dl {
 		var v uint64
+		var k int
 		if uint(ti) < uint(len(tc)) && tc[ti] < 0x80 {
-			v = uint64(tc[ti])
-			ti++
-		} else if ti >= 0 && ti <= len(tc)-4 && ^binary.LittleEndian.Uint32(tc[ti:])&0x80808080 != 0 {
-			var k int
-			v, k = uvarint4(binary.LittleEndian.Uint32(tc[ti:]))
-			ti += k
+			v, ti = uint64(tc[ti]), ti+1
+		} else if v, k = uvarintShort(tc, ti); k >= 0 {
+			ti = k
 		} else if v, ti = uvarint(tc, ti); ti < 0 {
 			ec.set(n, rankTime, errTime)
 			lim = n
@@ -358,8 +372,8 @@ func (d *eventDecoder) timeUnsigned(dst []Event, lim int, ec *decodeFault) int {
 // event's size before its address: an address is a delta from its size
 // class's register; an event of a fieldRepeat kind that encodes no size or
 // address has the previous event's; one of a fieldRef kind has those of a
-// ring entry; a fieldPush event joins the ring. It returns the new limit.
-func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decodeFault) int {
+// ring entry; a fieldPush event joins the ring.
+func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decodeFault) {
 	sc, si, su := d.sc, d.si, d.su
 	ac, ai, au := d.ac, d.ai, int64(d.au)
 	rc, ri := d.rc, d.ri
@@ -375,13 +389,11 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				ri++
 			} else if j, ri = uvarint(rc, ri); ri < 0 {
 				ec.set(n, rankSizeV2, errRef)
-				lim = n
 				break
 			}
 			if j >= min(pos, ringSize-1) {
 				d.errVal = j
 				ec.set(n, rankSizeV2, errRefRange)
-				lim = n
 				break
 			}
 			ent := &ring[(pos-1-j)%ringSize]
@@ -391,16 +403,13 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				ps &= -uint64(f & fieldRepeat >> 5) // kept by a repeat, else zero
 			} else {
 				var v uint64
+				var k int
 				if uint(si) < uint(len(sc)) && sc[si] < 0x80 {
-					v = uint64(sc[si])
-					si++
-				} else if si >= 0 && si <= len(sc)-4 && ^binary.LittleEndian.Uint32(sc[si:])&0x80808080 != 0 {
-					var k int
-					v, k = uvarint4(binary.LittleEndian.Uint32(sc[si:]))
-					si += k
+					v, si = uint64(sc[si]), si+1
+				} else if v, k = uvarintShort(sc, si); k >= 0 {
+					si = k
 				} else if v, si = uvarint(sc, si); si < 0 {
 					ec.set(n, rankSizeV2, errSize)
-					lim = n
 					break
 				}
 				ps = v * su
@@ -409,16 +418,13 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 				pa &= -uint64(f & fieldRepeat >> 5)
 			} else {
 				var v uint64
+				var k int
 				if uint(ai) < uint(len(ac)) && ac[ai] < 0x80 {
-					v = uint64(ac[ai])
-					ai++
-				} else if ai >= 0 && ai <= len(ac)-4 && ^binary.LittleEndian.Uint32(ac[ai:])&0x80808080 != 0 {
-					var k int
-					v, k = uvarint4(binary.LittleEndian.Uint32(ac[ai:]))
-					ai += k
+					v, ai = uint64(ac[ai]), ai+1
+				} else if v, k = uvarintShort(ac, ai); k >= 0 {
+					ai = k
 				} else if v, ai = uvarint(ac, ai); ai < 0 {
 					ec.set(n, rankAddrV2, errAddr)
-					lim = n
 					break
 				}
 				r := sizeClass(ps) & (len(regs) - 1)
@@ -434,7 +440,6 @@ func (d *eventDecoder) sizesAddrsV2(dst []Event, fs []field, lim int, ec *decode
 	}
 	d.si, d.ai, d.ri = si, ai, ri
 	d.prevSize, d.prevAddr, d.pos, d.regs = ps, pa, pos, regs
-	return lim
 }
 
 // decodeFault is the first bad field met, in event and field order.

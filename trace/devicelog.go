@@ -28,21 +28,45 @@ import (
 // maxDeviceLogLine bounds a device log's line: four integers need far less.
 const maxDeviceLogLine = 4096
 
+// MaxDeviceSamples is the most samples a device log may hold (2^22, 256
+// MiB of events: eleven hours at one sample every 10 ms). The count is
+// checked before a sample is added, so that a log of more is refused
+// before it fills memory.
+const MaxDeviceSamples = 1 << 22
+
+// The budget of a gzip'd device log: it may decompress to at most
+// deviceLogRatio times the compressed bytes read so far, beyond a floor
+// of deviceLogFloor bytes. A real log (lines of four numbers) compresses
+// 3 to 10 times; a log of one repeated line far more, and is refused as a
+// decompression bomb once past the budget, while it is read.
+const deviceLogRatio = 100
+
+// deviceLogFloor is what any gzip'd device log may decompress to (a
+// variable for tests).
+var deviceLogFloor int64 = 16 << 20
+
+// maxDeviceSamples is MaxDeviceSamples (a variable for tests).
+var maxDeviceSamples = MaxDeviceSamples
+
 // ReadDeviceLog parses a device log from r; name labels its errors. The
 // samples come back sorted by time (stable: equal times keep the file's
 // order). A line that is not four integers, a negative or non-integer
 // value, a value past int64 (time) or 2^48 (bytes), a device index past
-// int32, or free bytes above the total is refused with an error naming the
-// line.
+// int32, a total of 0, or free bytes above the total is refused with an
+// error naming the line; so is a log of more than MaxDeviceSamples
+// samples, or a gzip'd one that decompresses past its budget.
 func ReadDeviceLog(r io.Reader, name string) ([]Event, error) {
-	br := bufio.NewReader(r)
+	in := &countingReader{r: r}
+	br := bufio.NewReader(in)
+	var z *budgetReader
 	if head, err := br.Peek(2); err == nil && head[0] == 0x1f && head[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		defer zr.Close()
-		br = bufio.NewReader(zr)
+		z = &budgetReader{r: zr, in: in}
+		br = bufio.NewReader(z)
 	}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 0, 256), maxDeviceLogLine)
@@ -56,7 +80,13 @@ func ReadDeviceLog(r io.Reader, name string) ([]Event, error) {
 		}
 		ev, err := parseDeviceSample(string(s))
 		if err != nil {
+			if z != nil && z.err != nil { // the line was cut by the budget
+				return nil, fmt.Errorf("%s: after line %d: %w", name, line-1, z.err)
+			}
 			return nil, fmt.Errorf("%s: line %d: %w", name, line, err)
+		}
+		if len(evs) == maxDeviceSamples {
+			return nil, fmt.Errorf("%s: line %d: more than %d samples, the most a device log may hold: sample less often", name, line, maxDeviceSamples)
 		}
 		evs = append(evs, ev)
 	}
@@ -70,6 +100,41 @@ func ReadDeviceLog(r io.Reader, name string) ([]Event, error) {
 	return evs, nil
 }
 
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// budgetReader fails a decompression r that gives more than its budget
+// for the compressed bytes in has read.
+type budgetReader struct {
+	r   io.Reader
+	in  *countingReader
+	n   int64
+	err error // the budget's error, once passed
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if most := max(deviceLogRatio*b.in.n, deviceLogFloor); b.n > most {
+		b.err = fmt.Errorf("gzip: decompresses to more than %d bytes from its first %d (%d times as many, at least %d MiB): refused as a decompression bomb",
+			most, b.in.n, deviceLogRatio, deviceLogFloor>>20)
+		return 0, b.err
+	}
+	return n, err
+}
+
 // ReadDeviceLogFile parses the device log at path (plain or gzip'd).
 func ReadDeviceLogFile(path string) ([]Event, error) {
 	f, err := os.Open(path)
@@ -78,6 +143,40 @@ func ReadDeviceLogFile(path string) ([]Event, error) {
 	}
 	defer f.Close()
 	return ReadDeviceLog(f, path)
+}
+
+// DeviceFit says what FitDeviceSamples left out of a device log.
+type DeviceFit struct {
+	// Before and After count the samples before the trace's first event
+	// and after its last, left out.
+	Before, After int
+}
+
+// FitDeviceSamples returns the samples (sorted by time, as ReadDeviceLog
+// returns them) that lie in a trace's time window, firstNS to lastNS, and
+// counts those left out: a sample outside the window describes a moment
+// the trace does not hold, and merged in it would stretch the trace's
+// time (a sample decades early turns every time-weighted figure to 0). A
+// sample naming a device the trace does not have (devices) is an error
+// naming the log (name), the sample and the trace's devices: its memory
+// would stand in for another device's. The samples are not changed.
+func FitDeviceSamples(samples []Event, name string, devices []DeviceID, firstNS, lastNS int64) ([]Event, DeviceFit, error) {
+	var fit DeviceFit
+	have := make(map[DeviceID]bool, len(devices))
+	for _, d := range devices {
+		have[d] = true
+	}
+	lo := sort.Search(len(samples), func(i int) bool { return samples[i].TimeNS >= firstNS })
+	hi := sort.Search(len(samples), func(i int) bool { return samples[i].TimeNS > lastNS })
+	hi = max(hi, lo)
+	for i := range samples {
+		if d := samples[i].Device; !have[d] {
+			return nil, fit, fmt.Errorf("%s: the sample at time_ns %d names device %d, which the trace does not have (its devices: %v)",
+				name, samples[i].TimeNS, d, devices)
+		}
+	}
+	fit.Before, fit.After = lo, len(samples)-hi
+	return samples[lo:hi], fit, nil
 }
 
 func parseDeviceSample(s string) (Event, error) {
@@ -100,6 +199,9 @@ func parseDeviceSample(s string) (Event, error) {
 	}
 	if v[0] == 0 {
 		return Event{}, fmt.Errorf("time_ns 0: want the sample's time (0 means no time in a trace)")
+	}
+	if v[3] == 0 {
+		return Event{}, fmt.Errorf("total_bytes 0: want the device's memory, as cuMemGetInfo reports it")
 	}
 	return Event{Kind: KindDeviceMem, TimeNS: int64(v[0]), Device: DeviceID(v[1]), SizeBytes: v[2], Aux: v[3]}, nil
 }

@@ -54,12 +54,54 @@ func TestDeviceLogRefused(t *testing.T) {
 		{"1 2147483648 5 10\n", "line 1: device"},
 		{"1 0 11 10\n", "line 1: free_bytes 11 is above total_bytes 10"},
 		{"0 0 1 10\n", "line 1: time_ns 0"},
+		{"5 0 0 0\n", "line 1: total_bytes 0"},
 		{"1 0 1 10\n" + strings.Repeat("x", 5000) + "\n", "line 2: longer than"},
 	} {
 		_, err := ReadDeviceLog(strings.NewReader(c.in), "m.log")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want an error containing %q", c.in, err, c.want)
 		}
+	}
+}
+
+// A log of more samples than the budget, or a gzip'd one that inflates
+// past its ratio, is refused while it is read: a 6 MB gzip'd log of one
+// repeated line once died of a fatal out-of-memory error.
+func TestDeviceLogBudgets(t *testing.T) {
+	defer func(n int, f int64) { maxDeviceSamples, deviceLogFloor = n, f }(maxDeviceSamples, deviceLogFloor)
+	maxDeviceSamples, deviceLogFloor = 1000, 64<<10
+	line := "1764000000000000000 0 5 10\n"
+	if _, err := ReadDeviceLog(strings.NewReader(strings.Repeat(line, 1000)), "m.log"); err != nil {
+		t.Errorf("1000 samples: %v", err)
+	}
+	_, err := ReadDeviceLog(strings.NewReader(strings.Repeat(line, 1001)), "m.log")
+	if err == nil || !strings.Contains(err.Error(), "m.log: line 1001: more than 1000 samples") {
+		t.Errorf("1001 samples: %v", err)
+	}
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	io.WriteString(zw, strings.Repeat("# a comment line that compresses well\n", 100_000))
+	zw.Close()
+	_, err = ReadDeviceLog(&zb, "m.log.gz")
+	if err == nil || !strings.Contains(err.Error(), "decompression bomb") {
+		t.Errorf("bomb: %v", err)
+	}
+}
+
+// FitDeviceSamples keeps the samples inside the trace's window, counts the
+// others, and refuses a device the trace does not have.
+func TestFitDeviceSamples(t *testing.T) {
+	s := func(t int64, d DeviceID) Event {
+		return Event{Kind: KindDeviceMem, TimeNS: t, Device: d, SizeBytes: 1, Aux: 2}
+	}
+	samples := []Event{s(1, 0), s(100, 0), s(150, 1), s(200, 0), s(300, 1)}
+	kept, fit, err := FitDeviceSamples(samples, "m.log", []DeviceID{0, 1}, 100, 200)
+	if err != nil || len(kept) != 3 || kept[0].TimeNS != 100 || kept[2].TimeNS != 200 || fit != (DeviceFit{Before: 1, After: 1}) {
+		t.Errorf("kept %v, %+v, %v", kept, fit, err)
+	}
+	_, _, err = FitDeviceSamples(samples, "m.log", []DeviceID{0}, 100, 200)
+	if err == nil || !strings.Contains(err.Error(), "m.log: the sample at time_ns 150 names device 1") {
+		t.Errorf("device 1 of a trace of device 0: %v", err)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -396,18 +395,16 @@ func (r *Reader) Close() error {
 // File is a Reader of a file it owns; its errors name the file.
 type File struct {
 	*Reader
-	f *os.File
+	f *Input
 }
 
-// Open opens the trace file path and reads its header.
+// Open opens the trace file path and reads its header. A path that can be
+// read only once (a pipe, a FIFO; "-" for standard input) is read through
+// OpenInput, so that every Open of it reads the whole trace.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := OpenInput(path, InputOptions{})
 	if err != nil {
 		return nil, err
-	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		f.Close()
-		return nil, fmt.Errorf("%s: is a directory, not a trace file", path)
 	}
 	r, err := newReader(f, path)
 	if err != nil {

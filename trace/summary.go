@@ -14,8 +14,11 @@ type Summary struct {
 	ByKind  map[string]int64 `json:"by_kind"`
 	Devices []DeviceID       `json:"devices"`
 	Streams []StreamID       `json:"streams"`
-	// DurationNS is the span from the earliest to the latest event time.
+	// DurationNS is the span from the earliest to the latest event time,
+	// FirstNS and LastNS.
 	DurationNS    int64   `json:"duration_ns"`
+	FirstNS       int64   `json:"first_ns"`
+	LastNS        int64   `json:"last_ns"`
 	FileBytes     int64   `json:"file_bytes"`
 	BytesPerEvent float64 `json:"bytes_per_event"`
 	Header        *Header `json:"header"`
@@ -71,6 +74,7 @@ func Summarize(r *Reader) (*Summary, error) {
 	}
 	slices.Sort(s.Devices)
 	slices.Sort(s.Streams)
+	s.FirstNS, s.LastNS = minT, maxT
 	s.DurationNS = int64(uint64(maxT) - uint64(minT))
 	if s.DurationNS < 0 { // a span wider than int64 holds
 		s.DurationNS = math.MaxInt64

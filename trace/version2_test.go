@@ -9,6 +9,12 @@ import (
 	"testing"
 )
 
+// formatVersion makes the writer write format version v (1 to Version),
+// for tests of older versions' readers.
+func formatVersion(v int) WriterOption {
+	return func(o *writerOptions) { o.version = min(max(v, 1), Version) }
+}
+
 // headerLen is the number of uvarints of the column header of version v.
 func headerLen(v int) int {
 	n, _ := colHeaderLen(v)
@@ -341,26 +347,30 @@ func TestUvarintMatchesBinary(t *testing.T) {
 	}
 }
 
-// TestUvarint4 checks uvarint4 against uvarint on four-byte words with at
-// least one high bit clear: random words, overlong encodings among them,
-// and the encodings of the values at every bit length up to 28.
-func TestUvarint4(t *testing.T) {
+// TestUvarintShort checks uvarintShort against uvarint on four-byte
+// words: random words, overlong encodings among them, the encodings of the
+// values at every bit length up to 28, and words it must leave to
+// uvarint (no end in four bytes, fewer than four bytes left).
+func TestUvarintShort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 5))
 	check := func(b []byte) {
-		x := binary.LittleEndian.Uint32(b)
-		if x&0x80808080 == 0x80808080 {
+		v, n := uvarintShort(b, 0)
+		if len(b) < 4 || binary.LittleEndian.Uint32(b)&0x80808080 == 0x80808080 {
+			if n >= 0 {
+				t.Fatalf("uvarintShort(% x) = %d, %d, want it left to uvarint", b, v, n)
+			}
 			return
 		}
-		v, n := uvarint4(x)
 		want, wn := uvarint(append(b[:4:4], make([]byte, 8)...), 0)
 		if v != want || n != wn {
-			t.Fatalf("uvarint4(% x) = %d, %d, want %d, %d", b, v, n, want, wn)
+			t.Fatalf("uvarintShort(% x) = %d, %d, want %d, %d", b, v, n, want, wn)
 		}
 	}
 	for k := 0; k < 200000; k++ {
 		var b [4]byte
 		binary.LittleEndian.PutUint32(b[:], rng.Uint32())
 		check(b[:])
+		check(b[:k%4])
 	}
 	for s := range 29 {
 		for _, v := range []uint64{1 << s, 1<<s - 1, 1<<s + 1} {
@@ -368,8 +378,11 @@ func TestUvarint4(t *testing.T) {
 			check(b)
 		}
 	}
-	if v, n := uvarint4(0xff00_8080); v != 0 || n != 3 { // 80 80 00: zero, overlong
-		t.Fatalf("uvarint4(80 80 00 ff) = %d, %d, want 0, 3", v, n)
+	if v, n := uvarintShort([]byte{0x80, 0x80, 0x00, 0xff}, 0); v != 0 || n != 3 { // zero, overlong
+		t.Fatalf("uvarintShort(80 80 00 ff) = %d, %d, want 0, 3", v, n)
+	}
+	if _, n := uvarintShort([]byte{0, 0, 0, 0}, -1); n >= 0 {
+		t.Fatalf("uvarintShort at -1 = %d, want negative", n)
 	}
 }
 

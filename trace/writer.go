@@ -58,12 +58,6 @@ func FastCompression() WriterOption {
 	return func(o *writerOptions) { o.fast = true }
 }
 
-// formatVersion makes the writer write format version v (1 to Version),
-// for tests of older versions' readers.
-func formatVersion(v int) WriterOption {
-	return func(o *writerOptions) { o.version = min(max(v, 1), Version) }
-}
-
 // ChunkEvents makes the writer end a chunk after n events (at most 1<<20).
 func ChunkEvents(n int) WriterOption {
 	return func(o *writerOptions) { o.chunkEvents = min(max(n, 1), maxChunkEvents) }

@@ -65,24 +65,9 @@
 // be stranded at the peak, while the real pool holds only 100 MiB above the
 // live bytes: it packs them back to back.
 //
-// Measured (H200, PyTorch 2.11.0+cu130, driver 580; real: the pool's
-// ReservedMemHigh as reserved_bytes.all.peak of a backend:cudaMallocAsync
-// run; model: `fragsim replay --policy pooled` of the same seeded
-// workload's native-allocator trace, the same request stream; MiB):
-//
-//	workload       real   model  error   fit_bins:0  remap:true
-//	baseline_s1    2336    2336   +0.0%      -1.4%      +0.0%
-//	shared_s1      2272    2240   -1.4%     -18.3%     -21.1%
-//	kv_decode_s1   2016    1824   -9.5%     -11.1%      -9.5%
-//	train_s1       5664    6144   +8.5%      -1.7%      +6.2%
-//
-// fit_bins and remap were chosen
-// against these four runs, so the table is a fit, not a held-out test,
-// and a tight one: of fit_bins 0, 1, 2, 4, 8 and 16 only 4 keeps all four
-// within 10% (8: shared_s1 -11.3%; 2: kv_decode_s1 -11.1%; 1: train_s1
-// +10.7%). kv_decode_s1's growing KV caches stay 8 to 11% under with
-// every reading: the real pool fragments more there than any of
-// them.
+// fit_bins and remap are set from four real backend:cudaMallocAsync runs
+// on an H200, the model's peak reserved against the real pool's
+// (bench/RESULTS.md, "The pooled model"): a fit, not a held-out test.
 //
 // A memory fraction is checked as PyTorch does, against the live requested
 // bytes before the pool is asked; the replay device still caps reserved

@@ -272,13 +272,7 @@ func (a *Allocator) Malloc(size uint64, stream trace.StreamID) (driver.Block, er
 	// malloc's path with no held-back frees and a cached block that fits,
 	// one call shallower.
 	s := a.cfg.RoundSize(size)
-	pool := uint8(largePool)
-	if s <= SmallSize {
-		pool = smallPool
-	}
-	if len(a.routes) > 0 {
-		pool = a.route(pool, stream)
-	}
+	pool := a.poolOf(s, stream)
 	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
 		return a.allocFound(id, s, size, fs), nil
 	}
@@ -291,6 +285,17 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (driver.Bl
 		a.applyCompletions(k)
 	}
 	s := a.cfg.RoundSize(orig)
+	pool := a.poolOf(s, stream)
+	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
+		return a.allocFound(id, s, orig, fs), nil
+	}
+	return a.mallocNew(orig, stream, s, pool)
+}
+
+// poolOf returns the pool a request of rounded size s on stream is served
+// from: the small or the large pool, or the private pool a route sends
+// it to.
+func (a *Allocator) poolOf(s uint64, stream trace.StreamID) uint8 {
 	pool := uint8(largePool)
 	if s <= SmallSize {
 		pool = smallPool
@@ -298,10 +303,7 @@ func (a *Allocator) malloc(orig uint64, stream trace.StreamID, k int) (driver.Bl
 	if len(a.routes) > 0 {
 		pool = a.route(pool, stream)
 	}
-	if id, fs, ok := a.getFreeBlock(pool, stream, s); ok {
-		return a.allocFound(id, s, orig, fs), nil
-	}
-	return a.mallocNew(orig, stream, s, pool)
+	return pool
 }
 
 // mallocNew is malloc once no cached block fits the rounded size s:

@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/fragsim/fragsim/analysis"
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 )
 
 // DPI is the resolution of the PNG files.
@@ -534,17 +534,6 @@ func barLabel(v float64, unit string) string {
 		return fmt.Sprintf("%.1f%%", v)
 	}
 	return fmt.Sprintf("%.2f", v)
-}
-
-// barLabels puts each bar's value above it.
-func barLabels(vals []float64, unit string) plotter.XYLabels {
-	xy := make(plotter.XYs, len(vals))
-	labels := make([]string, len(vals))
-	for i, v := range vals {
-		xy[i].X, xy[i].Y = float64(i), v
-		labels[i] = barLabel(v, unit)
-	}
-	return plotter.XYLabels{XYs: xy, Labels: labels}
 }
 
 // padBars leaves half a bar of room at both ends and headroom above the

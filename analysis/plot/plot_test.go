@@ -13,8 +13,6 @@ import (
 	"github.com/fragsim/fragsim/replay"
 )
 
-const mib = 1 << 20
-
 // comparison returns a hand-made comparison of three runs.
 func comparison() *analysis.Comparison {
 	mk := func(label string, peak uint64, pct float64) *analysis.Run {
@@ -77,9 +75,11 @@ func TestPoliciesData(t *testing.T) {
 			t.Errorf("bar %d: %v GiB %v%%, want %v %v", i, d.PeakReservedGB[i], d.AtPeakPct[i], wantGB[i], wantPct[i])
 		}
 	}
-	l := barLabels(d.AtPeakPct, "at_peak_pct (%)")
-	if l.Labels[1] != "8.5%" || l.XYs[1].X != 1 || l.XYs[1].Y != 8.5 {
-		t.Errorf("bar label %q at %v", l.Labels[1], l.XYs[1])
+	if l := barLabel(d.AtPeakPct[1], "at_peak_pct (%)"); l != "8.5%" {
+		t.Errorf("bar label %q, want 8.5%%", l)
+	}
+	if l := barLabel(d.PeakReservedGB[0], "peak reserved (GiB)"); l != "3.00" {
+		t.Errorf("bar label %q, want 3.00", l)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fragsim/fragsim/analysis"
 )
 
 // chromium returns the path of a Chromium or Chrome binary. Without one
@@ -43,15 +45,15 @@ type selftestResult struct {
 	SelectedTo     int    `json:"selectedTo"`
 	MapChanged     bool   `json:"mapChanged"`
 	Tooltip        string `json:"tooltip"`
+	EmptyDrawn     int    `json:"emptyDrawn"`
 }
 
-// TestReportInBrowser opens the report of a committed trace in headless
-// Chromium, with no network, and reads back what the page's self-test saw:
-// no script error, every canvas drawn, the recommendation shown, and the
-// segment map redrawn when another moment is selected.
-func TestReportInBrowser(t *testing.T) {
+// openInBrowser writes the report's page and opens it in headless
+// Chromium with no network, within limit, and returns what the page's
+// self-test saw, with the DOM.
+func openInBrowser(t *testing.T, rep *Report, limit time.Duration) (selftestResult, []byte) {
+	t.Helper()
 	bin := chromium(t)
-	rep := baseline(t)
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
 	var buf bytes.Buffer
@@ -61,7 +63,7 @@ func TestReportInBrowser(t *testing.T) {
 	if err := os.WriteFile(page, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
 		"--user-data-dir="+filepath.Join(dir, "profile"), "--proxy-server=127.0.0.1:9", "--window-size=1280,2000",
@@ -80,6 +82,16 @@ func TestReportInBrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &res); err != nil {
 		t.Fatalf("self-test result %q: %v", m[1], err)
 	}
+	return res, out
+}
+
+// TestReportInBrowser opens the report of a committed trace in headless
+// Chromium, with no network, and reads back what the page's self-test saw:
+// no script error, every canvas drawn, the recommendation shown, and the
+// segment map redrawn when another moment is selected.
+func TestReportInBrowser(t *testing.T) {
+	rep := baseline(t)
+	res, out := openInBrowser(t, rep, 90*time.Second)
 	if len(res.Errors) > 0 {
 		t.Errorf("script errors: %q", res.Errors)
 	}
@@ -102,5 +114,37 @@ func TestReportInBrowser(t *testing.T) {
 	}
 	if res.Layouts != len(rep.Layouts) || res.SelectedFrom == res.SelectedTo || !res.MapChanged {
 		t.Errorf("selecting another moment (%d -> %d of %d) did not change the segment map", res.SelectedFrom, res.SelectedTo, res.Layouts)
+	}
+}
+
+// TestReportHostileInBrowser opens the report of a trace whose agent,
+// model and frame names are 200,000 characters long (such a name once
+// stalled Chromium past 120 s) and whose moments after an empty_cache()
+// hold no segment (once written as "segments": null, on which the page
+// threw): the page draws in time, without a script error, every moment
+// included.
+func TestReportHostileInBrowser(t *testing.T) {
+	rep, err := Build(hostileTrace(t), Options{Compare: analysis.CompareOptions{Name: strings.Repeat("N", 200_000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := 0
+	for _, l := range rep.Layouts {
+		if len(l.Segments) == 0 {
+			empty++
+		}
+	}
+	if empty == 0 {
+		t.Fatalf("no moment without segments among %d", len(rep.Layouts))
+	}
+	res, out := openInBrowser(t, rep, 60*time.Second)
+	if len(res.Errors) > 0 {
+		t.Errorf("script errors: %q", res.Errors)
+	}
+	if res.EmptyDrawn != empty {
+		t.Errorf("%d of the %d moments without segments drawn", res.EmptyDrawn, empty)
+	}
+	if bytes.Contains(out, bytes.Repeat([]byte("A"), maxLabelBytes+1)) || !bytes.Contains(out, []byte("AAAA…")) {
+		t.Errorf("the agent's name is not cut on the page")
 	}
 }

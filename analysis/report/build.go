@@ -189,6 +189,7 @@ func FromComparison(open analysis.Opener, cmp *analysis.Comparison, opts Options
 	if rep.Stacks == nil {
 		rep.Stacks = []string{}
 	}
+	rep.clipText()
 	return rep, nil
 }
 

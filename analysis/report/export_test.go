@@ -265,3 +265,23 @@ func TestExportPerfetto(t *testing.T) {
 		}
 	}
 }
+
+// confWith makes the conf string say what the replay ran under.
+func TestConfWith(t *testing.T) {
+	for _, tc := range []struct {
+		conf       string
+		expandable bool
+		want       string
+	}{
+		{"", false, ""},
+		{"", true, "expandable_segments:True"},
+		{"expandable_segments:True", true, "expandable_segments:True"},
+		{"expandable_segments:False,max_split_size_mb:128", true, "max_split_size_mb:128,expandable_segments:True"},
+		{"max_split_size_mb:128, expandable_segments:True", false, "max_split_size_mb:128,expandable_segments:False"},
+		{"roundup_power2_divisions:[256:1,>:4],expandable_segments:False", false, "roundup_power2_divisions:[256:1,>:4],expandable_segments:False"},
+	} {
+		if got := confWith(tc.conf, tc.expandable); got != tc.want {
+			t.Errorf("confWith(%q, %v) = %q, want %q", tc.conf, tc.expandable, got, tc.want)
+		}
+	}
+}

@@ -148,10 +148,11 @@ func (c *layoutCapture) stack(id trace.StackID) int64 {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(c.r.String(f.Func))
+		fr := c.r.String(f.Func)
 		if file := c.r.String(f.File); file != "" && f.Line > 0 {
-			fmt.Fprintf(&b, " (%s:%d)", file, f.Line)
+			fr += fmt.Sprintf(" (%s:%d)", file, f.Line)
 		}
+		b.WriteString(clipLabel(fr))
 	}
 	c.stackIx[id] = len(c.stacks)
 	c.stacks = append(c.stacks, b.String())
@@ -160,8 +161,10 @@ func (c *layoutCapture) stack(id trace.StackID) int64 {
 
 // snapshot lists the policy's segments now.
 func (c *layoutCapture) snapshot(p *probe, s *replay.Sample, what string) Layout {
+	// Segments and Hist are never null: a moment with no segment is drawn
+	// as such.
 	l := Layout{Index: s.Index, TimeS: float64(s.TimeNS-c.t0) / 1e9, What: what,
-		ReservedBytes: s.ReservedBytes, ActiveBytes: s.ActiveBytes}
+		ReservedBytes: s.ReservedBytes, ActiveBytes: s.ActiveBytes, Segments: []Row{}, Hist: []HistBin{}}
 	var bins [64]HistBin
 	var segs []trace.Segment
 	pools := map[uint64]uint64{} // by segment address

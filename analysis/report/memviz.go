@@ -4,15 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"strings"
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
-	"github.com/fragsim/fragsim/trace/pickle"
 )
 
 // ExportOptions configures WriteMemoryViz and WritePerfetto.
@@ -27,11 +24,16 @@ type ExportOptions struct {
 	Config replay.Config
 	// Name is the trace's name, for Perfetto's process names.
 	Name string
+	// SpillDir is where memory_viz keeps what it cannot write in place
+	// (the trace entries of devices after the first, the events PyTorch
+	// has no entry for) while it streams, in temporary files removed at
+	// once where the system allows ("": os.TempDir()).
+	SpillDir string
 }
 
 // The actions of PyTorch's trace entries, as memory_viz reads them.
 var vizActions = [...]string{"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-	"segment_map", "segment_unmap", "oom"}
+	"segment_map", "segment_unmap", "oom", "snapshot"}
 
 const (
 	vizAlloc = iota
@@ -42,12 +44,14 @@ const (
 	vizSegmentMap
 	vizSegmentUnmap
 	vizOOM
+	vizSnapshot
 )
 
-// vizEntry is one trace entry of the replay.
+// vizEntry is one trace entry of the replay: a call a policy made, kept
+// until the observer sees the event it served (which stamps its time).
 type vizEntry struct {
 	action     uint8
-	dev        trace.DeviceID
+	p          *probe // the policy that made the call (its device)
 	addr, size uint64
 	stream     trace.StreamID
 	timeNS     int64
@@ -55,44 +59,52 @@ type vizEntry struct {
 	deviceFree uint64 // for an oom
 }
 
-// vizRecorder collects a replay's calls as PyTorch trace entries. The
-// calls made while an event is replayed are stamped with its time and
-// device when the observer sees it.
+// vizRecorder turns a replay's calls into PyTorch trace entries as they
+// are made, and streams them (vizStream): it holds the calls made while
+// one event is replayed, never the replay's.
 type vizRecorder struct {
-	r        *trace.Reader
-	entries  []vizEntry
-	stamped  int
+	out      *vizStream
+	pending  []vizEntry
 	probes   []*probe
 	capacity uint64
+	lastNS   int64
 }
 
-func (v *vizRecorder) add(e vizEntry) { v.entries = append(v.entries, e) }
+func (v *vizRecorder) add(e vizEntry) { v.pending = append(v.pending, e) }
 
 func (v *vizRecorder) hooks() *hooks {
 	return &hooks{
 		keepFinal: true,
 		malloc: func(p *probe, b driver.Block, n uint64, s trace.StreamID) {
-			v.add(vizEntry{action: vizAlloc, addr: b.Addr, size: n, stream: s, stack: trace.NoStack})
+			v.add(vizEntry{action: vizAlloc, p: p, addr: b.Addr, size: n, stream: s})
 		},
 		oom: func(p *probe, n uint64, s trace.StreamID) {
-			v.add(vizEntry{action: vizOOM, size: n, stream: s, stack: trace.NoStack})
+			v.add(vizEntry{action: vizOOM, p: p, size: n, stream: s})
 		},
 		freeReq: func(p *probe, b driver.Block) {
 			o := p.origins[b.Addr]
-			v.add(vizEntry{action: vizFreeRequested, addr: b.Addr, size: o.requested, stream: o.stream, stack: o.stack})
+			v.add(vizEntry{action: vizFreeRequested, p: p, addr: b.Addr, size: o.requested, stream: o.stream})
 		},
 		freeDone: func(p *probe, b driver.Block) {
 			o := p.origins[b.Addr]
-			v.add(vizEntry{action: vizFreeCompleted, addr: b.Addr, size: o.requested, stream: o.stream, stack: o.stack})
+			v.add(vizEntry{action: vizFreeCompleted, p: p, addr: b.Addr, size: o.requested, stream: o.stream})
 		},
 		device: func(c devCall) {
 			a := map[trace.Kind]uint8{trace.KindSegmentAlloc: vizSegmentAlloc, trace.KindSegmentFree: vizSegmentFree,
 				trace.KindSegmentMap: vizSegmentMap, trace.KindSegmentUnmap: vizSegmentUnmap}[c.kind]
-			v.add(vizEntry{action: a, addr: c.addr, size: c.size, stream: c.strm, stack: trace.NoStack})
+			v.add(vizEntry{action: a, p: c.p, addr: c.addr, size: c.size, stream: c.strm})
 		},
 	}
 }
 
+// entryKind is the trace event kind whose stack an entry of action a
+// takes, when the event replayed is of that kind.
+var entryKind = [...]trace.Kind{vizAlloc: trace.KindAlloc, vizFreeRequested: trace.KindFreeRequested,
+	vizFreeCompleted: trace.KindFreeCompleted, vizOOM: trace.KindAlloc}
+
+// observe writes the calls made while the sample's event was replayed, at
+// its time and on its device, then the event itself when PyTorch's trace
+// entries cannot hold it (vizStream.event).
 func (v *vizRecorder) observe(s *replay.Sample) {
 	p := unwrapProbe(s.Policy)
 	if p != nil {
@@ -101,30 +113,73 @@ func (v *vizRecorder) observe(s *replay.Sample) {
 			p.noteAlloc(&s.Event)
 		}
 	}
-	for i := v.stamped; i < len(v.entries); i++ {
-		e := &v.entries[i]
-		e.timeNS, e.dev = s.TimeNS, s.Event.Device
-		switch e.action {
-		case vizAlloc:
-			if s.Event.Kind == trace.KindAlloc {
-				e.stack = s.Event.Stack
-			}
-		case vizOOM:
-			if v.capacity > s.ReservedBytes {
-				e.deviceFree = v.capacity - s.ReservedBytes
-			}
-		}
+	if s.TimeNS != 0 {
+		v.lastNS = s.TimeNS
 	}
-	v.stamped = len(v.entries)
+	for i := range v.pending {
+		e := &v.pending[i]
+		e.timeNS, e.stack = v.lastNS, trace.NoStack
+		dev := s.Event.Device
+		if e.p != nil && e.p.devSet {
+			dev = e.p.dev // a free held from the event before, of another device
+		}
+		if int(e.action) < len(entryKind) && s.Event.Kind == entryKind[e.action] ||
+			e.action == vizOOM && s.Event.Kind == trace.KindOOM {
+			e.stack = s.Event.Stack
+		}
+		if e.action == vizOOM && v.capacity > s.ReservedBytes {
+			e.deviceFree = v.capacity - s.ReservedBytes
+		}
+		v.out.entry(dev, e)
+	}
+	v.pending = v.pending[:0]
+	switch s.Event.Kind {
+	case trace.KindAlloc, trace.KindFreeRequested, trace.KindFreeCompleted, trace.KindOOM,
+		trace.KindSegmentAlloc, trace.KindSegmentFree, trace.KindSegmentMap, trace.KindSegmentUnmap:
+		// the replay's own calls stand for them
+	case trace.KindSnapshot:
+		v.out.entry(s.Event.Device, &vizEntry{action: vizSnapshot, size: s.Event.SizeBytes, timeNS: v.lastNS, stream: s.Event.Stream})
+	default:
+		v.out.event(&s.Event, v.lastNS)
+	}
+}
+
+// flush writes the calls made after the last event (the replay's end),
+// at the last time seen, each on its policy's device.
+func (v *vizRecorder) flush() {
+	for i := range v.pending {
+		e := &v.pending[i]
+		e.timeNS = v.lastNS
+		dev := trace.DeviceID(0)
+		if e.p != nil {
+			dev = e.p.dev
+		}
+		v.out.entry(dev, e)
+	}
+	v.pending = v.pending[:0]
 }
 
 // WriteMemoryViz replays the trace under opts.Policy and writes the
 // replay as a PyTorch memory snapshot pickle (the dict that
-// torch.cuda.memory._dump_snapshot writes): "segments", the policy's
-// segments and blocks as the replay ends, and "device_traces", every
-// alloc, free and device call of the replay, so that PyTorch's memory_viz
-// shows the run as it would have gone under that policy or setting. The
-// segment entries add up to the replay's peak reserved.
+// torch.cuda.memory._dump_snapshot writes), so that PyTorch's memory_viz
+// shows the run as it would have gone under that policy or setting:
+//
+//   - "device_traces": every alloc, free, device call and OOM of the
+//     replay, on its device, at its time (microseconds, as PyTorch's);
+//   - "segments": the policy's segments and blocks as the replay ends,
+//     with their private pools (segment_pool_id);
+//   - "allocator_settings": the settings the replay ran under;
+//   - "external_annotations": the trace's markers;
+//   - "fragsim": what the snapshot format has no place for, which
+//     PyTorch's readers ignore: the trace's header (GPU, memory, initial
+//     state) and its events that are no trace entry (empty_cache(), memory
+//     fraction changes, device-memory samples, private pool routing,
+//     markers), each at its place among its device's entries.
+//
+// fragsim import reads the snapshot back as the trace replayed: its
+// replay under the settings written makes the same calls at the same
+// addresses. The snapshot is written as the replay goes: the memory used
+// does not grow with the trace (see vizStream).
 func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*replay.Result, error) {
 	r, c, err := open()
 	if err != nil {
@@ -142,15 +197,19 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	if err != nil {
 		return nil, err
 	}
-	v := &vizRecorder{r: r, capacity: opts.Config.CapacityBytes}
+	out, err := newVizStream(w, r, opts.SpillDir)
+	if err != nil {
+		return nil, err
+	}
+	defer out.close()
+	v := &vizRecorder{out: out, capacity: opts.Config.CapacityBytes}
 	if v.capacity == 0 && h != nil {
 		v.capacity = h.GPUTotalBytes
 	}
 	cfg := opts.Config
 	cfg.Observer, cfg.Progress = v.observe, nil
-	hk := v.hooks()
 	inspects := true
-	res, err := replay.Run(r, probeFactory(f, hk, func(p *probe) {
+	res, err := replay.Run(r, probeFactory(f, v.hooks(), func(p *probe) {
 		v.probes = append(v.probes, p)
 		inspects = inspects && p.inspects()
 	}), cfg)
@@ -160,204 +219,13 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	if !inspects {
 		return res, fmt.Errorf("%s cannot list its segments: no snapshot can be written for it", policy)
 	}
+	v.flush()
 	conf := opts.Conf
 	if conf == "" && h != nil {
 		conf = h.AllocConf
 	}
-	if f, _ := allocator.Lookup(policy); f.TorchConf != "" && !strings.Contains(conf, strings.Split(f.TorchConf, ":")[0]) {
-		conf = strings.Trim(conf+","+f.TorchConf, ",")
-	}
-	if werr := v.write(w, conf, policy); werr != nil {
+	if werr := out.finish(v.probes, vizSettings(v.probes, conf)); werr != nil {
 		return res, werr
 	}
 	return res, err
-}
-
-// write encodes the snapshot dict.
-func (v *vizRecorder) write(w io.Writer, conf, policy string) error {
-	e := pickle.NewEncoder(w)
-	frames := map[trace.StackID][]trace.Frame{}
-	writeFrames := func(id trace.StackID) {
-		e.BeginList()
-		if id != trace.NoStack {
-			fr, ok := frames[id]
-			if !ok {
-				fr = v.r.Stack(id)
-				frames[id] = fr
-			}
-			for _, f := range fr {
-				e.BeginDict()
-				e.Str("filename")
-				e.Str(v.r.String(f.File))
-				e.Str("line")
-				e.Int(int64(f.Line))
-				e.Str("name")
-				e.Str(v.r.String(f.Func))
-				e.EndDict()
-			}
-		}
-		e.EndList()
-	}
-	e.BeginDict()
-
-	e.Str("segments")
-	e.BeginList()
-	var devs trace.DeviceID
-	type segOf struct {
-		p   *probe
-		seg trace.Segment
-	}
-	var segs []segOf
-	for _, p := range v.probes {
-		devs = max(devs, p.dev+1)
-		for _, s := range p.final {
-			segs = append(segs, segOf{p, s})
-		}
-	}
-	sort.Slice(segs, func(i, j int) bool {
-		if segs[i].p.dev != segs[j].p.dev {
-			return segs[i].p.dev < segs[j].p.dev
-		}
-		return segs[i].seg.Addr < segs[j].seg.Addr
-	})
-	for _, so := range segs {
-		v.writeSegment(e, so.p, so.seg, writeFrames)
-	}
-	e.EndList()
-
-	e.Str("device_traces")
-	e.BeginList()
-	for _, ev := range v.entries {
-		devs = max(devs, ev.dev+1)
-	}
-	for d := trace.DeviceID(0); d < devs; d++ {
-		e.BeginList()
-		for i := range v.entries {
-			if x := &v.entries[i]; x.dev == d {
-				v.writeEntry(e, x, writeFrames)
-			}
-		}
-		e.EndList()
-	}
-	e.EndList()
-
-	e.Str("allocator_settings")
-	e.BeginDict()
-	e.Str("PYTORCH_CUDA_ALLOC_CONF")
-	e.Str(conf)
-	e.Str("expandable_segments")
-	e.Bool(strings.Contains(conf, "expandable_segments:True"))
-	e.EndDict()
-	e.Str("external_annotations")
-	e.BeginList()
-	e.EndList()
-
-	e.EndDict()
-	return e.Close()
-}
-
-func (v *vizRecorder) writeSegment(e *pickle.Encoder, p *probe, s trace.Segment, writeFrames func(trace.StackID)) {
-	var allocated, active, requested uint64
-	for _, b := range s.Blocks {
-		switch b.State {
-		case trace.BlockAllocated:
-			allocated += b.SizeBytes
-			active += b.SizeBytes
-		case trace.BlockPendingFree:
-			active += b.SizeBytes
-		}
-		if b.State != trace.BlockInactive {
-			requested += p.requested(b)
-		}
-	}
-	pool := s.Pool
-	if pool == "" {
-		pool = "large"
-	}
-	e.BeginDict()
-	e.Str("device")
-	e.Int(int64(p.dev))
-	e.Str("address")
-	e.Uint(s.Addr)
-	e.Str("total_size")
-	e.Uint(s.SizeBytes)
-	e.Str("allocated_size")
-	e.Uint(allocated)
-	e.Str("active_size")
-	e.Uint(active)
-	e.Str("requested_size")
-	e.Uint(requested)
-	e.Str("stream")
-	e.Uint(uint64(s.Stream))
-	e.Str("segment_type")
-	e.Str(pool)
-	e.Str("segment_pool_id")
-	e.IntPair(0, 0)
-	e.Str("is_expandable")
-	e.Bool(s.Expandable)
-	e.Str("frames")
-	writeFrames(trace.NoStack)
-	e.Str("blocks")
-	e.BeginList()
-	for _, b := range s.Blocks {
-		stack := trace.NoStack
-		if b.State != trace.BlockInactive {
-			if o, ok := p.origins[b.Addr]; ok {
-				stack = o.stack
-			}
-		}
-		e.BeginDict()
-		e.Str("address")
-		e.Uint(b.Addr)
-		e.Str("size")
-		e.Uint(b.SizeBytes)
-		e.Str("requested_size")
-		e.Uint(p.requested(b))
-		e.Str("state")
-		e.Str(string(b.State))
-		e.Str("frames")
-		writeFrames(stack)
-		e.EndDict()
-	}
-	e.EndList()
-	e.EndDict()
-}
-
-// requested returns the bytes requested of a live block; 0 for a free one.
-func (p *probe) requested(b trace.Block) uint64 {
-	if b.State == trace.BlockInactive {
-		return 0
-	}
-	if o, ok := p.origins[b.Addr]; ok {
-		return o.requested
-	}
-	return b.RequestedBytes
-}
-
-func (v *vizRecorder) writeEntry(e *pickle.Encoder, x *vizEntry, writeFrames func(trace.StackID)) {
-	e.BeginDict()
-	e.Str("action")
-	e.Str(vizActions[x.action])
-	if x.action == vizOOM {
-		e.Str("device_free")
-		e.Uint(x.deviceFree)
-	} else {
-		e.Str("addr")
-		e.Uint(x.addr)
-	}
-	e.Str("size")
-	e.Uint(x.size)
-	e.Str("stream")
-	e.Uint(uint64(x.stream))
-	e.Str("time_us")
-	e.Int(x.timeNS / 1000)
-	e.Str("compile_context")
-	e.Str("N/A")
-	e.Str("user_metadata")
-	e.Str("")
-	if x.stack != trace.NoStack {
-		e.Str("frames")
-		writeFrames(x.stack)
-	}
-	e.EndDict()
 }

@@ -20,6 +20,7 @@ type devCall struct {
 	addr uint64
 	size uint64
 	strm trace.StreamID
+	p    *probe // the policy that made it
 }
 
 // probe wraps a policy to learn the request behind every block it hands
@@ -28,13 +29,15 @@ type devCall struct {
 // policy gave them.
 type probe struct {
 	driver.Policy
-	dev      trace.DeviceID // the device it serves, known from the first event observed
-	devSet   bool
-	final    []trace.Segment // its segments as the replay ended, with hooks.keepFinal
-	origins  map[uint64]servedRequest
-	lastAddr uint64
-	lastOK   bool
-	hooks    *hooks
+	dev    trace.DeviceID // the device it serves, known from the first event observed
+	devSet bool
+	final  []trace.Segment // its segments as the replay ended, with hooks.keepFinal
+	// finalPools are the pools of final's segments (PoolSegments').
+	finalPools []uint64
+	origins    map[uint64]servedRequest
+	lastAddr   uint64
+	lastOK     bool
+	hooks      *hooks
 }
 
 // hooks receive the calls of every probed policy of a replay, in order.
@@ -83,10 +86,11 @@ func (p *probe) FreeCompleted(b driver.Block) {
 // the release on: the engine calls it once the replay is over.
 func (p *probe) Release() {
 	if p.hooks != nil && p.hooks.keepFinal {
-		p.final = p.final[:0]
-		p.Segments(func(seg trace.Segment) bool {
+		p.final, p.finalPools = p.final[:0], p.finalPools[:0]
+		p.PoolSegments(func(seg trace.Segment, pool uint64) bool {
 			seg.Blocks = append([]trace.Block(nil), seg.Blocks...)
 			p.final = append(p.final, seg)
+			p.finalPools = append(p.finalPools, pool)
 			return true
 		})
 	}
@@ -192,14 +196,19 @@ func (p probeBoth) Reproduces(h *trace.Header) bool { return probeReproducer(p).
 // reported too.
 func probeFactory(f driver.Factory, hk *hooks, onNew func(*probe)) driver.Factory {
 	return func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
+		var pd *probeDevice
 		if hk != nil && hk.device != nil {
-			dev = &probeDevice{Device: dev, report: hk.device}
+			pd = &probeDevice{Device: dev, report: hk.device}
+			dev = pd
 		}
 		pol, err := f(dev, h)
 		if err != nil {
 			return nil, err
 		}
 		p := &probe{Policy: pol, origins: make(map[uint64]servedRequest, 1024), hooks: hk}
+		if pd != nil {
+			pd.p = p
+		}
 		onNew(p)
 		_, seeds := pol.(driver.Seeder)
 		_, repro := pol.(driver.Reproducer)
@@ -230,36 +239,38 @@ func unwrapProbe(p driver.Policy) *probe {
 	return nil
 }
 
-// probeDevice reports the device calls that succeed.
+// probeDevice reports the device calls that succeed, with the probe of
+// the policy that made them.
 type probeDevice struct {
 	driver.Device
 	report func(devCall)
+	p      *probe
 }
 
 func (d *probeDevice) Malloc(n uint64, s trace.StreamID) (uint64, bool) {
 	addr, ok := d.Device.Malloc(n, s)
 	if ok {
-		d.report(devCall{kind: trace.KindSegmentAlloc, addr: addr, size: n, strm: s})
+		d.report(devCall{kind: trace.KindSegmentAlloc, addr: addr, size: n, strm: s, p: d.p})
 	}
 	return addr, ok
 }
 
 func (d *probeDevice) Free(addr, n uint64) {
 	d.Device.Free(addr, n)
-	d.report(devCall{kind: trace.KindSegmentFree, addr: addr, size: n})
+	d.report(devCall{kind: trace.KindSegmentFree, addr: addr, size: n, p: d.p})
 }
 
 func (d *probeDevice) Map(addr, n uint64) bool {
 	ok := d.Device.Map(addr, n)
 	if ok {
-		d.report(devCall{kind: trace.KindSegmentMap, addr: addr, size: n})
+		d.report(devCall{kind: trace.KindSegmentMap, addr: addr, size: n, p: d.p})
 	}
 	return ok
 }
 
 func (d *probeDevice) Unmap(addr, n uint64) {
 	d.Device.Unmap(addr, n)
-	d.report(devCall{kind: trace.KindSegmentUnmap, addr: addr, size: n})
+	d.report(devCall{kind: trace.KindSegmentUnmap, addr: addr, size: n, p: d.p})
 }
 
 // SetFraction passes a policy's memory fraction on to the engine's device.

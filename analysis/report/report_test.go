@@ -288,3 +288,89 @@ func TestReportSilentForecast(t *testing.T) {
 		t.Errorf("the built-in trace's page: %q", baseline(t).Silent)
 	}
 }
+
+// hostileTrace is a trace whose agent, model and frame names are 200,000
+// characters long, with stranded bytes for each agent, and a long stretch
+// after an empty_cache() with nothing reserved.
+func hostileTrace(t *testing.T) analysis.Opener {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, &trace.Header{Producer: trace.ProducerSynthetic, GPUTotalBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := func(c string) trace.StringID { return w.String(strings.Repeat(c, 200_000)) }
+	stack := w.Stack([]trace.Frame{{Func: long("f"), File: long("p"), Line: 1}, {Func: long("g"), Line: 2}})
+	ts := int64(1_000_000)
+	put := func(e trace.Event) {
+		ts += 1_000_000
+		e.TimeNS = ts
+		if err := w.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const mib = 1 << 20
+	put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerModel, Text: long("M")})
+	for i, name := range []string{"A", "B"} {
+		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerAgent, Text: long(name)})
+		for j := range 4 {
+			put(trace.Event{Kind: trace.KindAlloc, Addr: uint64(i*8+j+1) << 32, SizeBytes: 3 * mib, Stack: stack})
+		}
+	}
+	for _, a := range []uint64{1, 3, 9, 11} { // every other block: stranded
+		put(trace.Event{Kind: trace.KindFreeRequested, Addr: a << 32, SizeBytes: 3 * mib})
+		put(trace.Event{Kind: trace.KindFreeCompleted, Addr: a << 32, SizeBytes: 3 * mib})
+	}
+	for _, a := range []uint64{2, 4, 10, 12} {
+		put(trace.Event{Kind: trace.KindFreeRequested, Addr: a << 32, SizeBytes: 3 * mib})
+		put(trace.Event{Kind: trace.KindFreeCompleted, Addr: a << 32, SizeBytes: 3 * mib})
+	}
+	put(trace.Event{Kind: trace.KindEmptyCache})
+	for range 40 { // nothing reserved from here on
+		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerText, Text: long("T")})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	return func() (*trace.Reader, io.Closer, error) {
+		r, err := trace.NewReader(bytes.NewReader(data))
+		return r, io.NopCloser(nil), err
+	}
+}
+
+// Every label of the report is cut as stacks are; no moment's segments
+// are null in the page's data.
+func TestReportClipsLabels(t *testing.T) {
+	rep, err := Build(hostileTrace(t), Options{Compare: analysis.CompareOptions{Name: strings.Repeat("N", 200_000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, c := range []string{"A", "B", "M", "N", "f", "p", "g", "T"} {
+		if strings.Contains(page, strings.Repeat(c, maxLabelBytes+1)) {
+			t.Errorf("a run of %d %q on the page", maxLabelBytes+1, c)
+		}
+	}
+	if strings.Contains(page, `"segments":null`) || strings.Contains(page, `"hist":null`) {
+		t.Errorf("a moment's segments or histogram are null")
+	}
+	markers := 0
+	for _, bd := range rep.Breakdowns {
+		for _, s := range bd.ByMarker {
+			if strings.HasPrefix(s.Key, "agent AAAA") && strings.HasSuffix(s.Key, "…") && len(s.Key) <= maxLabelBytes+len("…") {
+				markers++
+			}
+		}
+	}
+	if markers == 0 {
+		t.Errorf("no clipped agent in the breakdowns: %+v", rep.Breakdowns)
+	}
+	if len(page) > 4<<20 {
+		t.Errorf("the page is %d bytes", len(page))
+	}
+}

@@ -1,11 +1,13 @@
 #!/bin/bash
 # gzip.sh: a gzip'd snapshot's import against Python's pickle.load(gzip.open(f))
 # and against the same snapshot's un-gzipped import. The gzip'd import is run
-# both ways, each forced by FRAGSIM_STREAM_FROM (the pickle size from which the
-# import streams; 32 MiB by default): decoded while it decompresses ("gzip-stream") and
-# decompressed whole first, for the decoder's workers ("gzip-whole").
+# both ways, each forced with importfile's -stream-from (the pickle size from
+# which the import streams, pytorch.Options.StreamFromBytes; 32 MiB by
+# default): decoded while it decompresses ("gzip-stream") and decompressed
+# whole first, for the decoder's workers ("gzip-whole"). Every import runs
+# bench/import/importfile, which does what `fragsim import -q` does.
 #
-# usage: bench/import/gzip.sh [FRAGSIM] [ENTRIES] [ROUNDS]
+# usage: bench/import/gzip.sh [IMPORTFILE] [ENTRIES] [ROUNDS]
 # (defaults: a fresh build, 1000000 entries, 5 rounds). The runs are
 # interleaved (Python, gzip'd both ways, plain) so that a loaded machine
 # slows all alike; it prints each run's wall time and max RSS (/usr/bin/time
@@ -20,8 +22,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 bin=${1:-}
 if [ -z "$bin" ]; then
-	bin=$dir/fragsim
-	go build -o "$bin" ./cmd/fragsim
+	bin=$dir/importfile
+	go build -o "$bin" ./bench/import/importfile
 fi
 n=${2:-1000000}
 rounds=${3:-5}
@@ -44,9 +46,9 @@ run() {
 for r in $(seq "$rounds"); do
 	echo "round $r"
 	run python python3 -c "import pickle,gzip,sys; pickle.load(gzip.open(sys.argv[1]))" "$dir/s.pickle.gz"
-	run gzip-stream env FRAGSIM_STREAM_FROM=0 "$bin" import -q "$dir/s.pickle.gz" -o "$dir/g.fst"
-	run gzip-whole env FRAGSIM_STREAM_FROM=$((1 << 62)) "$bin" import -q "$dir/s.pickle.gz" -o "$dir/w.fst"
-	run plain "$bin" import -q "$dir/s.pickle" -o "$dir/p.fst"
+	run gzip-stream "$bin" -stream-from 1 "$dir/s.pickle.gz" "$dir/g.fst"
+	run gzip-whole "$bin" -stream-from $((1 << 62)) "$dir/s.pickle.gz" "$dir/w.fst"
+	run plain "$bin" "$dir/s.pickle" "$dir/p.fst"
 done
 cmp "$dir/g.fst" "$dir/p.fst"
 cmp "$dir/w.fst" "$dir/p.fst"

@@ -24,11 +24,11 @@
  *     release.
  *   - The trace is the same with and without it: requests are recorded
  *     as they come, and addresses are recorded as served.
- * The caller has the device's context current.
+ * The caller has the device's context current. The cache calls nothing of
+ * the hook: what it needs comes through fs_cache_init (cache.h).
  */
 #define _GNU_SOURCE
-#include "hook.h"
-#include "../csrc/cudrv.h"
+#include "cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,9 +38,6 @@
 #define FS_CACHE_BUCKETS 4096
 #define FS_CACHE_MAX_BLOCK (16ULL << 20)
 #define FS_CACHE_DEFAULT_MB 256
-
-__attribute__((visibility("hidden"))) const cudrv *fs_drv(void); /* hook.c */
-__attribute__((visibility("hidden"))) extern int fs_routes_active;
 
 /* A kept block: in its bucket's chain (newest first) and in the device's
  * list from least to most recently freed. */
@@ -62,6 +59,8 @@ typedef struct {
 static fs_cache g_cache[FS_CACHE_MAX_DEVICES] = {[0 ... FS_CACHE_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
 static uint64_t g_limit;
 static _Atomic int g_off; /* set once a route opened, or when the limit is 0 */
+static fs_cache_env g_env;
+static _Atomic int g_ready; /* set once fs_cache_init gave g_env */
 
 __attribute__((constructor)) static void cache_init(void) {
 	const char *s = getenv("FRAGSIM_HOOK_CACHE_MB");
@@ -76,6 +75,13 @@ __attribute__((constructor)) static void cache_init(void) {
 	if (!g_limit)
 		atomic_store(&g_off, 1);
 }
+
+void fs_cache_init(const fs_cache_env *env) {
+	g_env = *env;
+	atomic_store_explicit(&g_ready, 1, memory_order_release);
+}
+
+static inline int routes_active(void) { return __atomic_load_n(g_env.routes_active, __ATOMIC_ACQUIRE); }
 
 static inline void lock(fs_cache *c) { pthread_mutex_lock(&c->lock); }
 
@@ -111,7 +117,7 @@ static void give_back(fs_cache *c, fs_kept *list, int synced) {
 		return;
 	fs_kept *last = list;
 	for (fs_kept *k = list; k; k = k->chain) {
-		fs_drv()->cuMemFreeAsync(k->ptr, synced ? NULL : (CUstream)(uintptr_t)k->stream);
+		g_env.free_async(k->ptr, synced ? NULL : (CUstream)(uintptr_t)k->stream);
 		last = k;
 	}
 	lock(c);
@@ -120,13 +126,12 @@ static void give_back(fs_cache *c, fs_kept *list, int synced) {
 	unlock(c);
 }
 
-__attribute__((visibility("hidden"))) uint64_t fs_cache_class(uint64_t size) { return (size + 511) & ~511ULL; }
+uint64_t fs_cache_class(uint64_t size) { return (size + 511) & ~511ULL; }
 
-/* fs_cache_on says whether the cache takes and serves blocks now. */
-__attribute__((visibility("hidden"))) int fs_cache_on(void) {
-	if (atomic_load_explicit(&g_off, memory_order_relaxed))
+int fs_cache_on(void) {
+	if (atomic_load_explicit(&g_off, memory_order_relaxed) || !atomic_load_explicit(&g_ready, memory_order_acquire))
 		return 0;
-	if (__atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE)) {
+	if (routes_active()) {
 		atomic_store(&g_off, 1);
 		return 0;
 	}
@@ -135,7 +140,7 @@ __attribute__((visibility("hidden"))) int fs_cache_on(void) {
 
 /* fs_cache_take returns a kept block of size class size freed on stream,
  * the most recently freed one, or 0. */
-__attribute__((visibility("hidden"))) CUdeviceptr fs_cache_take(int device, uint64_t stream, uint64_t size) {
+CUdeviceptr fs_cache_take(int device, uint64_t stream, uint64_t size) {
 	if (device < 0 || device >= FS_CACHE_MAX_DEVICES || size > FS_CACHE_MAX_BLOCK)
 		return 0;
 	fs_cache *c = &g_cache[device];
@@ -156,7 +161,7 @@ __attribute__((visibility("hidden"))) CUdeviceptr fs_cache_take(int device, uint
 /* fs_cache_put keeps ptr, a block of size class size freed on stream, and
  * says whether it did; the least recently freed blocks past the limit go
  * back to the pool. */
-__attribute__((visibility("hidden"))) int fs_cache_put(int device, uint64_t stream, uint64_t size, CUdeviceptr ptr) {
+int fs_cache_put(int device, uint64_t stream, uint64_t size, CUdeviceptr ptr) {
 	if (device < 0 || device >= FS_CACHE_MAX_DEVICES || size > FS_CACHE_MAX_BLOCK || size > g_limit)
 		return 0;
 	fs_cache *c = &g_cache[device];
@@ -194,8 +199,9 @@ __attribute__((visibility("hidden"))) int fs_cache_put(int device, uint64_t stre
 /* fs_cache_release gives every block kept for device back to the pool,
  * unless a route is open (a capture must not see the frees). The caller
  * synchronized the device's context first. */
-__attribute__((visibility("hidden"))) void fs_cache_release(int device) {
-	if (device < 0 || device >= FS_CACHE_MAX_DEVICES || __atomic_load_n(&fs_routes_active, __ATOMIC_ACQUIRE))
+void fs_cache_release(int device) {
+	if (device < 0 || device >= FS_CACHE_MAX_DEVICES || !atomic_load_explicit(&g_ready, memory_order_acquire) ||
+	    routes_active())
 		return;
 	fs_cache *c = &g_cache[device];
 	fs_kept *all = NULL;
@@ -210,15 +216,4 @@ __attribute__((visibility("hidden"))) void fs_cache_release(int device) {
 	c->bytes = 0;
 	unlock(c);
 	give_back(c, all, 1);
-}
-
-/* fs_cache_bytes reports the bytes kept for device. */
-__attribute__((visibility("hidden"))) uint64_t fs_cache_bytes(int device) {
-	if (device < 0 || device >= FS_CACHE_MAX_DEVICES)
-		return 0;
-	fs_cache *c = &g_cache[device];
-	lock(c);
-	uint64_t n = c->bytes;
-	unlock(c);
-	return n;
 }

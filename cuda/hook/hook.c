@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "hook.h"
 #include "../csrc/cudrv.h"
+#include "cache.h"
 #include "_cgo_export.h" /* the model of PyTorch's allocator (model.go) */
 
 void fs_close_trace(void); /* atexit.c */
@@ -97,6 +98,8 @@ int fs_driver_init(char *err, size_t errlen) {
 		st = atomic_load_explicit(&g_driver_state, memory_order_relaxed);
 		if (st == 0) {
 			st = cudrv_load(&D, g_driver_err, sizeof g_driver_err) == 0 ? 1 : -1;
+			if (st == 1)
+				fs_cache_init(&(fs_cache_env){.free_async = D.cuMemFreeAsync, .routes_active = &fs_routes_active});
 			atomic_store_explicit(&g_driver_state, st, memory_order_release);
 		}
 		pthread_mutex_unlock(&g_init_mu);
@@ -415,14 +418,6 @@ static inline void record(uint8_t kind, uint8_t marker, int device, uint64_t str
 static inline int recording(void) { return atomic_load_explicit(&g_recording, memory_order_relaxed); }
 
 void fs_set_recording(int on) { atomic_store_explicit(&g_recording, on, memory_order_seq_cst); }
-
-/* ---- the reuse cache (cache.c) ---- */
-
-__attribute__((visibility("hidden"))) uint64_t fs_cache_class(uint64_t size);
-__attribute__((visibility("hidden"))) int fs_cache_on(void);
-__attribute__((visibility("hidden"))) CUdeviceptr fs_cache_take(int device, uint64_t stream, uint64_t size);
-__attribute__((visibility("hidden"))) int fs_cache_put(int device, uint64_t stream, uint64_t size, CUdeviceptr ptr);
-__attribute__((visibility("hidden"))) void fs_cache_release(int device);
 
 /* ---- call statistics (FRAGSIM_HOOK_STATS=1) ---- */
 

@@ -94,7 +94,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 // errors (unknown commands, missing or unknown arguments and flags, bad
 // flag values), and for the commands that read a trace, a trace cut short,
 // whose figures cover the events before the cut; 130 when SIGINT or
-// SIGTERM interrupted the writing of an output file (internal/outfile);
+// SIGTERM interrupted the writing of an output file (package outfile);
 // record exits with the program's own code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	out := &checkedWriter{w: stdout}

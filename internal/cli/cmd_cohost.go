@@ -306,6 +306,9 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 				sf = fmt.Sprintf("event %d (%s < %s)", f.FirstShortfallIndex, replay.FormatBytes(f.ShortfallHeadroomBytes), replay.FormatBytes(f.ShortfallRequestBytes))
 			}
 			mh = replay.FormatBytes(f.MinHeadroomBytes)
+			if f.Unlimited {
+				mh = "unlimited"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", p.Name, res.Policy, res.Events,
 			replay.FormatBytes(res.PeakReservedBytes), replay.FormatBytes(res.FinalReservedBytes),

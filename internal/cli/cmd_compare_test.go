@@ -52,7 +52,8 @@ func TestCompareTableAndVerdict(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	for _, l := range lines {
-		if len([]rune(l)) > 100 {
+		// The Recommended line alone is never wrapped: scripts grep it.
+		if len([]rune(l)) > 100 && !strings.HasPrefix(l, "Recommended: ") {
 			t.Errorf("line wider than 100 columns: %q", l)
 		}
 	}

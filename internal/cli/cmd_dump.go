@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis/report"
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -58,7 +58,7 @@ func runExport(c *cli.Context) error {
 		}
 	}
 	path := c.String("o")
-	// Written to a temporary file renamed into place (internal/outfile): a
+	// Written to a temporary file renamed into place (package outfile): a
 	// failed export leaves no partial file, and an earlier one stays whole.
 	tmp, err := outfile.Create(path, name)
 	if err != nil {

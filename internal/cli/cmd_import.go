@@ -89,7 +89,7 @@ func runImport(c *cli.Context) (err error) {
 		}
 		defer func() {
 			if err == nil {
-				err = importDeviceLog(c.App.ErrWriter, out, samples)
+				err = importDeviceLog(c.App.ErrWriter, out, p, samples)
 			}
 		}()
 	}
@@ -291,4 +291,7 @@ func importPrintRMM(w io.Writer, s *rmm.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "events:      %d (%s)\n", s.Events, importKinds(s.Kinds))
 	fmt.Fprintf(w, "streams:     %d; threads: %d\n", len(s.Streams), s.Threads)
 	fmt.Fprintf(w, "time window: %s\n", importWindow(s.FirstNS, s.LastNS))
+	for _, n := range s.Clock {
+		fmt.Fprintf(w, "clock:       %s\n", n)
+	}
 }

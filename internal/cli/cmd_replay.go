@@ -35,7 +35,7 @@ func replayCommand() *cli.Command {
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (24GiB, 80G) or a preset; default: the trace's GPU total, else unlimited"},
 			&cli.Float64Flag{Name: "fraction", Usage: "per-process memory fraction (0 < F <= 1); default: the trace's"},
 			&cli.StringFlag{Name: "outside", Usage: "device memory held outside the allocator (bytes or a size)"},
-			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N requests"},
+			&cli.Int64Flag{Name: "empty-cache-every", Usage: "inject empty_cache after every N allocations"},
 			&cli.Float64Flag{Name: "defrag-threshold", Usage: "inject empty_cache whenever 100*(1-active/reserved) passes PCT"},
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity with no OOM (bisection to 2 MiB)"},
 			&cli.BoolFlag{Name: "forecast", Usage: "also forecast silent OOMs: the largest request that can still be served over time, and the first moment it drops below the largest request made (JSON key forecast)"},
@@ -277,6 +277,10 @@ func writeForecast(w io.Writer, f *replay.Forecast) {
 	} else {
 		fmt.Fprintln(w, "forecast: the largest request made could be served at every event")
 	}
-	fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
+	if f.Unlimited {
+		fmt.Fprintln(w, "min headroom: unlimited (the device has no capacity: give --capacity, or import with --gpu-total)")
+	} else {
+		fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
+	}
 	writeSilent(w, "forecast", f)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis/report"
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 )
 
 func reportCommand() *cli.Command {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/synth"
 	"github.com/urfave/cli/v2"

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )

@@ -5,24 +5,36 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 )
 
 // mergeDeviceLog rewrites the trace at path with the device-memory samples
-// merged in by time (trace.MergeDeviceSamples). It is a step after the
-// import, so that neither importer needs to know of device logs; the
-// trace is replaced only once the merged one is whole.
-func mergeDeviceLog(path string, samples []trace.Event) (int, error) {
+// of the log named logName that lie in its time window merged in by time
+// (trace.FitDeviceSamples, trace.MergeDeviceSamples). It is a step after
+// the import, so that neither importer needs to know of device logs; the
+// trace is read once for its window and devices, and replaced only once
+// the merged one is whole.
+func mergeDeviceLog(path, logName string, samples []trace.Event) (int, trace.DeviceFit, error) {
+	var fit trace.DeviceFit
+	sum, err := summarizeFile(path)
+	if err != nil {
+		return 0, fit, err
+	}
+	samples, fit, err = trace.FitDeviceSamples(samples, logName, sum.Devices, sum.FirstNS, sum.LastNS)
+	if err != nil {
+		return 0, fit, err
+	}
 	fh, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, fit, err
 	}
 	defer fh.Close()
 	r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return 0, fit, fmt.Errorf("%s: %w", path, err)
 	}
 	var n int
 	err = outfile.Write(path, nil, func(w io.Writer) error {
@@ -35,19 +47,41 @@ func mergeDeviceLog(path string, samples []trace.Event) (int, error) {
 		}
 		return tw.Close()
 	})
-	return n, err
+	fit.After += len(samples) - n
+	return n, fit, err
 }
 
-// importDeviceLog merges samples into the imported trace at out and says
-// how many it merged.
-func importDeviceLog(log io.Writer, out string, samples []trace.Event) error {
-	n, err := mergeDeviceLog(out, samples)
+// summarizeFile summarizes the trace at path.
+func summarizeFile(path string) (*trace.Summary, error) {
+	f, err := trace.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sum, err := trace.Summarize(f.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return sum, nil
+}
+
+// importDeviceLog merges the samples of the log logName into the imported
+// trace at out and says how many it merged, and how many it left out.
+func importDeviceLog(log io.Writer, out, logName string, samples []trace.Event) error {
+	n, fit, err := mergeDeviceLog(out, logName, samples)
 	if err != nil {
 		return fmt.Errorf("import: --device-log: %w (the trace without the samples is kept in %s)", err, out)
 	}
 	fmt.Fprintf(log, "import: merged %d device-memory samples into %s", n, out)
-	if left := len(samples) - n; left > 0 {
-		fmt.Fprintf(log, " (%d after the trace's last event left out)", left)
+	var left []string
+	if fit.Before > 0 {
+		left = append(left, fmt.Sprintf("%d before the trace's first event", fit.Before))
+	}
+	if fit.After > 0 {
+		left = append(left, fmt.Sprintf("%d after the trace's last event", fit.After))
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(log, " (%s left out)", strings.Join(left, " and "))
 	}
 	fmt.Fprintln(log)
 	return nil

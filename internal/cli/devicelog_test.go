@@ -41,24 +41,28 @@ func TestImportDeviceLog(t *testing.T) {
 		t.Fatalf("exit %d: %s%s", code, out, errs)
 	}
 	log := filepath.Join(dir, "dev.log")
-	// before the first event, between events, after the last
-	const samples = "1764000000000000001 0 3000 8000\n1764000000000200000 0 2000 8000\n1764000000009000000 0 1000 8000\n"
+	// decades before the trace, before its first event, between events,
+	// after its last: only the one inside its window is merged (the others
+	// would stretch its time)
+	const samples = "1000 0 4000 8000\n1764000000000000001 0 3000 8000\n1764000000000200000 0 2000 8000\n1764000000009000000 0 1000 8000\n"
 	if err := os.WriteFile(log, []byte(samples), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", merged, "-q", "--device-log", log)
-	if code != 0 || !strings.Contains(errs, "merged 2 device-memory samples") || !strings.Contains(errs, "1 after the trace's last event left out") {
+	if code != 0 || !strings.Contains(errs, "merged 1 device-memory samples") ||
+		!strings.Contains(errs, "(2 before the trace's first event and 1 after the trace's last event left out)") {
 		t.Fatalf("exit %d: %s%s", code, out, errs)
 	}
 	pk, _ := kindsOf(t, plain)
 	mk, free := kindsOf(t, merged)
-	// the trace starts mid-run: the sample before its first event comes
-	// just after it (a replay would otherwise measure the initial state)
-	if len(mk) != len(pk)+2 || mk[0] == "device_mem" || mk[1] != "device_mem" {
+	if len(mk) != len(pk)+1 || mk[0] == "device_mem" {
 		t.Fatalf("merged kinds %v from %v", mk, pk)
 	}
-	if len(free) != 2 || free[0] != 3000 || free[1] != 2000 {
-		t.Errorf("samples' free bytes %v, want [3000 2000] in time order", free)
+	if len(free) != 1 || free[0] != 2000 {
+		t.Errorf("samples' free bytes %v, want [2000]", free)
+	}
+	if sum, err := summarizeFile(merged); err != nil || sum.DurationNS > 1e9 {
+		t.Errorf("merged trace spans %v ns (%v)", sum, err)
 	}
 	var rest []string
 	for _, k := range mk {
@@ -87,6 +91,28 @@ func TestImportDeviceLog(t *testing.T) {
 	fa.TimeWeightedPct, fb.TimeWeightedPct = 0, 0
 	if a.PeakReservedBytes != b.PeakReservedBytes || a.PeakActiveBytes != b.PeakActiveBytes || a.OOMs != b.OOMs || fa != fb || !tw {
 		t.Errorf("replay changed by the samples: %+v vs %+v", a, b)
+	}
+}
+
+// A sample of a device the trace does not have would stand in for
+// another device's memory: refused, naming the log and the device.
+func TestImportDeviceLogOtherDevice(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.fst")
+	if code, o, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out, "-q"); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, o, errs)
+	}
+	before, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := []trace.Event{{Kind: trace.KindDeviceMem, TimeNS: 1764000000000200000, Device: 7, SizeBytes: 2000, Aux: 8000}}
+	n, _, err := mergeDeviceLog(out, "dev7.log", samples)
+	if n != 0 || err == nil || !strings.Contains(err.Error(), "dev7.log: the sample at time_ns 1764000000000200000 names device 7, which the trace does not have") {
+		t.Fatalf("merged %d: %v", n, err)
+	}
+	if after, _ := os.ReadFile(out); string(after) != string(before) {
+		t.Errorf("the trace changed")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -398,5 +399,31 @@ func TestImportStateOnly(t *testing.T) {
 	h, evs, err := trace.ReadAll(f)
 	if err != nil || len(evs) != 0 || h.Initial == nil || len(h.Initial.Segments) != 2 {
 		t.Fatalf("trace: %v, %d events, initial %+v", err, len(evs), h.Initial)
+	}
+}
+
+// A snapshot given as a FIFO (or a pipe, <(cat s.pickle)) is read once:
+// the import once read its first bytes to tell its format, then found
+// the rest "corrupt".
+func TestImportFromFIFO(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(importTestdata + "midrun.p4.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skipf("no fifo: %v", err)
+	}
+	go func() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err == nil {
+			f.Write(data)
+			f.Close()
+		}
+	}()
+	out := filepath.Join(dir, "out.fst")
+	if code, o, errs := runImportCLI(t, p, "-o", out, "-q"); code != 0 || !strings.Contains(o, "events:      11") {
+		t.Fatalf("exit %d: %s%s", code, o, errs)
 	}
 }

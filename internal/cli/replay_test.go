@@ -40,6 +40,15 @@ func TestReplayHumanOutputShowsFidelity(t *testing.T) {
 	}
 }
 
+// A trace without its GPU's memory, replayed without --capacity, has an
+// unlimited device: the forecast says so instead of a stand-in figure.
+func TestReplayForecastUnlimited(t *testing.T) {
+	out, errs, code := runReplayCLI(t, "replay", "--forecast", filepath.Join(workloadDir, "conformance", "all_default.fst"))
+	if code != 0 || !strings.Contains(out, "min headroom: unlimited") || strings.Contains(out, "TiB") {
+		t.Errorf("exit %d: %s\n%s", code, errs, out)
+	}
+}
+
 func TestReplayJSON(t *testing.T) {
 	out, errs, code := runReplayCLI(t, "replay", "--json", "--capacity", "150109880320", "--fraction", "0.00966",
 		filepath.Join(realTraceDir, "fraction_retry.fst"))

@@ -1,4 +1,5 @@
-// Package lint holds tests that check the project's layering rules.
+// Package lint holds tests that check the project's rules: the layering
+// of its packages, and the README's figures against bench/RESULTS.md.
 package lint
 
 import (
@@ -19,7 +20,9 @@ const module = "github.com/fragsim/fragsim"
 // a higher rank or a package of the same rank elsewhere. A package takes
 // the rank of its longest listed prefix.
 //
-// trace stands alone; cuda records into traces; replay/driver is the
+// outfile, which writes output files safely, imports nothing of the
+// project, so every package that writes a file may use it. trace stands
+// alone beside it; cuda records into traces; replay/driver is the
 // contract between the engine and the policies; allocator's policies
 // implement it, with the helpers of allocator/internal, and never reach
 // the engine (replay), which serves them through the contract alone; the
@@ -28,29 +31,27 @@ const module = "github.com/fragsim/fragsim"
 // device) beside its own, to fail allocations where PyTorch would under a
 // memory fraction; analysis drives the engine,
 // analysis/plot draws what analysis measured; the command line sits on
-// top. traces holds data only, in trace files. internal/outfile, which
-// writes output files safely, imports nothing of the project, so every
-// package that writes a file may use it.
+// top. traces holds data only, in trace files.
 var rank = map[string]int{
-	"internal/outfile":   -1,
-	"trace":              0,
-	"traces":             1,
-	"cuda":               1,
-	"replay/driver":      2,
-	"allocator/internal": 3,
-	"allocator/async":    4,
-	"allocator/bfc":      4,
-	"allocator/caching":  4,
-	"allocator/ideal":    4,
-	"allocator/paged":    4,
-	"replay":             4,
-	"allocator":          5,
-	"cuda/hook":          5,
-	"analysis":           6,
-	"analysis/plot":      7,
-	"internal":           8,
-	"cmd":                9,
-	"bench":              9,
+	"outfile":            0,
+	"trace":              1,
+	"traces":             2,
+	"cuda":               2,
+	"replay/driver":      3,
+	"allocator/internal": 4,
+	"allocator/async":    5,
+	"allocator/bfc":      5,
+	"allocator/caching":  5,
+	"allocator/ideal":    5,
+	"allocator/paged":    5,
+	"replay":             5,
+	"allocator":          6,
+	"cuda/hook":          6,
+	"analysis":           7,
+	"analysis/plot":      8,
+	"internal":           9,
+	"cmd":                10,
+	"bench":              10,
 }
 
 // only lists imports allowed to a few packages alone. The recording hook
@@ -112,6 +113,10 @@ func TestRanks(t *testing.T) {
 		{"trace/pytorch", "trace/pickle", true},
 		{"trace", "cuda", false},
 		{"internal/cli", "analysis/plot", true},
+		{"trace/pytorch", "outfile", true},
+		{"analysis/plot", "outfile", true},
+		{"outfile", "trace", false},
+		{"outfile", "internal/cli", false},
 	} {
 		if got := mayImport(tt.from, tt.to); got != tt.ok {
 			t.Errorf("mayImport(%s, %s) = %v, want %v", tt.from, tt.to, got, tt.ok)

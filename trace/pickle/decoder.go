@@ -526,34 +526,27 @@ func (d *Decoder) newSchedule() schedule {
 }
 
 // DecodeDoc decodes the pickle into a Doc.
+//
+// The opcodes a snapshot is made of are decoded inline on local copies of
+// the decoder's state; anything else (and every error) goes through step,
+// the general path.
 func (d *Decoder) DecodeDoc() (*Doc, error) {
-	data := d.data
-	doc := d.doc
-	if d.in == nil && int64(len(data)) >= MaxInputBytes {
-		return nil, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(data), MaxInputBytes), Err: ErrMalformed}
+	sch, err := d.startDoc()
+	if err != nil {
+		return nil, err
 	}
-	sch := d.newSchedule()
-	// The opcodes a snapshot is made of are decoded inline on local copies
-	// of the decoder's state; anything else (and every error) goes through
-	// step, the general path.
-	d.sizeTables()
+	data, doc := d.data, d.doc
 	pos, stack, kinds, xs, memo := d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	mbase := d.memoBase
 	defer d.stopPar()
 	for {
-		if pos >= sch.next {
-			// (Reading from an io.Reader, the window slides here first:
-			// data and pos change.)
+		if pos >= sch.next || pos >= len(data) {
 			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
-			if err := d.periodic(&sch); err != nil {
+			if err := d.periodicOrEnd(&sch); err != nil {
 				return nil, err
 			}
 			data, pos = d.data, d.pos
 			kinds, xs, memo, mbase = doc.kinds, doc.xs, d.memo, d.memoBase
-		}
-		if pos >= len(data) {
-			d.pos, d.stack, doc.kinds, doc.xs, d.memo = pos, stack, kinds, xs, memo
-			return nil, &Error{Offset: d.abs(len(data)), Msg: "input ends before the STOP opcode" + d.readEnd(), Err: ErrTruncated}
 		}
 		op := data[pos]
 		// The opcodes a snapshot is made of, inline (opTable says which).
@@ -562,11 +555,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			case opBinGet:
 				if pos+1 < len(data) {
 					if idx := uint64(data[pos+1]) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
-						v := memo[idx]
-						if v == d.lastEntry {
-							d.lastPos = -1
-						}
-						stack = append(stack, v)
+						stack = d.pushFetched(stack, memo[idx])
 						pos += 2
 						continue
 					}
@@ -574,11 +563,7 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 			case opLongBinGet:
 				if pos+4 < len(data) {
 					if idx := uint64(binary.LittleEndian.Uint32(data[pos+1:])) - mbase; idx < uint64(len(memo)) && memo[idx] != memoHole {
-						v := memo[idx]
-						if v == d.lastEntry {
-							d.lastPos = -1
-						}
-						stack = append(stack, v)
+						stack = d.pushFetched(stack, memo[idx])
 						pos += 5
 						continue
 					}
@@ -598,31 +583,18 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				pos++
 				continue
 			case opEmptyDict, opEmptyList:
-				k := KindDict
-				if op == opEmptyList {
-					k = KindList
-				}
 				v := Value(len(kinds))
 				if d.entries != nil {
-					switch {
-					case op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur):
+					if op == opEmptyDict && d.cur != noValue && inCtx(stack, d.marks, d.cur) {
 						var err error
 						if pos, stack, memo, kinds, xs, err = d.startEntry(pos, stack, memo, kinds, xs, mbase); err != nil {
 							return nil, err
 						}
 						continue
-					case op == opEmptyDict:
-					case d.outer == noValue:
-						if d.atEntryKey(stack, kinds) {
-							d.outer = v
-						}
-					case inCtx(stack, d.marks, d.outer):
-						d.cur = v
 					}
+					d.streamContext(op, v, stack, kinds)
 				}
-				stack = append(stack, v)
-				kinds = append(kinds, k)
-				xs = append(xs, 0)
+				stack, kinds, xs = append(stack, v), append(kinds, containerKind(op)), append(xs, 0)
 				d.keep = len(kinds)
 				pos++
 				continue
@@ -640,99 +612,59 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 				}
 			case opBinInt:
 				if pos+4 < len(data) {
-					if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
-						stack = append(stack, inlineBit|Value(x))
-					} else {
-						stack = append(stack, Value(len(kinds)))
-						kinds = append(kinds, KindInt)
-						xs = append(xs, uint64(int64(x)))
-					}
+					stack, kinds, xs = push(stack, kinds, xs, KindInt, uint64(int64(int32(binary.LittleEndian.Uint32(data[pos+1:])))))
 					pos += 5
 					continue
 				}
 			case opLong1:
-				if pos+10 <= len(data) {
-					if n := int(data[pos+1]); n >= 1 && n <= 8 {
-						// Up to 8 bytes: one load, sign-extended from byte n.
-						sh := uint(64 - 8*n)
-						x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh)
-						if x < maxInline {
-							stack = append(stack, inlineBit|Value(x))
-						} else {
-							stack = append(stack, Value(len(kinds)))
-							kinds = append(kinds, KindInt)
-							xs = append(xs, x)
-						}
-						pos += 2 + n
-						continue
-					}
-				}
-				if pos+1 < len(data) {
+				if pos+10 <= len(data) && data[pos+1] >= 1 && data[pos+1] <= 8 {
+					// Up to 8 bytes: one load, sign-extended from byte n.
 					n := int(data[pos+1])
-					if pos+2+n <= len(data) {
-						if k, x, ok := decodeLong(data[pos+2 : pos+2+n]); ok {
-							// (Inline when small, as push and the branch
-							// above make it, wherever the input ends.)
-							if k == KindInt && x < maxInline {
-								stack = append(stack, inlineBit|Value(x))
-							} else {
-								stack = append(stack, Value(len(kinds)))
-								kinds = append(kinds, k)
-								xs = append(xs, x)
-							}
-							pos += 2 + n
-							continue
-						}
-					}
+					sh := uint(64 - 8*n)
+					x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh)
+					stack, kinds, xs = push(stack, kinds, xs, KindInt, x)
+					pos += 2 + n
+					continue
+				}
+				if k, x, next, ok := long1(data, pos); ok {
+					stack, kinds, xs = push(stack, kinds, xs, k, x)
+					pos = next
+					continue
 				}
 			case opShortBinUni:
-				if pos+1 < len(data) {
+				if pos+1 < len(data) && pos+2+int(data[pos+1]) <= len(data) {
 					n := int(data[pos+1])
-					if pos+2+n <= len(data) {
-						i := d.shortStr(data[pos+2 : pos+2+n])
-						if v, ok := strValue(i); ok {
-							stack = append(stack, v)
-						} else {
-							stack = append(stack, Value(len(kinds)))
-							kinds = append(kinds, KindString)
-							xs = append(xs, uint64(i))
-						}
-						pos += 2 + n
-						continue
+					i := d.shortStr(data[pos+2 : pos+2+n])
+					if v, ok := strValue(i); ok {
+						stack = append(stack, v)
+					} else {
+						stack, kinds, xs = push(stack, kinds, xs, KindString, uint64(i))
 					}
+					pos += 2 + n
+					continue
 				}
 			case opSetItems, opAppends:
-				if nm := len(d.marks); nm > 0 {
-					m := d.marks[nm-1]
-					if op == opSetItems && m > 0 && stack[m-1]&tagMask == tagMask {
-						// A streamed entry's pairs: to the handler, and the
-						// values it had made are dropped unless something
-						// else may refer to them.
-						var err error
-						if kinds, xs, err = d.setEntryPairs(stack, m, memo, kinds, xs, mbase); err != nil {
-							return nil, err
-						}
-						d.marks = d.marks[:nm-1]
-						stack = stack[:m]
-						pos++
-						continue
-					}
-					want := KindDict
-					if op == opAppends {
-						want = KindList
-					}
-					if m > 0 && kindIn(kinds, stack[m-1]) == want && (op == opAppends || (len(stack)-m)%2 == 0) {
-						items := stack[m:]
-						if op == opAppends || keysOK(kinds, items) {
-							d.marks = d.marks[:nm-1]
-							doc.kinds, doc.xs = kinds, xs
-							d.appendItems(stack[m-1], items) // a dict or list: never inline
-							stack = stack[:m]
-							pos++
-							continue
-						}
-					}
+				nm := len(d.marks)
+				if nm == 0 || d.marks[nm-1] == 0 {
+					break
 				}
+				m := d.marks[nm-1]
+				if op == opSetItems && stack[m-1]&tagMask == tagMask {
+					// A streamed entry's pairs: to the handler, and the values it
+					// had made are dropped unless something else may refer to them.
+					if kinds, xs, err = d.setEntryPairs(stack, m, memo, kinds, xs, mbase); err != nil {
+						return nil, err
+					}
+				} else if itemsOK(op, kinds, stack[m-1:]) {
+					doc.kinds, doc.xs = kinds, xs
+					d.appendItems(stack[m-1], stack[m:]) // a dict or list: never inline
+				} else {
+					break
+				}
+				d.marks = d.marks[:nm-1]
+				stack = stack[:m]
+				pos++
+				continue
 			}
 		}
 		// The general path.
@@ -747,6 +679,99 @@ func (d *Decoder) DecodeDoc() (*Doc, error) {
 		data = d.data // (grown, reading from an io.Reader, for a long argument)
 		pos, stack, kinds, xs, memo = d.pos, d.stack, doc.kinds, doc.xs, d.memo
 	}
+}
+
+// startDoc checks the input's size, sizes the tables and returns
+// DecodeDoc's schedule.
+func (d *Decoder) startDoc() (schedule, error) {
+	if d.in == nil && int64(len(d.data)) >= MaxInputBytes {
+		return schedule{}, &Error{Offset: 0, Msg: fmt.Sprintf("pickle of %d bytes is larger than the %d bytes supported", len(d.data), MaxInputBytes), Err: ErrMalformed}
+	}
+	sch := d.newSchedule()
+	d.sizeTables()
+	return sch, nil
+}
+
+// pushFetched pushes onto DecodeDoc's stack v, fetched from the memo.
+func (d *Decoder) pushFetched(stack []Value, v Value) []Value {
+	if v == d.lastEntry {
+		d.lastPos = -1
+	}
+	return append(stack, v)
+}
+
+// containerKind is the kind of the container EMPTY_DICT or EMPTY_LIST
+// (op) makes.
+func containerKind(op byte) Kind {
+	if op == opEmptyList {
+		return KindList
+	}
+	return KindDict
+}
+
+// push pushes onto DecodeDoc's stack the scalar of kind k and value x:
+// inline when it is an int small enough, else through the value table.
+func push(stack []Value, kinds []Kind, xs []uint64, k Kind, x uint64) ([]Value, []Kind, []uint64) {
+	if k == KindInt && x < maxInline {
+		return append(stack, inlineBit|Value(x)), kinds, xs
+	}
+	return append(stack, Value(len(kinds))), append(kinds, k), append(xs, x)
+}
+
+// long1 decodes the LONG1 at pos of any length (see decodeLong): its
+// kind, its value and the offset after it; ok false when the input ends
+// within it or its value is too large.
+func long1(data []byte, pos int) (k Kind, x uint64, next int, ok bool) {
+	if pos+1 >= len(data) {
+		return 0, 0, 0, false
+	}
+	n := int(data[pos+1])
+	if pos+2+n > len(data) {
+		return 0, 0, 0, false
+	}
+	k, x, ok = decodeLong(data[pos+2 : pos+2+n])
+	return k, x, pos + 2 + n, ok
+}
+
+// streamContext follows, for DecodeDoc streaming entries, the container v
+// an EMPTY_DICT or EMPTY_LIST (op) makes that does not start an entry:
+// the dict of the streamed key's value (outer), or a list in it (cur),
+// whose dicts are entries.
+func (d *Decoder) streamContext(op byte, v Value, stack []Value, kinds []Kind) {
+	switch {
+	case op == opEmptyDict:
+	case d.outer == noValue:
+		if d.atEntryKey(stack, kinds) {
+			d.outer = v
+		}
+	case inCtx(stack, d.marks, d.outer):
+		d.cur = v
+	}
+}
+
+// itemsOK reports whether SETITEMS or APPENDS (op) may end the items of
+// the container c, c and its items being cs: a dict's pairs whose keys it
+// takes, or a list's items.
+func itemsOK(op byte, kinds []Kind, cs []Value) bool {
+	if op == opAppends {
+		return kindIn(kinds, cs[0]) == KindList
+	}
+	return kindIn(kinds, cs[0]) == KindDict && (len(cs)-1)%2 == 0 && keysOK(kinds, cs[1:])
+}
+
+// periodicOrEnd does DecodeDoc's periodic work when it is due at d.pos
+// (reading from an io.Reader, the window slides first: d.data and d.pos
+// change), and fails when the input ends there.
+func (d *Decoder) periodicOrEnd(sch *schedule) error {
+	if d.pos >= sch.next {
+		if err := d.periodic(sch); err != nil {
+			return err
+		}
+	}
+	if d.pos >= len(d.data) {
+		return &Error{Offset: d.abs(len(d.data)), Msg: "input ends before the STOP opcode" + d.readEnd(), Err: ErrTruncated}
+	}
+	return nil
 }
 
 // periodic does DecodeDoc's work that is due at d.pos (sch says what is):

@@ -17,10 +17,11 @@ import (
 // million), and nothing is memoized. The first write error is kept and
 // returned by Close.
 type Encoder struct {
-	w    *bufio.Writer
-	err  error
-	buf  [10]byte
-	open []container // the containers being filled, innermost last
+	w        *bufio.Writer
+	err      error
+	buf      [10]byte
+	open     []container // the containers being filled, innermost last
+	fragment bool        // no STOP at Close (see NewFragment)
 }
 
 // container counts the values written into an open list or dict since
@@ -57,6 +58,24 @@ func NewEncoder(w io.Writer) *Encoder {
 	e := &Encoder{w: bufio.NewWriterSize(w, 1<<16)}
 	e.raw(opPROTO, 4)
 	return e
+}
+
+// NewFragment starts a fragment on w: values written as an Encoder writes
+// them, without the pickle's start and end, for Embed to put into a
+// pickle later as they are (a list built on disk while another is being
+// written, say). Close flushes it.
+func NewFragment(w io.Writer) *Encoder {
+	return &Encoder{w: bufio.NewWriterSize(w, 1<<16), fragment: true}
+}
+
+// Embed writes the bytes of a fragment (see NewFragment) holding exactly
+// one value as the next value of e's innermost container.
+func (e *Encoder) Embed(r io.Reader) error {
+	if e.err == nil {
+		_, e.err = io.Copy(e.w, r)
+	}
+	e.value()
+	return e.err
 }
 
 // Pickle opcodes the Encoder writes.
@@ -215,9 +234,12 @@ func (e *Encoder) IntPair(a, b int64) {
 	e.value()
 }
 
-// Close ends the pickle and flushes it; it returns the first error met.
+// Close ends the pickle (a fragment has no end) and flushes it; it returns
+// the first error met.
 func (e *Encoder) Close() error {
-	e.raw(opSTOP)
+	if !e.fragment {
+		e.raw(opSTOP)
+	}
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}

@@ -145,3 +145,47 @@ print("ok")`)
 		t.Fatalf("python: %v\n%s", err, out)
 	}
 }
+
+// A fragment embedded in a pickle reads as if written in place, batches
+// included: 1,500 fragments of 1,200 items each, in a list.
+func TestEncoderEmbed(t *testing.T) {
+	var out bytes.Buffer
+	e := NewEncoder(&out)
+	e.BeginList()
+	for i := range 1500 {
+		var frag bytes.Buffer
+		f := NewFragment(&frag)
+		f.BeginList()
+		for j := range 1200 {
+			f.Int(int64(i*10000 + j))
+		}
+		f.EndList()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Embed(&frag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.EndList()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Decode(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer := v.(*List).Items
+	if len(outer) != 1500 {
+		t.Fatalf("%d lists", len(outer))
+	}
+	for _, i := range []int{0, 999, 1000, 1499} {
+		inner := outer[i].(*List).Items
+		if len(inner) != 1200 || inner[1199] != int64(i*10000+1199) {
+			t.Fatalf("list %d: %d items", i, len(inner))
+		}
+	}
+	if n := maxBatch(out.Bytes()); n > 1000 {
+		t.Fatalf("a batch of %d items", n)
+	}
+}

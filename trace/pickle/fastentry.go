@@ -13,11 +13,11 @@ import (
 // LONG1 of up to 8 bytes), strings (the same two ways), None, True,
 // False, BINFLOAT, another memoized scalar or a memoized Ticket, and on a
 // worker whose handler is a ParallelLists a list of fetched values (see
-// refList); then SETITEMS. It hands the
+// refList); then SETITEMS. A FRAME may come before any item. It hands the
 // pairs to the handler and returns the offset after SETITEMS, with the
 // memo and tables as the general path would have left them. On anything
-// else (another opcode, a FRAME between two pairs, input that ends, a
-// memo index out of range) it returns ok false having changed nothing the
+// else (another opcode, two FRAMEs in a row, input that ends, a memo
+// index out of range) it returns ok false having changed nothing the
 // general path would not do the same (strings it interned are interned
 // again to the same index), and the caller decodes from the MEMOIZE on.
 func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xsp *[]uint64) (end int, ok bool, err error) {
@@ -27,26 +27,11 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	data, mbase := d.data, d.memoBase
 	m0, k0, p0, o0 := len(*memop), len(*kindsp), len(d.doc.pending), len(d.doc.order)
 	*memop = append(*memop, e) // the dict's MEMOIZE
-	// look is where memo indexes from mbase are read: the memo itself,
-	// or on a worker (see parallel.go) the memo as it was when the
-	// workers started (what the worker memoizes has indexes it does not
-	// know).
-	memo := *memop
-	look := memo
-	if d.par != nil && d.par.worker {
-		look = d.par.memo
-	}
+	look := d.entryLook(*memop)
 	kv := d.kv[:0]
 	for {
-		if pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
+		if pos = skipFrame(data, pos); pos < 0 || pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
 			goto bail
-		}
-		if data[pos] == opFrame { // a frame may start between any two pairs' items
-			if pos+9 > len(data) {
-				goto bail
-			}
-			pos += 9
-			continue
 		}
 		if data[pos] == opSetItems {
 			break
@@ -59,19 +44,10 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			if idx, pos = getArg(data, pos); pos < 0 {
 				goto bail
 			}
-			switch i := idx - mbase; {
-			case i < uint64(len(look)):
-				key = look[i]
-			case idx < mbase:
-				key = d.memoOldAt(idx)
-			case d.par != nil && d.par.worker && d.par.defers:
-				var ok bool
-				if key, ok = d.par.extra[idx]; !ok {
-					key = missedValue
-					d.par.misses = append(d.par.misses, idx|missKey)
-				}
-			default:
-				goto bail
+			var st memoLook
+			if key, st = d.entryGet(idx-mbase, look); st == memoMissed {
+				key = missedValue
+				d.par.misses = append(d.par.misses, idx|missKey)
 			}
 		case opShortBinUni:
 			if pos+1 >= len(data) || pos+2+int(data[pos+1]) > len(data) {
@@ -86,25 +62,17 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			pos += 2 + n
 			if pos < len(data) && data[pos] == opMemoize {
 				*memop = append(*memop, key)
-				if memo = *memop; d.par == nil || !d.par.worker {
-					look = memo
-				}
+				look = d.entryLook(*memop)
 				pos++
 			}
 		default:
 			goto bail
 		}
-		if key&tagMask != inlineBit|strBit { // also a memo hole
+		if key&tagMask != inlineBit|strBit { // also a memo hole, or an index out of the memo (0)
 			goto bail
 		}
 		// The value.
-		if pos < len(data) && data[pos] == opFrame {
-			if pos+9 > len(data) {
-				goto bail
-			}
-			pos += 9
-		}
-		if pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
+		if pos = skipFrame(data, pos); pos < 0 || pos >= len(data) || opTable[data[pos]].paths&pathEntry == 0 {
 			goto bail
 		}
 		switch data[pos] {
@@ -124,26 +92,15 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			if pos+4 >= len(data) {
 				goto bail
 			}
-			if x := int32(binary.LittleEndian.Uint32(data[pos+1:])); x >= 0 && x < maxInline {
-				val = inlineBit | Value(x)
-			} else {
-				val = tableValue(kindsp, xsp, KindInt, uint64(int64(x)))
-			}
+			val = intValue(kindsp, xsp, uint64(int64(int32(binary.LittleEndian.Uint32(data[pos+1:])))))
 			pos += 5
 		case opLong1:
-			n := 0
-			if pos+1 < len(data) {
-				n = int(data[pos+1])
-			}
-			if n < 1 || n > 8 || pos+10 > len(data) {
+			if pos+10 > len(data) || data[pos+1] < 1 || data[pos+1] > 8 {
 				goto bail
 			}
+			n := int(data[pos+1])
 			sh := uint(64 - 8*n)
-			if x := uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh) >> sh); x < maxInline {
-				val = inlineBit | Value(x)
-			} else {
-				val = tableValue(kindsp, xsp, KindInt, x)
-			}
+			val = intValue(kindsp, xsp, uint64(int64(binary.LittleEndian.Uint64(data[pos+2:])<<sh)>>sh))
 			pos += 2 + n
 		case opShortBinUni:
 			if pos+1 >= len(data) || pos+2+int(data[pos+1]) > len(data) {
@@ -158,9 +115,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			pos += 2 + n
 			if pos < len(data) && data[pos] == opMemoize {
 				*memop = append(*memop, val)
-				if memo = *memop; d.par == nil || !d.par.worker {
-					look = memo
-				}
+				look = d.entryLook(*memop)
 				pos++
 			}
 		case opBinGet, opLongBinGet:
@@ -168,29 +123,20 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			if idx, pos = getArg(data, pos); pos < 0 {
 				goto bail
 			}
-			switch i := idx - mbase; {
-			case i < uint64(len(look)):
-				val = look[i]
-			case idx < mbase:
-				val = d.memoOldAt(idx)
-			case d.par != nil && d.par.worker && d.par.defers:
-				var ok bool
-				if val, ok = d.par.extra[idx]; !ok {
-					if d.par.lists {
-						// Left to the handler (see Doc.Ref).
-						kv = append(kv, key, d.fetchRef(idx, m0, kindsp, xsp))
-						continue
-					}
-					val = missedValue
-					d.par.misses = append(d.par.misses, idx)
-				}
-			default:
+			var st memoLook
+			switch val, st = d.entryGet(idx-mbase, look); {
+			case st == memoOut:
 				goto bail
-			}
-			// A memoized string or small int, or a list the handler took;
-			// a container (but to a worker's ParallelLists: see Doc.Ref),
-			// an entry or a hole goes the general way.
-			if !fetchedScalar(val) {
+			case st == memoMissed && d.par.lists:
+				// Left to the handler (see Doc.Ref).
+				kv = append(kv, key, d.fetchRef(idx, m0, kindsp, xsp))
+				continue
+			case st == memoMissed:
+				val = missedValue
+				d.par.misses = append(d.par.misses, idx)
+			case !fetchedScalar(val):
+				// A container (but to a worker's ParallelLists: see
+				// Doc.Ref), an entry or a hole goes the general way.
 				if val < inlineBit && d.par != nil && d.par.worker && d.par.lists {
 					kv = append(kv, key, d.fetchRef(idx, m0, kindsp, xsp))
 					continue
@@ -206,30 +152,113 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 			if val, pos, ok = d.refList(pos, memop, kindsp, xsp); !ok {
 				goto bail
 			}
-			memo = *memop
-		case opNone:
-			val = tableValue(kindsp, xsp, KindNone, 0)
-			pos++
-		case opNewTrue, opNewFalse:
-			val = tableValue(kindsp, xsp, KindBool, uint64(opNewFalse-data[pos]))
-			pos++
-		case opBinFloat:
-			if pos+8 >= len(data) {
+		default: // None, True, False, BINFLOAT
+			var ok bool
+			if val, pos, ok = rareScalar(data, pos, kindsp, xsp); !ok {
 				goto bail
 			}
-			val = tableValue(kindsp, xsp, KindFloat, binary.BigEndian.Uint64(data[pos+1:]))
-			pos += 9
-		default:
-			goto bail
 		}
 		kv = append(kv, key, val)
 	}
+	if err := d.endEntry(e, kv, k0, p0, o0, memop, kindsp, xsp); err != nil {
+		return 0, false, err
+	}
+	return pos + 1, true, nil
+bail:
+	*memop, *kindsp, *xsp = (*memop)[:m0], (*kindsp)[:k0], (*xsp)[:k0]
+	d.doc.pending = d.doc.pending[:p0]
+	d.doc.order = d.doc.order[:o0]
+	return 0, false, nil
+}
+
+// skipFrame returns the offset after the FRAME at pos, pos when there is
+// none, or -1 when the input ends within it. A frame may start before
+// any item of an entry.
+func skipFrame(data []byte, pos int) int {
+	if pos < len(data) && data[pos] == opFrame {
+		if pos+9 > len(data) {
+			return -1
+		}
+		pos += 9
+	}
+	return pos
+}
+
+// entryLook returns where fastEntry reads memo indexes from memoBase,
+// memo being the memo: the memo itself, or on a worker (see parallel.go)
+// the memo as it was when the workers started (what the worker memoizes
+// has indexes it does not know).
+func (d *Decoder) entryLook(memo []Value) []Value {
+	if d.par != nil && d.par.worker {
+		return d.par.memo
+	}
+	return memo
+}
+
+// memoLook is what entryGet found.
+type memoLook uint8
+
+const (
+	memoFound  memoLook = iota
+	memoMissed          // on a worker that defers: an index memoized after the launch, not fetched for it
+	memoOut             // out of the memo: fastEntry bails
+)
+
+// entryGet returns for fastEntry the Value of memo index memoBase+i,
+// look being what entryLook returned. It is small enough to be inlined:
+// the others are entryGetFar's.
+func (d *Decoder) entryGet(i uint64, look []Value) (v Value, st memoLook) {
+	if i < uint64(len(look)) {
+		v = look[i]
+		return
+	}
+	v, st = d.entryGetFar(i + d.memoBase)
+	return
+}
+
+// entryGetFar is entryGet for memo index idx below memoBase (the memo's
+// older part) or past look.
+func (d *Decoder) entryGetFar(idx uint64) (Value, memoLook) {
+	switch {
+	case idx < d.memoBase:
+		return d.memoOldAt(idx), memoFound
+	case d.par != nil && d.par.worker && d.par.defers:
+		if v, ok := d.par.extra[idx]; ok {
+			return v, memoFound
+		}
+		return 0, memoMissed
+	}
+	return 0, memoOut
+}
+
+// rareScalar decodes for fastEntry the None, True, False or BINFLOAT at
+// pos: its Value and the offset after it; ok false on another opcode or
+// when the input ends within it.
+func rareScalar(data []byte, pos int, kindsp *[]Kind, xsp *[]uint64) (v Value, end int, ok bool) {
+	switch data[pos] {
+	case opNone:
+		return tableValue(kindsp, xsp, KindNone, 0), pos + 1, true
+	case opNewTrue, opNewFalse:
+		return tableValue(kindsp, xsp, KindBool, uint64(opNewFalse-data[pos])), pos + 1, true
+	case opBinFloat:
+		if pos+8 < len(data) {
+			return tableValue(kindsp, xsp, KindFloat, binary.BigEndian.Uint64(data[pos+1:])), pos + 9, true
+		}
+	}
+	return 0, 0, false
+}
+
+// endEntry hands the pairs kv of the entry e fastEntry decoded to the
+// handler, and leaves the value table as the general path's SETITEMS
+// would: k0, p0 and o0 are the lengths of the value table, Doc.pending
+// and Doc.order before the entry.
+func (d *Decoder) endEntry(e Value, kv []Value, k0, p0, o0 int, memop *[]Value, kindsp *[]Kind, xsp *[]uint64) error {
 	d.kv = kv
 	d.doc.kinds, d.doc.xs = *kindsp, *xsp
 	if d.par == nil || len(d.par.misses) == 0 { // (a worker's entry with a value it could not fetch is left to the decoder)
 		if err := d.entries.SetEntry(uint32(e&^tagMask), kv); err != nil {
 			if err != ErrDeferEntry || d.par == nil || !d.par.worker || !d.par.lists {
-				return 0, false, err
+				return err
 			}
 			d.deferRefs(p0, o0)
 		}
@@ -249,12 +278,7 @@ func (d *Decoder) fastEntry(pos int, e Value, memop *[]Value, kindsp *[]Kind, xs
 	if keep := max(d.keep, d.lastLen); keep < len(*kindsp) {
 		*kindsp, *xsp = (*kindsp)[:keep], (*xsp)[:keep]
 	}
-	return pos + 1, true, nil
-bail:
-	*memop, *kindsp, *xsp = (*memop)[:m0], (*kindsp)[:k0], (*xsp)[:k0]
-	d.doc.pending = d.doc.pending[:p0]
-	d.doc.order = d.doc.order[:o0]
-	return 0, false, nil
+	return nil
 }
 
 // getArg returns the memo index of the BINGET or LONG_BINGET at pos
@@ -426,6 +450,15 @@ func fetchedScalar(v Value) bool {
 		return ok
 	}
 	return v&inlineBit != 0
+}
+
+// intValue returns the Value of the int x: inline when it is small
+// enough, else appended to the value table.
+func intValue(kindsp *[]Kind, xsp *[]uint64, x uint64) Value {
+	if x < maxInline {
+		return inlineBit | Value(x)
+	}
+	return tableValue(kindsp, xsp, KindInt, x)
 }
 
 // tableValue appends a scalar to the value table and returns its Value.

@@ -404,6 +404,13 @@ func TestSizeTables(t *testing.T) {
 	}
 }
 
+// reserveMore grows s's capacity to what the rest of the input needs (rest
+// bytes) if it grows as it did from length was over the last span bytes;
+// s is left as it is when it has not outgrown first, its first size.
+func reserveMore[T any](s []T, was int, span float64, rest, first int) []T {
+	return withRoom(s, moreRoom(s, was, span, rest, first))
+}
+
 // TestReserveMore checks when reserveMore sizes a table for the rest of
 // the input: only once it has outgrown its first size and grew over the
 // span, to its length plus the rest at that rate with a fifth more, its

@@ -18,7 +18,7 @@ const sampleBytes = 4 << 20
 // input, they grow with the entries (a snapshot with call stacks that
 // memoizes new frame dicts for every entry keeps each entry's frames list
 // and frame dicts), and the table is sized for the rest of the input at
-// that rate (reserveMore), as a decode of the whole tree sizes its tables
+// that rate (moreRoom), as a decode of the whole tree sizes its tables
 // at sampleBytes. (Grown by appending, a table is copied at every doubling
 // and faulted in page by page.) The values are not sized so: streaming,
 // their table is cut back to what is kept after each entry, and its
@@ -51,14 +51,9 @@ func withRoom[T any](s []T, want int) []T {
 	return append(t, s...)
 }
 
-// reserveMore grows s's capacity to what the rest of the input needs (rest
-// bytes) if it grows as it did from length was over the last span bytes;
-// s is left as it is when it has not outgrown first, its first size.
-func reserveMore[T any](s []T, was int, span float64, rest, first int) []T {
-	return withRoom(s, moreRoom(s, was, span, rest, first))
-}
-
-// moreRoom is the capacity reserveMore gives s.
+// moreRoom is the capacity that fits what the rest of the input needs
+// (rest bytes) if s grows as it did from length was over the last span
+// bytes: cap(s) when s has not outgrown first, its first size.
 func moreRoom[T any](s []T, was int, span float64, rest, first int) int {
 	if len(s) <= first || len(s) <= was {
 		return cap(s)

@@ -29,6 +29,7 @@ type converter struct {
 	snap     *Snapshot
 	set      settings
 	approx   []string
+	ext      bool // the snapshot has a "fragsim" key (extension.go)
 }
 
 func (c *converter) note(format string, args ...any) {
@@ -83,6 +84,20 @@ func (c *converter) convert(top *pickle.Dict) error {
 		return err
 	}
 	nTrace := len(c.snap.seqs)
+	var ext *extension
+	if v, ok := top.Get("fragsim"); ok && c.salvaged == nil {
+		counts := make([]int, nTrace)
+		for i := range counts {
+			counts[i] = c.snap.seqs[i].to - c.snap.seqs[i].from
+		}
+		if ext, err = c.readExtension(v, counts); err != nil {
+			return err
+		}
+		// Its events and header stand for what the import would infer.
+		c.opt.NoInferEmptyCache, c.ext = true, true
+		c.useExtension(ext)
+		h.Merge(c.opt.Meta)
+	}
 
 	var states map[int]*devState
 	if c.salvaged == nil {
@@ -91,7 +106,9 @@ func (c *converter) convert(top *pickle.Dict) error {
 			if states, err = finalStates(c.doc, c.segs, c.maxSize()); err != nil {
 				return err
 			}
-			c.snap.pools = finalPools(states)
+			if ext == nil {
+				c.snap.pools = finalPools(states)
+			}
 		}
 		for dev := range nTrace {
 			if states[dev] == nil {
@@ -130,6 +147,9 @@ func (c *converter) convert(top *pickle.Dict) error {
 	if c.salvaged == nil {
 		init = c.initialState(states)
 	}
+	if ext != nil && ext.header.Initial != nil {
+		init = ext.header.Initial
+	}
 	if init != nil && len(init.Segments) > 0 {
 		h.Initial = init
 		sum.MidRun = true
@@ -164,7 +184,11 @@ func (c *converter) convert(top *pickle.Dict) error {
 		c.approx = slices.Insert(c.approx, unknownAt, note)
 	}
 
-	c.annotations(top, &st, nTrace)
+	if ext != nil {
+		c.extEvents(ext, &st, nTrace)
+	} else {
+		c.annotations(top, &st, nTrace)
+	}
 
 	c.summarize(&st)
 	sum.StateOnly = c.salvaged == nil && c.snap.raw.Len() == 0 && h.Initial != nil
@@ -492,6 +516,7 @@ func (st *stats) add(e *event) {
 		st.lastDev = e.Device
 	}
 	if e.Kind != trace.KindMarker && e.Kind != trace.KindEmptyCache && e.Kind != trace.KindSnapshot && e.Kind != trace.KindOOM &&
+		e.Kind != trace.KindDeviceMem && e.Kind != trace.KindSetFraction && e.Kind != trace.KindPoolRelease &&
 		(!st.haveStream || e.Stream != st.lastStream) {
 		st.streams[e.Stream] = true
 		st.lastStream, st.haveStream = e.Stream, true
@@ -522,7 +547,7 @@ func (c *converter) summarize(st *stats) {
 			sum.Kinds[trace.Kind(k).String()] = n
 		}
 	}
-	if h := &c.snap.header; h.Created.IsZero() && sum.FirstNS > 0 {
+	if h := &c.snap.header; h.Created.IsZero() && sum.FirstNS > 0 && !c.ext {
 		h.Created = time.Unix(0, sum.FirstNS).UTC() // the snapshot's first entry
 	}
 	for d := range st.devs {
@@ -567,6 +592,28 @@ func (c *converter) noteLongStacks() error {
 		}
 	}
 	return nil
+}
+
+// extEvents puts the events of the "fragsim" key on their device's
+// sequence (a new one for a device without trace entries, of the
+// nTrace), counted in st.
+func (c *converter) extEvents(x *extension, st *stats, nTrace int) {
+	for dev, evs := range x.events {
+		if len(evs) == 0 {
+			continue
+		}
+		for i := range evs {
+			st.add(&evs[i])
+			if evs[i].Kind == trace.KindMarker {
+				c.snap.summary.Markers++
+			}
+		}
+		if dev < nTrace {
+			c.snap.seqs[dev].ext, c.snap.seqs[dev].extPos = evs, x.places[dev]
+		} else {
+			c.snap.seqs = append(c.snap.seqs, devSeq{dev: trace.DeviceID(dev), ext: evs, extPos: x.places[dev]})
+		}
+	}
 }
 
 // annotations makes the snapshot's external_annotations markers on their

@@ -30,6 +30,12 @@
 //     that releases memory itself reads as one burst; a burst that may be GC is
 //     not counted and the header says so.
 //
+// A snapshot that fragsim export --format memory_viz wrote carries a
+// "fragsim" key (see extension.go): the trace header and the events no
+// trace entry holds, each at its place. Its events and header then stand
+// for what the import would infer, and the import gives back the trace
+// replayed.
+//
 // Memory. The entries are converted as the decoder meets them, into 48-byte
 // events. Up to about a million entries the events stay in memory; beyond,
 // they go to a temporary file (Options.SpillDir; unnamed, so nothing is left

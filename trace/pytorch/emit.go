@@ -322,6 +322,7 @@ type seqReader struct {
 	ok     bool   // head is set
 	filled bool   // head and ok are up to date
 	mi     int    // the next marker
+	xi     int    // the next event of the "fragsim" key
 }
 
 func (s *Snapshot) newSeqReader(seq *devSeq) *seqReader {
@@ -332,6 +333,10 @@ func (s *Snapshot) newSeqReader(seq *devSeq) *seqReader {
 
 // entry returns the device's next entry or inferred empty_cache().
 func (r *seqReader) entry() (event, bool) {
+	if q := r.seq; r.xi < len(q.ext) && int(q.extPos[r.xi]) <= r.n {
+		r.xi++
+		return q.ext[r.xi-1], true
+	}
 	if r.ec != nil && int(r.ec.Addr) == r.n {
 		e := *r.ec
 		e.Addr = 0
@@ -341,6 +346,10 @@ func (r *seqReader) entry() (event, bool) {
 	for {
 		p := r.raw.next()
 		if p == nil {
+			if q := r.seq; r.xi < len(q.ext) { // placed past the entries kept
+				r.xi++
+				return q.ext[r.xi-1], true
+			}
 			return event{}, false
 		}
 		if e := *p; r.seq.conv || r.s.entry(&e, r.seq.dev, &r.t) {
@@ -404,9 +413,17 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter, last bool) error {
 		}
 		return w.put(x)
 	}
-	// flushECs writes the empty_cache() events that go before entry k.
+	// flushECs writes the empty_cache() events that go before entry k,
+	// and the events of the "fragsim" key.
 	var x event
+	xi := 0
 	flushECs := func(k int) error {
+		for xi < len(q.ext) && int(q.extPos[xi]) <= k {
+			if err := put(&q.ext[xi]); err != nil {
+				return err
+			}
+			xi++
+		}
 		for ec != nil && int(ec.Addr) == k {
 			x = *ec
 			x.Addr = 0
@@ -439,6 +456,9 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter, last bool) error {
 				if ec != nil && int(ec.Addr) > k {
 					n = min(n, int(ec.Addr)-k)
 				}
+				if xi < len(q.ext) && int(q.extPos[xi]) > k {
+					n = min(n, int(q.extPos[xi])-k)
+				}
 				if len(ms) > 0 {
 					for j := 1; j < n; j++ {
 						if ms[0].TimeNS < b[j].TimeNS {
@@ -464,7 +484,7 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter, last bool) error {
 			if !q.conv && !s.entry(e, q.dev, &t) {
 				continue
 			}
-			if ec != nil {
+			if ec != nil || xi < len(q.ext) {
 				if err := flushECs(k); err != nil {
 					return err
 				}
@@ -487,6 +507,11 @@ func (s *Snapshot) eachOf(q *devSeq, w *eventWriter, last bool) error {
 	if err := flushECs(k); err != nil {
 		return err
 	}
+	for ; xi < len(q.ext); xi++ { // placed past the entries kept
+		if err := put(&q.ext[xi]); err != nil {
+			return err
+		}
+	}
 	for i := range ms {
 		if err := w.put(&ms[i]); err != nil {
 			return err
@@ -508,7 +533,7 @@ func (s *Snapshot) each(w *eventWriter) error {
 	rs := make([]*seqReader, 0, len(s.seqs))
 	for i := range s.seqs {
 		q := &s.seqs[i]
-		if q.to > q.from || q.ecTo > q.ecFrom || len(q.markers) > 0 {
+		if q.to > q.from || q.ecTo > q.ecFrom || len(q.markers) > 0 || len(q.ext) > 0 {
 			rs = append(rs, s.newSeqReader(q))
 		}
 	}

@@ -18,12 +18,18 @@ const (
 // line starts with RMM's first column (after a byte-order mark), is an
 // RMM log; anything else, standard input ("-") and a file that cannot be
 // read included, is taken for a snapshot (its import says what is wrong).
+// A path that is not a regular file (a pipe, a FIFO) is not read here: it
+// gives its bytes once, and they are the import's (ImportFile sniffs them
+// and says when they start as an RMM log).
 func DetectFormat(path string) string {
 	if path == "-" {
 		return FormatPyTorch
 	}
 	if strings.EqualFold(filepath.Ext(path), ".csv") {
 		return FormatRMM
+	}
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return FormatPyTorch
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -31,6 +31,10 @@ func TuneGC(path string) (restore func()) {
 	if !gcDefaults() {
 		return none
 	}
+	// Not even opened unless regular: a FIFO's writer would meet this open.
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return none
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return none

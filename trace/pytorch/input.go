@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -47,17 +48,21 @@ const maxZstdWindow = 256 << 20
 
 // budget bounds a decompression.
 type budget struct {
-	limit int64 // the most bytes in all
-	ratio int64 // the most bytes per compressed byte (beyond minBudgetBytes)
+	limit      int64 // the most bytes in all
+	ratio      int64 // the most bytes per compressed byte (beyond minBudgetBytes)
+	streamFrom int64 // the pickle size from which a compressed input is streamed (see zsrc)
 }
 
 func (o *Options) budget() budget {
-	b := budget{limit: o.MaxInputBytes, ratio: o.MaxRatio}
+	b := budget{limit: o.MaxInputBytes, ratio: o.MaxRatio, streamFrom: o.StreamFromBytes}
 	if b.limit <= 0 {
 		b.limit = 64 << 30
 	}
 	if b.ratio <= 0 {
 		b.ratio = defaultMaxRatio
+	}
+	if b.streamFrom <= 0 {
+		b.streamFrom = defaultStreamFrom
 	}
 	return b
 }
@@ -90,7 +95,10 @@ func ReadInput(r io.Reader, opt Options) ([]byte, error) {
 // data returned (see inflate), which nothing may use after.
 func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 	br, size, b := inputReader(r, opt)
-	head, _ := br.Peek(len(zstdMagic))
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, err
+	}
 	kind := compression(head)
 	if kind == "" {
 		hint := int64(1 << 20)
@@ -113,6 +121,11 @@ func readInput(r io.Reader, opt Options) (data []byte, free func(), err error) {
 // readInput's) or returned as z, to be decoded as it is decompressed.
 func readSnapshot(r io.Reader, opt Options) (data []byte, free func(), z *zsrc, err error) {
 	br, size, b := inputReader(r, opt)
+	// The first bytes are checked before the rest is read (and held).
+	head, _ := br.Peek(64)
+	if err := checkHead(head); err != nil {
+		return nil, nil, nil, err
+	}
 	hint := int64(1 << 20)
 	if size >= 0 {
 		hint = size + 1
@@ -135,7 +148,7 @@ func inputReader(r io.Reader, opt Options) (*bufio.Reader, int64, budget) {
 // openPickle returns the pickle in raw: raw itself when it is not
 // compressed; else decompressed whole (data and free as readInput's) when
 // the pickle is small, or z, to be decoded as it is decompressed, when it
-// is large or of unknown size (see streamFrom), or when its decompression
+// is large or of unknown size (see Options.StreamFromBytes), or when its decompression
 // breaks: the entries before the break are then kept, as those of a cut
 // pickle are.
 func openPickle(raw []byte, b budget) (data []byte, free func(), z *zsrc, err error) {
@@ -162,7 +175,7 @@ type brokenStream struct{ error }
 func (e brokenStream) Unwrap() error { return e.error }
 
 // sizeOf returns the size of r, a regular file or a reader with a Len
-// method, or -1.
+// or Size method, or -1.
 func sizeOf(r io.Reader) int64 {
 	switch x := r.(type) {
 	case *os.File:
@@ -171,8 +184,27 @@ func sizeOf(r io.Reader) int64 {
 		}
 	case interface{ Len() int }:
 		return int64(x.Len())
+	case *trace.Input:
+		return x.Size()
 	}
 	return -1
+}
+
+// checkHead refuses an input whose first bytes can start neither a
+// pickle nor a gzip or zstd stream, before the rest is read: 2 GB of
+// zeros on standard input are refused at once, as the same bytes in a
+// file are by the decoder.
+func checkHead(head []byte) error {
+	if len(head) == 0 || compression(head) != "" {
+		return nil // an empty input: the decoder says so
+	}
+	if bytes.HasPrefix(head, []byte("Thread,Time,")) || bytes.HasPrefix(head, []byte("\ufeffThread,Time,")) {
+		return errors.New("byte offset 0: not a snapshot: it starts as an RMM log's header (import it with --format rmm)")
+	}
+	if op := head[0]; op != 0x80 && pickle.OpName(op) == "unknown" {
+		return fmt.Errorf("byte offset 0: not a snapshot: it starts with byte 0x%02x, which starts no pickle (nor gzip or zstd)", op)
+	}
+	return nil
 }
 
 // compression returns "gzip" or "zstd" when data starts with their magic
@@ -307,12 +339,19 @@ func (b budget) bombError(kind string, n, in int64) error {
 		kind, b.allowed(in), in, b.ratio, minBudgetBytes>>20)
 }
 
-// readAll reads r to its end into a buffer of capacity hint, failing past limit.
+// readAll reads r to its end into a buffer of capacity hint, failing past
+// limit: the buffer never grows past limit+1 bytes (the byte that tells
+// an input of more).
 func readAll(r io.Reader, hint, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, max(hint, 512))
+	buf := make([]byte, 0, min(max(hint, 512), limit+1))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if int64(len(buf)) > limit {
+				return nil, fmt.Errorf("input exceeds %d bytes", limit)
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), limit+1))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

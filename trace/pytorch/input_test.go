@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,5 +108,68 @@ func TestDecompressionBombs(t *testing.T) {
 	// Within the budget, the same input is read.
 	if _, _, err := decompress(gzipped(t, nones[:1<<19]), (&Options{}).budget()); err != nil {
 		t.Errorf("half a MiB of NONE opcodes: %v", err)
+	}
+}
+
+// withStdin runs f with standard input reading data through a pipe.
+func withStdin(t *testing.T, data []byte, f func()) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.Write(data)
+		w.Close()
+	}()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old; r.Close() }()
+	f()
+}
+
+// Standard input is imported as a file is: its first bytes are checked
+// before the rest is read (2 GB of zeros once died of a fatal
+// out-of-memory error, while a file of them was refused at once), and a
+// snapshot gives the trace its file gives, with nothing left behind.
+func TestImportFileStdin(t *testing.T) {
+	dir := t.TempDir()
+	withStdin(t, make([]byte, 4<<20), func() {
+		_, err := ImportFile("-", filepath.Join(dir, "z.fst"), Options{})
+		if err == nil || !strings.Contains(err.Error(), "-: byte offset 0: not a snapshot: it starts with byte 0x00") {
+			t.Errorf("zeros: %v", err)
+		}
+	})
+	snap := mustRead(t, "midrun.p4.pickle")
+	file, piped := filepath.Join(dir, "file.fst"), filepath.Join(dir, "pipe.fst")
+	if _, err := ImportFile(filepath.Join("testdata", "midrun.p4.pickle"), file, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{snap, gzipped(t, snap)} {
+		withStdin(t, data, func() {
+			if _, err := ImportFile("-", piped, Options{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		a, _ := os.ReadFile(file)
+		b, _ := os.ReadFile(piped)
+		if !bytes.Equal(a, b) {
+			t.Errorf("standard input gave another trace than the file")
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 2 {
+		t.Errorf("left in the output's directory: %v", left)
+	}
+}
+
+// readAll's buffer never grows past its limit (and the byte past it).
+func TestReadAllBudget(t *testing.T) {
+	data := strings.Repeat("x", 1000)
+	if _, err := readAll(strings.NewReader(data), 10, 999); err == nil || !strings.Contains(err.Error(), "exceeds 999 bytes") {
+		t.Errorf("past the limit: %v", err)
+	}
+	got, err := readAll(strings.NewReader(data), 10, 1000)
+	if err != nil || len(got) != 1000 || cap(got) > 1001 {
+		t.Errorf("%d bytes in %d, %v", len(got), cap(got), err)
 	}
 }

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pickle"
 )
@@ -98,10 +97,6 @@ func loadInput(in input, opt Options, release func(int)) (*Snapshot, error) {
 		return s, err
 	}
 	return loadPickleIn(in, opt, false, release)
-}
-
-func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
-	return loadPickleIn(input{data: data}, opt, stream, release)
 }
 
 // loadPickleIn converts the pickle in, its trace entries streamed to the
@@ -288,15 +283,22 @@ func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, e
 // the error.
 //
 // in "-" is standard input.
+//
+// An input that can be read only once (standard input, a pipe, a FIFO) is
+// read as a file is, within the same budget (Options.MaxInputBytes): its
+// first bytes are checked (checkHead), then it is copied to a temporary
+// file (trace.OpenInput, in Options.SpillDir), mapped and decoded from
+// there, never grown in memory.
 func ImportFile(in, out string, opt Options) (*Summary, error) {
-	f := os.Stdin
-	if in != "-" {
-		var err error
-		if f, err = os.Open(in); err != nil {
-			return nil, err
-		}
-		defer f.Close()
+	if opt.SpillDir == "" {
+		opt.SpillDir = filepath.Dir(out)
 	}
+	inp, err := trace.OpenInput(in, trace.InputOptions{MaxBytes: opt.budget().limit, Dir: opt.SpillDir, Check: checkHead})
+	if err != nil {
+		return nil, err
+	}
+	defer inp.Close()
+	f := inp.File()
 	st, _ := f.Stat()
 	// The trace writer's buffers and zstd encoders are readied on another
 	// core while the snapshot is decoded (they are fresh memory, which
@@ -312,9 +314,6 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		})
 	}
 	opt.prepare = prepare
-	if opt.SpillDir == "" {
-		opt.SpillDir = filepath.Dir(out)
-	}
 	var s *Snapshot
 	var loadErr error
 	if data, unmap, ok := mapFile(f); ok {
@@ -324,7 +323,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// goroutine, as the trace is written.
 		go unmap()
 	} else {
-		s, loadErr = Load(f, in, opt)
+		s, loadErr = Load(inp, in, opt)
 	}
 	if s == nil {
 		return nil, loadErr
@@ -338,7 +337,7 @@ func ImportFile(in, out string, opt Options) (*Summary, error) {
 		// to serve before the trace is written.
 	}
 	// The trace goes to a temporary file of its own beside out, renamed
-	// over it once whole (see internal/outfile).
+	// over it once whole (see package outfile).
 	of, err := outfile.Create(out, in)
 	if err != nil {
 		return nil, err

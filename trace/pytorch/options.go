@@ -34,6 +34,12 @@ type Options struct {
 	// in times its compressed size, beyond a floor of 64 MiB (0: 100).
 	// Past it the input is refused as a decompression bomb.
 	MaxRatio int64
+	// StreamFromBytes is the pickle size from which a gzip'd or zstd'd
+	// snapshot is decoded while it is decompressed, in a window of 1 MiB
+	// or so, rather than decompressed whole first and decoded on the
+	// workers (0: 32 MiB; 1: every one). A snapshot whose size its
+	// header does not give is streamed. The result is the same either way.
+	StreamFromBytes int64
 
 	// SpillDir is where a snapshot of more than a million or so trace
 	// entries keeps its events while it is converted and written, in a

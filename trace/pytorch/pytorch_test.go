@@ -238,7 +238,7 @@ func TestEmptyCacheInference(t *testing.T) {
 	if got := traceCounts(evs); !reflect.DeepEqual(got, exp.Counts) {
 		t.Errorf("counts %v want %v", got, exp.Counts)
 	}
-	sum, _, evs, _ = importBytes(t, data, "empty_cache", Options{NoInferEmptyCache: true})
+	sum, _, _, _ = importBytes(t, data, "empty_cache", Options{NoInferEmptyCache: true})
 	if sum.EmptyCaches != 0 || sum.Kinds["empty_cache"] != 0 {
 		t.Errorf("inference off still inferred %d", sum.EmptyCaches)
 	}

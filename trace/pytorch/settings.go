@@ -11,11 +11,10 @@ import (
 // settings are the snapshot's allocator_settings that the conversion
 // depends on.
 type settings struct {
-	divisions    sizes.Divisions
-	maxSplit     uint64 // MaxUint64 when unlimited
-	gcThreshold  float64
-	expandable   bool
-	largeSegment uint64
+	divisions   sizes.Divisions
+	maxSplit    uint64 // MaxUint64 when unlimited
+	gcThreshold float64
+	expandable  bool
 }
 
 // roundSize is PyTorch's round_size under s (for blocks the snapshot lost).

@@ -63,7 +63,7 @@ type event struct {
 func (e *event) Event() trace.Event {
 	ev := trace.Event{Kind: e.Kind, Marker: e.Marker, Device: e.Device, Stream: e.Stream,
 		TimeNS: e.TimeNS, Addr: e.Addr, SizeBytes: e.SizeBytes}
-	if e.Kind == trace.KindOOM {
+	if auxInAddr(e.Kind) {
 		ev.Addr, ev.Aux = 0, e.Addr
 	}
 	return ev
@@ -102,8 +102,12 @@ type devSeq struct {
 	from, to     int     // its entries in raw
 	ecFrom, ecTo int     // its inferred empty_cache() events in ecs
 	markers      []event // its annotations, in time order
-	conv         bool    // its entries in raw are converted already (see entry)
-	bare         bool    // none of them has a stack or a text (putBlock need not look)
+	// ext are its events from the snapshot's "fragsim" key (see
+	// extension.go), each to go before its entry of index extPos.
+	ext    []event
+	extPos []int32
+	conv   bool // its entries in raw are converted already (see entry)
+	bare   bool // none of them has a stack or a text (putBlock need not look)
 }
 
 const noFrames = ^pickle.Value(0)

@@ -109,7 +109,6 @@ func TestSpilledMatchesMemory(t *testing.T) {
 // or a time, release bursts and a key added to an entry after its list
 // took it, spilled in blocks of three: the same trace as in memory.
 func TestSpilledSynthetic(t *testing.T) {
-	var entries [][]byte
 	var devs [][]byte
 	actions := []string{"segment_alloc", "alloc", "free_requested", "free_completed", "segment_free", "segment_free", "alloc",
 		"annotate", "snapshot", "oom", "mystery", "segment_alloc", "segment_unmap", "segment_map"}
@@ -132,7 +131,6 @@ func TestSpilledSynthetic(t *testing.T) {
 			ds = append(ds, entryPickle(pairs...))
 		}
 		devs = append(devs, bytes.Join(ds, nil))
-		entries = append(entries, ds...)
 	}
 	// Three device lists: the second and third are pushed after the first
 	// (memo 3 is the first list; lists 2 and 3 are new lists).

@@ -22,6 +22,12 @@ import (
 	"github.com/fragsim/fragsim/trace/pytorch/snapgen"
 )
 
+// loadPickle converts the pickle data, its trace entries streamed to the
+// converter when stream is set (see LoadPickle).
+func loadPickle(data []byte, opt Options, stream bool, release func(int)) (*Snapshot, error) {
+	return loadPickleIn(input{data: data}, opt, stream, release)
+}
+
 // traceBytes returns the trace s writes, with the options ImportFile uses.
 func traceBytes(t *testing.T, s *Snapshot) []byte {
 	t.Helper()
@@ -69,14 +75,18 @@ func sameAsWhole(t *testing.T, name string, data []byte, opt Options, streamed b
 	if err != nil {
 		t.Fatalf("%s: whole: %v", name, err)
 	}
-	s, err := loadPickle(data, opt, true, nil)
+	st, err := loadPickle(data, opt, true, nil)
+	if st != nil {
+		st.Close()
+	}
 	if streamed && err != nil {
 		t.Fatalf("%s: not streamed: %v", name, err)
 	}
 	if !streamed && err == nil {
 		t.Fatalf("%s: streamed, want it decoded again as a whole", name)
 	}
-	if s, err = LoadPickle(data, opt); err != nil {
+	s, err := LoadPickle(data, opt)
+	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	gotTrace, gotSum := written(t, s)

@@ -97,14 +97,14 @@ func pyString(v any, depth int) string {
 }
 
 func pyJSON(v any, depth int) string {
-	switch v.(type) {
+	switch v := v.(type) {
 	case string:
 		b, _ := json.Marshal(v)
 		return string(b)
 	case nil:
 		return "null"
 	case bool:
-		if v.(bool) {
+		if v {
 			return "true"
 		}
 		return "false"

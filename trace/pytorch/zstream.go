@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 
 	"github.com/fragsim/fragsim/trace/pickle"
 	"github.com/klauspost/compress/gzip"
@@ -15,33 +13,18 @@ import (
 )
 
 // A compressed snapshot is decoded while it is decompressed (streamed)
-// when its pickle is large or of unknown size: the decoder then holds a
-// window of the pickle (see pickle.NewReaderDecoder), and the
-// decompression runs on another goroutine, a few blocks ahead of it. A
-// small one is decompressed whole first, so that the decoder's workers can
-// split it (they need the whole pickle).
+// when its pickle is large (Options.StreamFromBytes) or of unknown size:
+// the decoder then holds a window of the pickle (see
+// pickle.NewReaderDecoder), and the decompression runs on another
+// goroutine, a few blocks ahead of it. A small one is decompressed whole
+// first, so that the decoder's workers can split it (they need the whole
+// pickle).
 //
-// streamFrom is the pickle size from which the stream is taken. Measured
-// on the 2-core development machine with bench/import/gzip.sh (genpickle
-// snapshots, gzip -6), streamed against decompressed whole then decoded
-// by the workers: 300K entries (15 MB of pickle) 0.09 s both, 52 MB of
-// RSS against 59 MB; 650K entries (32 MB) 0.18 s both, 79 MB against 108
-// MB; 1M entries (49.6 MB) 7% slower streamed (farm-bench median), 102 MB
-// against 138 MB. Below 32 MiB (the decoder's budget floor, which any
-// decode may take) the whole pickle costs little and the workers are
-// kept; from there the workers gain a few percent for memory that grows
-// with the pickle, and the stream holds the decoder's 1 MiB window and 1
-// MiB of read-ahead.
-// FRAGSIM_STREAM_FROM (bytes) overrides it, for benchmarks of both paths.
-var streamFrom int64 = 32 << 20
-
-func init() {
-	if v := os.Getenv("FRAGSIM_STREAM_FROM"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			streamFrom = n
-		}
-	}
-}
+// defaultStreamFrom is Options.StreamFromBytes's default (a variable for
+// tests): the decoder's budget floor, which any decode may take, so that
+// below it the workers are kept, and from it the memory that grows with
+// the pickle is saved for a few percent of speed (bench/RESULTS.md).
+var defaultStreamFrom int64 = 32 << 20
 
 // streamed, when set (tests), is called with each compressed input an
 // import has decoded while it decompressed it.
@@ -94,7 +77,7 @@ func sizeHint(raw []byte, kind string, b budget) int64 {
 }
 
 // streamed reports whether the import decodes z while it decompresses it.
-func (z *zsrc) streamed() bool { return z.hint < 0 || z.hint >= streamFrom }
+func (z *zsrc) streamed() bool { return z.hint < 0 || z.hint >= z.b.streamFrom }
 
 // size returns the pickle's size: exact once a decode has read it to its
 // end, else the header's, else a guess (what snapshots compress by).

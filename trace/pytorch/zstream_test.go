@@ -17,12 +17,12 @@ import (
 	"github.com/fragsim/fragsim/trace/pytorch/snapgen"
 )
 
-// withStreamFrom runs f with streamFrom set to n, and returns the
+// withStreamFrom runs f with defaultStreamFrom set to n, and returns the
 // compressed inputs the imports decoded streamed.
 func withStreamFrom(n int64, f func()) []*zsrc {
-	defer func(v int64) { streamFrom, streamed = v, nil }(streamFrom)
+	defer func(v int64) { defaultStreamFrom, streamed = v, nil }(defaultStreamFrom)
 	var got []*zsrc
-	streamFrom, streamed = n, func(z *zsrc) { got = append(got, z) }
+	defaultStreamFrom, streamed = n, func(z *zsrc) { got = append(got, z) }
 	f()
 	return got
 }
@@ -243,5 +243,40 @@ func TestZstreamBounded(t *testing.T) {
 	}
 	if got := s.Summary().PickleBytes; got != int64(len(data)) {
 		t.Errorf("PickleBytes %d, want %d", got, len(data))
+	}
+}
+
+// TestStreamFromBytes checks that Options.StreamFromBytes decides which
+// gzip'd snapshots are streamed: a small one is decompressed whole by
+// default and streamed from a size below its own, with the same trace.
+func TestStreamFromBytes(t *testing.T) {
+	var buf bytes.Buffer
+	if err := snapgen.Write(&buf, 2_000, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	gz := gzipped(t, buf.Bytes())
+	var traces [][]byte
+	for _, tc := range []struct {
+		from     int64
+		streamed int
+	}{{0, 0}, {int64(buf.Len()) + 1, 0}, {int64(buf.Len()), 1}, {1, 1}} {
+		var s *Snapshot
+		var err error
+		zs := withStreamFrom(defaultStreamFrom, func() {
+			s, err = Load(bytes.NewReader(gz), "s.gz", Options{StreamFromBytes: tc.from})
+		})
+		if err != nil {
+			t.Fatalf("StreamFromBytes %d: %v", tc.from, err)
+		}
+		if len(zs) != tc.streamed {
+			t.Errorf("StreamFromBytes %d, pickle of %d bytes: %d streamed imports, want %d", tc.from, buf.Len(), len(zs), tc.streamed)
+		}
+		traces = append(traces, traceBytes(t, s))
+		s.Close()
+	}
+	for i := range traces {
+		if !bytes.Equal(traces[i], traces[0]) {
+			t.Errorf("trace %d differs from the first", i)
+		}
 	}
 }

@@ -7,6 +7,13 @@
 // followed) or seconds since the epoch. Rows become KindAlloc, a
 // KindFreeRequested plus KindFreeCompleted pair, and KindOOM events on device
 // 0; RMM logs hold no device-level (segment) events.
+//
+// The times of a trace never go back. A time of day that falls by more than
+// half a day is the clock passing midnight: a day is added from there on
+// (Summary.Clock says at which lines). Threads log side by side, so a line
+// may come a little before the line above it: up to MaxClockSkewNS, its time
+// is raised to that line's (counted in Summary.Clock); further back, the
+// line is an error naming it.
 package rmm
 
 import (
@@ -14,11 +21,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/fragsim/fragsim/internal/outfile"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -34,6 +41,75 @@ type Summary struct {
 	FirstNS int64            `json:"first_ns"`
 	LastNS  int64            `json:"last_ns"`
 	Threads int              `json:"threads"`
+	// Clock says how the log's times were made monotonic: the midnights
+	// passed, and the lines whose time was raised to the line before
+	// theirs (see the package documentation); empty when the times never
+	// went back.
+	Clock []string `json:"clock,omitempty"`
+}
+
+// MaxClockSkewNS is how far a line's time may be behind the line before
+// it (threads logging side by side) before the line is refused: 1 s.
+const MaxClockSkewNS = int64(1e9)
+
+// clock makes a log's times monotonic (see the package documentation).
+type clock struct {
+	name      string
+	started   bool
+	last      int64 // the last time given (unwrapped)
+	dayOffset int64
+	raised    int   // lines whose time was raised
+	maxRaise  int64 // by at most this
+	firstLine int   // the first line raised
+	midnights []int // the lines where the clock passed midnight
+}
+
+// next returns the time of the line at lineNo whose raw time is raw (of
+// the day when ofDay).
+func (c *clock) next(raw int64, ofDay bool, lineNo int) (int64, error) {
+	t := raw + c.dayOffset
+	if !c.started {
+		c.started, c.last = true, t
+		return t, nil
+	}
+	if ofDay {
+		switch {
+		case t+dayNS/2 < c.last: // past midnight
+			c.dayOffset += dayNS
+			t += dayNS
+			c.midnights = append(c.midnights, lineNo)
+		case t-dayNS/2 > c.last && c.dayOffset > 0: // a line from before the last midnight
+			t -= dayNS
+		}
+	}
+	if t < c.last {
+		back := c.last - t
+		if back > MaxClockSkewNS {
+			return 0, &LineError{c.name, lineNo, fmt.Sprintf("the time goes back %.6f s from the line before (more than the %.0f s threads may skew, and not a wrap past midnight): the clock is not monotonic",
+				float64(back)/1e9, float64(MaxClockSkewNS)/1e9)}
+		}
+		if c.raised == 0 {
+			c.firstLine = lineNo
+		}
+		c.raised++
+		c.maxRaise = max(c.maxRaise, back)
+		t = c.last
+	}
+	c.last = t
+	return t, nil
+}
+
+// notes says what next did to the times.
+func (c *clock) notes() []string {
+	var out []string
+	for _, l := range c.midnights {
+		out = append(out, fmt.Sprintf("the clock passed midnight at line %d: a day was added to the times from there", l))
+	}
+	if c.raised > 0 {
+		out = append(out, fmt.Sprintf("%d lines (the first at line %d) were up to %.6f s behind the line before (threads logging side by side): their times were raised to it",
+			c.raised, c.firstLine, float64(c.maxRaise)/1e9))
+	}
+	return out
 }
 
 // LineError is an error at a line of the log.
@@ -127,8 +203,7 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	streams := map[trace.StreamID]bool{}
 	threads := map[string]bool{}
-	var dayOffset, lastRaw int64
-	started := false
+	clk := &clock{name: name}
 	write := func(e trace.Event) error {
 		if err := sink.WriteEvent(e); err != nil {
 			return err
@@ -147,6 +222,7 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 		}
 		sortStreams(sum.Streams)
 		sum.Threads = len(threads)
+		sum.Clock = clk.notes()
 	}()
 	for sc.Scan() {
 		sum.Lines++
@@ -171,11 +247,10 @@ func Import(r io.Reader, name string, sink trace.Sink) (*Summary, error) {
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, err.Error()}
 		}
-		if ofDay && started && raw+dayNS/2 < lastRaw {
-			dayOffset += dayNS // the log ran past midnight
+		t, err := clk.next(raw, ofDay, sum.Lines)
+		if err != nil {
+			return sum, err
 		}
-		lastRaw, started = raw, true
-		t := raw + dayOffset
 		ptr, err := parsePtr(f[3])
 		if err != nil {
 			return sum, &LineError{name, sum.Lines, fmt.Sprintf("bad pointer %q", f[3])}
@@ -241,27 +316,18 @@ func sortStreams(s []trace.StreamID) {
 //
 // The log is read twice, once to find whether and where it is cut (the
 // header says so, and it comes first), once to write the events, so that
-// neither the log nor its events are held in memory. A log that cannot be
-// read again (a pipe) has its events kept in memory instead.
+// neither the log nor its events are held in memory. A log that can be
+// read only once (standard input, a pipe) is copied to a temporary file
+// first (trace.OpenInput, beside out).
 //
 // in "-" is standard input.
 func ImportFile(in, out string) (*Summary, error) {
-	f := os.Stdin
-	if in != "-" {
-		var err error
-		if f, err = os.Open(in); err != nil {
-			return nil, err
-		}
-		defer f.Close()
+	f, err := trace.OpenInput(in, trace.InputOptions{Dir: filepath.Dir(out)})
+	if err != nil {
+		return nil, err
 	}
-	var buf *eventBuffer
-	var sink trace.Sink = discard{}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		buf = &eventBuffer{}
-		sink = buf
-	}
-	sum, ierr := Import(f, in, sink)
+	defer f.Close()
+	sum, ierr := Import(f, in, discard{})
 	if ierr != nil && sum.Events == 0 {
 		return sum, ierr
 	}
@@ -270,7 +336,7 @@ func ImportFile(in, out string) (*Summary, error) {
 		h.Approximate = append(h.Approximate, "the log was cut at a bad line: "+ierr.Error()+"; only the events before it are kept")
 	}
 	// The trace goes to a temporary file of its own beside out, renamed
-	// over it once whole (see internal/outfile).
+	// over it once whole (see package outfile).
 	of, err := outfile.Create(out, in)
 	if err != nil {
 		return sum, err
@@ -280,9 +346,7 @@ func ImportFile(in, out string) (*Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	if buf != nil {
-		err = buf.replay(w)
-	} else if _, err = f.Seek(0, io.SeekStart); err == nil {
+	if _, err = f.Seek(0, io.SeekStart); err == nil {
 		// The second pass stops at the same bad line, with the same events
 		// written before it.
 		var again *Summary
@@ -314,24 +378,3 @@ type discard struct{}
 func (discard) WriteEvent(trace.Event) error      { return nil }
 func (discard) String(string) trace.StringID      { return trace.NoString }
 func (discard) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
-
-// eventBuffer is a Sink that keeps events in memory.
-type eventBuffer struct {
-	events []trace.Event
-}
-
-func (b *eventBuffer) WriteEvent(e trace.Event) error {
-	b.events = append(b.events, e)
-	return nil
-}
-func (b *eventBuffer) String(string) trace.StringID      { return trace.NoString }
-func (b *eventBuffer) Stack([]trace.Frame) trace.StackID { return trace.NoStack }
-
-func (b *eventBuffer) replay(s trace.Sink) error {
-	for i, e := range b.events {
-		if err := s.WriteEvent(e); err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
-		}
-	}
-	return nil
-}

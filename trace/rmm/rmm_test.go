@@ -169,3 +169,58 @@ func TestImportFileStreamsSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// The times of an imported log never go back: a wrap past midnight adds a
+// day (and says where), a line a little behind the one before (threads)
+// takes its time, and a clock that jumps back is refused at its line.
+func TestClockMonotonic(t *testing.T) {
+	const head = "Thread,Time,Action,Pointer,Size,Stream\n"
+	s := int64(1e9)
+	for _, tc := range []struct {
+		name, log string
+		times     []int64 // of the events, when imported
+		errLine   int     // the line refused, or 0
+		note      string  // in Summary.Clock
+	}{
+		{name: "wrap", log: "1,23:30:00,allocate,0x10,5,0x0\n1,23:59:59,allocate,0x20,5,0x0\n1,00:29:59,free,0x10,5,0x0\n",
+			times: []int64{84600 * s, 86399 * s, 88199 * s, 88199 * s}, note: "passed midnight at line 4"},
+		{name: "skew across midnight", log: "1,23:59:59.9,allocate,0x10,5,0x0\n2,00:00:00.1,allocate,0x20,5,0x0\n1,23:59:59.95,free,0x10,5,0x0\n",
+			times: []int64{86399*s + 9e8, 86400*s + 1e8, 86400*s + 1e8, 86400*s + 1e8}, note: "1 lines (the first at line 4) were up to 0.150000 s behind"},
+		{name: "back an hour", log: "1,01:00:00,allocate,0x10,5,0x0\n1,00:00:00,free,0x10,5,0x0\n", errLine: 3},
+		{name: "epoch back", log: "1,1634567890.5,allocate,0x10,5,0x0\n1,1634567880.5,free,0x10,5,0x0\n", errLine: 3},
+		{name: "epoch skew", log: "1,1634567890.5,allocate,0x10,5,0x0\n1,1634567890.25,free,0x10,5,0x0\n",
+			times: []int64{1634567890500000000, 1634567890500000000, 1634567890500000000}, note: "up to 0.250000 s behind"},
+	} {
+		var buf eventBuffer
+		sum, err := Import(strings.NewReader(head+tc.log), "c.csv", &buf)
+		var le *LineError
+		if tc.errLine != 0 {
+			if !errors.As(err, &le) || le.Line != tc.errLine || !strings.Contains(err.Error(), "not monotonic") {
+				t.Errorf("%s: err %v, want one at line %d", tc.name, err, tc.errLine)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []int64
+		for _, e := range buf.events {
+			got = append(got, e.TimeNS)
+		}
+		if !reflect.DeepEqual(got, tc.times) || !strings.Contains(strings.Join(sum.Clock, "; "), tc.note) || sum.LastNS < sum.FirstNS {
+			t.Errorf("%s: times %v, clock %q; want %v and %q", tc.name, got, sum.Clock, tc.times, tc.note)
+		}
+	}
+}
+
+// eventBuffer is a Sink that keeps events in memory.
+type eventBuffer struct {
+	events []trace.Event
+}
+
+func (b *eventBuffer) WriteEvent(e trace.Event) error {
+	b.events = append(b.events, e)
+	return nil
+}
+func (b *eventBuffer) String(string) trace.StringID      { return trace.NoString }
+func (b *eventBuffer) Stack([]trace.Frame) trace.StackID { return trace.NoStack }

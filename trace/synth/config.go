@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -74,10 +75,31 @@ func GPT2Small() ModelShape {
 		Vocab: 50257, MaxPositions: 1024, DTypeBytes: 4}
 }
 
+// The largest model dimensions Validate accepts: far above any real
+// transformer's, and low enough that the products the generator forms
+// (a layer's weights, an activation) stay far from overflowing.
+const (
+	MaxLayers    = 1 << 10
+	MaxHidden    = 1 << 16
+	MaxVocab     = 1 << 22
+	MaxPositions = 1 << 20
+)
+
+// MaxAgents bounds Config.Agents: each agent holds its own model copy
+// (BERT-base is 440 MB), so a few thousand already need more memory than
+// any device has, and the generator keeps a few hundred tensors an agent.
+const MaxAgents = 1 << 12
+
 func (m ModelShape) validate(what string) error {
 	switch {
 	case m.Layers <= 0 || m.Hidden <= 0 || m.Heads <= 0 || m.Intermediate <= 0 || m.Vocab <= 0 || m.MaxPositions <= 0:
 		return fmt.Errorf("%s model %q: layers, hidden, heads, intermediate, vocab and max positions must be positive", what, m.Name)
+	case m.Layers > MaxLayers || m.Hidden > MaxHidden || m.Heads > m.Hidden || m.Intermediate > 4*MaxHidden ||
+		m.Vocab > MaxVocab || m.MaxPositions > MaxPositions || m.TypeVocab > MaxHidden:
+		return fmt.Errorf("%s model %q: layers %d, hidden %d, heads %d, intermediate %d, vocab %d, max positions %d, type vocab %d: "+
+			"want at most %d layers, %d hidden, heads at most hidden, %d intermediate, %d vocab, %d positions and %d type vocab",
+			what, m.Name, m.Layers, m.Hidden, m.Heads, m.Intermediate, m.Vocab, m.MaxPositions, m.TypeVocab,
+			MaxLayers, MaxHidden, 4*MaxHidden, MaxVocab, MaxPositions, MaxHidden)
 	case m.Hidden%m.Heads != 0:
 		return fmt.Errorf("%s model %q: hidden size %d is not a multiple of %d heads", what, m.Name, m.Hidden, m.Heads)
 	case m.DTypeBytes != 1 && m.DTypeBytes != 2 && m.DTypeBytes != 4 && m.DTypeBytes != 8:
@@ -183,18 +205,22 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Events <= 0:
 		return fmt.Errorf("events must be positive, got %d", c.Events)
-	case c.Agents <= 0:
-		return fmt.Errorf("agents must be positive, got %d", c.Agents)
+	case c.Agents <= 0 || c.Agents > MaxAgents:
+		return fmt.Errorf("agents %d: want 1 to %d (each agent holds its own model copy)", c.Agents, MaxAgents)
+	case c.Events > MaxEvents:
+		return fmt.Errorf("events %d: want at most %d", c.Events, int64(MaxEvents))
 	case len(c.Kinds) == 0:
 		return errors.New("no agent kinds")
 	case len(c.BatchSizes) == 0:
 		return errors.New("no batch sizes")
 	case c.BatchWeights != nil && len(c.BatchWeights) != len(c.BatchSizes):
 		return fmt.Errorf("%d batch weights for %d batch sizes", len(c.BatchWeights), len(c.BatchSizes))
-	case c.SeqMin <= 0 || c.SeqMax < c.SeqMin:
+	case c.SeqMin <= 0 || c.SeqMax < c.SeqMin || c.SeqMax > MaxPositions:
 		return fmt.Errorf("sequence lengths %d..%d: want 0 < min <= max", c.SeqMin, c.SeqMax)
 	case !(c.FreeProb >= 0 && c.FreeProb < 1):
 		return fmt.Errorf("free probability %v: want 0 <= p < 1", c.FreeProb)
+	case c.DecodeMin < 0 || c.DecodeMax > MaxPositions:
+		return fmt.Errorf("decode tokens %d..%d: want 0 to %d", c.DecodeMin, c.DecodeMax, MaxPositions)
 	case c.HoldCap < 0 || c.HoldCap > 1<<20:
 		return fmt.Errorf("hold cap %d out of range 0..%d", c.HoldCap, 1<<20)
 	case c.ThinkNS < 0 || c.OpNS < 0:
@@ -251,8 +277,51 @@ func (c *Config) Validate() error {
 				c.SeqMax, c.DecodeMax, c.Decoder.MaxPositions)
 		}
 	}
+	return c.checkBytes()
+}
+
+// checkBytes refuses a workload whose memory no trace can hold: every
+// agent's weights together, or one activation, past trace.MaxSizeBytes.
+// The figures are upper bounds, in float64 so that they cannot wrap.
+func (c *Config) checkBytes() error {
+	var weights, act float64
+	maxBatch := float64(slices.Max(c.BatchSizes))
+	for i, k := range c.Kinds {
+		if i >= c.Agents {
+			break
+		}
+		m := &c.Encoder
+		seq := float64(c.SeqMax)
+		widest := float64(max(m.Intermediate, 3*m.Hidden, numLabels))
+		if k == Decode {
+			m = &c.Decoder
+			seq = float64(c.SeqMax + c.DecodeMax)
+			widest = float64(max(m.Intermediate, 3*m.Hidden, m.Vocab))
+		}
+		var w float64
+		params(m, k, func(elems, _ int, _ bool) { w += float64(elems) * float64(max(m.DTypeBytes, 4)) })
+		// Agents i, i+len(Kinds), ... have this kind.
+		weights += w * float64((c.Agents-i+len(c.Kinds)-1)/len(c.Kinds))
+		f := float64(max(m.DTypeBytes, int64Bytes))
+		scores := maxBatch * seq * seq * f // the mask, or the scores of every head
+		if c.EagerAttention {
+			scores *= float64(m.Heads)
+		}
+		act = max(act, maxBatch*seq*widest*f, scores)
+	}
+	if weights > trace.MaxSizeBytes {
+		return fmt.Errorf("%d agents' model copies need %.3g bytes, above the most a trace holds (2^48): use fewer agents or a smaller model",
+			c.Agents, weights)
+	}
+	if act > trace.MaxSizeBytes {
+		return fmt.Errorf("an activation of batch %d and %d tokens may need %.3g bytes, above the most a trace holds (2^48): use smaller batches or shorter sequences",
+			int(maxBatch), c.SeqMax, act)
+	}
 	return nil
 }
+
+// MaxEvents bounds Config.Events (2^40).
+const MaxEvents = 1 << 40
 
 // Summary returns the config as one line of key=value pairs (stored in the
 // trace header).

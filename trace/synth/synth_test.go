@@ -317,6 +317,22 @@ func TestValidate(t *testing.T) {
 		"nan weight": func(c *Config) { c.BatchWeights = []float64{1, math.NaN(), 1} },
 		"inf flops":  func(c *Config) { c.FLOPS = math.Inf(1) },
 		"nan bw":     func(c *Config) { c.MemBW = math.NaN() },
+		// Past these the generator's memory or the trace's sizes blow up
+		// (10M agents died of a fatal out-of-memory error).
+		"10M agents":   func(c *Config) { c.Agents = 10_000_000 },
+		"many agents":  func(c *Config) { c.Agents = MaxAgents + 1 },
+		"many events":  func(c *Config) { c.Events = MaxEvents + 1 },
+		"layers":       func(c *Config) { c.Encoder.Layers = 1 << 30 },
+		"hidden":       func(c *Config) { c.Encoder.Hidden, c.Encoder.Heads = 1<<30, 1 },
+		"vocab":        func(c *Config) { c.Kinds = []AgentKind{Decode}; c.Decoder.Vocab = 1 << 40 },
+		"huge weights": func(c *Config) { c.Agents = MaxAgents; c.Encoder.Vocab, c.Encoder.Hidden = MaxVocab, MaxHidden },
+		"huge logits": func(c *Config) {
+			c.Kinds, c.BatchSizes, c.Decoder.MaxPositions, c.SeqMax = []AgentKind{Decode}, []int{65536}, MaxPositions, 1<<19
+		},
+		"huge scores": func(c *Config) {
+			c.EagerAttention, c.BatchSizes, c.Encoder.MaxPositions, c.SeqMax = true, []int{65536}, 1<<16, 1<<16
+		},
+		"decode neg": func(c *Config) { c.DecodeMin = -1 },
 	}
 	for name, mod := range bad {
 		cfg := DefaultConfig()
@@ -331,6 +347,10 @@ func TestValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("default config: %v", err)
+	}
+	cfg.Agents = MaxAgents
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("%d agents: %v", MaxAgents, err)
 	}
 }
 

@@ -20,8 +20,8 @@ touches CUDA):
    (fragsim explain's fit: compare --goal fit:CAP on the snapshot);
 2. under that setting: its PYTORCH_CUDA_ALLOC_CONF in the child's
    environment and, when it says to call torch.cuda.empty_cache() every N
-   requests, the call after every N allocator events, as the replay counts
-   them (an allocation one, a free two: requested and completed). The same
+   allocations, the call after every N allocations, as the replay counts
+   them. The same
    loop, the last request included, completes.
 
 Needs torch and the fragsim wheel (pip install --no-index dist/fragsim-*.whl),
@@ -41,14 +41,14 @@ GiB = 1 << 30
 
 
 class Allocations:
-    """Counts the allocator's events as a replay does, and calls
+    """Counts allocations as a replay does, and calls
     torch.cuda.empty_cache() after every `every` of them (0: never)."""
 
     def __init__(self, torch, every):
         self.torch, self.every, self.n = torch, every, 0
 
-    def count(self, events):
-        self.n += events
+    def count(self, allocations):
+        self.n += allocations
         if self.every and self.n >= self.every:
             self.n = 0
             self.torch.cuda.empty_cache()
@@ -72,11 +72,9 @@ def workload(args):
     warm = [tensor(256 * MiB) for _ in range(16)]  # the warm-up batch's prefill buffers
     while warm:
         warm.pop()
-        ev.count(2)
     kv = [tensor(50 * MiB) for _ in range(args.sessions)]  # a KV cache per session
     for i in range(0, len(kv), 2):  # every other session ends
         kv[i] = None
-        ev.count(2)
     buf = tensor(args.big)  # the long-context request
     total = float(buf[:1024].float().sum().item())
     total += sum(float(t[0, 0].item()) for t in kv if t is not None)
@@ -156,9 +154,9 @@ def main():
                "named_setting": {k: fit.get(k) for k in ("setting", "conf", "env", "apply", "fits", "min_capacity_bytes",
                                                          "peak_reserved_bytes", "exact", "line", "goal")}}
     # The setting: a PYTORCH_CUDA_ALLOC_CONF value, "empty_cache every N
-    # requests", or the two joined by a comma.
+    # allocations", or the two joined by a comma.
     setting = (fit.get("setting") or "") if fit.get("fits") else ""
-    m = re.search(r"empty_cache every (\d+) requests", setting)
+    m = re.search(r"empty_cache every (\d+) allocations", setting)
     every = int(m.group(1)) if m else 0
     conf = fit.get("conf") or ""
     if m and not conf:

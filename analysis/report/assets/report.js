@@ -179,13 +179,14 @@
       sel.value = selected;
       hits = [];
       if (!l) { $("map-summary").textContent = "This policy cannot list its segments."; return; }
+      var segs = l.segments || [];
       $("map-when").textContent = "at event " + fmtCount(l.index) + ", " + l.t_s.toFixed(2) + " s" + (l.what ? " (" + l.what + ")" : "");
       $("map-summary").textContent = "reserved " + fmtBytes(l.reserved) + ", active " + fmtBytes(l.active) +
         ", free stranded " + fmtBytes(l.stranded) + ", free releasable " + fmtBytes(l.releasable) + "; " +
-        l.segments.length + " segments, largest first" +
+        segs.length + " segments, largest first" +
         (l.more_segments ? "; " + l.more_segments + " smaller segments (" + fmtBytes(l.more_bytes) + ") not drawn" : "") + ".";
       var dpr = window.devicePixelRatio || 1;
-      var w = cv.parentElement.clientWidth || 1100, h = Math.max(ROW, l.segments.length * ROW);
+      var w = cv.parentElement.clientWidth || 1100, h = Math.max(ROW, segs.length * ROW);
       cv.width = w * dpr; cv.height = h * dpr; cv.style.height = h + "px";
       var ctx = cv.getContext("2d");
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -193,7 +194,8 @@
       ctx.font = "11px system-ui, sans-serif";
       ctx.textBaseline = "middle";
       var bw = w - LABEL - 8;
-      l.segments.forEach(function (s, r) {
+      if (!segs.length) { ctx.fillStyle = "#3d4750"; ctx.fillText("no segments at this moment: nothing reserved", 6, ROW / 2); }
+      segs.forEach(function (s, r) {
         var y = r * ROW;
         if (s.pool_id) { // a private pool's rows: tinted, with the pool's colour at the left
           ctx.fillStyle = "#f3eefb"; ctx.fillRect(0, y, w, ROW);
@@ -203,7 +205,7 @@
         ctx.fillText(fmtBytes(s.size) + "  " + (s.pool_tag ? s.pool_tag + " " : "") + (s.pool || "") +
           (s.pool_tag ? "" : "  stream " + s.stream), 6, y + ROW / 2);
         var x = LABEL, off = 0;
-        s.blocks.forEach(function (b) {
+        (s.blocks || []).forEach(function (b) {
           var x0 = LABEL + bw * off / s.size, x1 = LABEL + bw * (off + b[0]) / s.size;
           off += b[0];
           ctx.fillStyle = STATE_COLOR[b[1]];
@@ -389,6 +391,16 @@
     select(selected === 0 ? D.layouts.length - 1 : 0);
     res.selectedFrom = was; res.selectedTo = selected;
     res.mapChanged = $("map").toDataURL() !== before && $("map-summary").textContent !== beforeSummary;
+    // Draw every moment: one with no segments too.
+    res.emptyDrawn = 0;
+    try {
+      D.layouts.forEach(function (l, i) {
+        select(i);
+        if (!(l.segments || []).length && canvasInk($("map")) > 0 && /^reserved .* 0 segments/.test($("map-summary").textContent)) res.emptyDrawn++;
+      });
+    } catch (e) {
+      errors.push(String(e && e.stack || e));
+    }
     select(was);
     var out = $("selftest");
     out.textContent = JSON.stringify(res);

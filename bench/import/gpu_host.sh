@@ -9,16 +9,16 @@
 #   2. writes genpickle's synthetic snapshots of 100K and 1M entries with
 #      8-frame stacks (the default inputs of run.sh);
 #   3. unpacks the real snapshots of trace/pytorch/testdata/real;
-#   4. runs inproc.sh (in process) and cmd.py (the whole command) on all of
+#   4. runs inproc.sh (in process) and whole_command.py (the whole command) on all of
 #      them, with the old binaries in the same rounds when they are there.
 #
-# usage: bench/import/h200.sh OUTDIR
+# usage: bench/import/gpu_host.sh OUTDIR
 #   build/fragsim, build/pytorch.test (`go test -c ./trace/pytorch`) and
 #   build/genpickle (./bench/import/genpickle), all CGO_ENABLED=0; and for
 #   an A/B, build/fragsim_old and build/pytorch_old.test of another commit.
 #   RUNS (default 11) runs of the command, ROUNDS (5) and K (5) in process.
 set -uo pipefail
-out=${1:?usage: h200.sh OUTDIR}
+out=${1:?usage: gpu_host.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 snap=$(mktemp -d "${TMPDIR:-/tmp}/fragsim-h200.XXXXXX")
@@ -58,5 +58,5 @@ env "${old[@]}" TESTBIN="$root/build/pytorch.test" ROUNDS=${ROUNDS:-5} K=${K:-5}
 bins=()
 [ -x "$root/build/fragsim_old" ] && bins+=(old="$root/build/fragsim_old")
 bins+=(new="$root/build/fragsim")
-python3 "$here/cmd.py" "${RUNS:-11}" "${bins[@]}" -- "${files[@]}" 2>&1 | tee "$out/cmd.txt"
+python3 "$here/whole_command.py" "${RUNS:-11}" "${bins[@]}" -- "${files[@]}" 2>&1 | tee "$out/whole_command.txt"
 rm -rf "$snap"

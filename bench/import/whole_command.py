@@ -7,10 +7,10 @@ median seconds of each and their ratios to pickle.loads (best/best,
 median/median), then the same ratios against the whole Python process
 that loads (py_proc: the interpreter's start, the file's read, the load
 and the exit, timed by this parent as it times fragsim, so that both
-sides are a process). Unlike ab.sh, no /usr/bin/time wraps the command (it adds
+sides are a process). Unlike compare_binaries.sh, no /usr/bin/time wraps the command (it adds
 a process of its own), so there are no RSS or fault figures.
 
-usage: bench/import/cmd.py N LABEL=FRAGSIM ... -- SNAPSHOT.pickle ...
+usage: bench/import/whole_command.py N LABEL=FRAGSIM ... -- SNAPSHOT.pickle ...
 """
 import hashlib
 import os

@@ -1,6 +1,8 @@
 package caching
 
 import (
+	"errors"
+
 	"github.com/fragsim/fragsim/replay/driver"
 	"github.com/fragsim/fragsim/trace"
 )
@@ -135,11 +137,13 @@ func (a *Allocator) chooseReading(size uint64, stream trace.StreamID) int {
 		s := a.save()
 		td := &trialDevice{real: real, rec: rec}
 		a.dev = td
+		// The device calls decide, not the outcome: an OOM may be what
+		// the recorded malloc did too. Any other error fails the trial.
 		_, err := a.malloc(size, stream, k)
+		var oom *driver.OOMError
 		// A later completion can only have come from the release, which
 		// applies every one held back.
-		ok := !td.failed && td.pos == len(rec) && (k == n || len(a.completions) == 0)
-		_ = err
+		ok := (err == nil || errors.As(err, &oom)) && !td.failed && td.pos == len(rec) && (k == n || len(a.completions) == 0)
 		a.restore(s)
 		if ok {
 			return k

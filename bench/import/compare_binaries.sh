@@ -7,7 +7,7 @@
 # then the median seconds of each, and checks that both binaries write
 # the same trace.
 #
-# usage: bench/import/ab.sh OLD_FRAGSIM NEW_FRAGSIM SNAPSHOT.pickle ...
+# usage: bench/import/compare_binaries.sh OLD_FRAGSIM NEW_FRAGSIM SNAPSHOT.pickle ...
 set -euo pipefail
 old=$1 new=$2
 shift 2
