@@ -189,7 +189,7 @@ func TestHookThreads(t *testing.T) {
 // at path by this process, and returns cmd's stdout. With killAfter > 0 it
 // kills cmd with SIGKILL once that many events are drained; with late it
 // drains only after cmd ended.
-func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late bool) ([]byte, error) {
+func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late bool) (out []byte, lost uint64, err error) {
 	t.Helper()
 	reg, regPath, err := ring.Create(t.TempDir(), 1024)
 	if err != nil {
@@ -250,7 +250,7 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late 
 					t.Errorf("%d calls found no room", n)
 				}
 			}
-			return stdout.Bytes(), err
+			return stdout.Bytes(), reg.Lost(), err
 		case <-time.After(20 * time.Millisecond):
 			if !late {
 				step(false)
@@ -273,7 +273,7 @@ func testHookThreads(t *testing.T, shared, late bool, cacheMB int) {
 	var out []byte
 	var err error
 	if shared {
-		out, err = runShared(t, cmd, path, 0, late)
+		out, _, err = runShared(t, cmd, path, 0, late)
 	} else {
 		out, err = cmd.Output()
 	}
@@ -457,7 +457,7 @@ func TestHookKilledShared(t *testing.T) {
 	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), "forever")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	_, err := runShared(t, cmd, path, 50000, false)
+	_, lost, err := runShared(t, cmd, path, 50000, false)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("harness ended with %v, want killed\n%s", err, stderr.String())
@@ -476,6 +476,16 @@ func TestHookKilledShared(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatalf("after %d events: %v", n, err)
+		}
+		// Calls that found the region full (a harness recording faster
+		// than this process drains, as on a loaded machine) leave holes in
+		// each thread's numbering that the checker cannot follow: the
+		// trace must then still read back whole, to its last event.
+		if lost > 0 {
+			if e.Kind == trace.KindAlloc {
+				c.nAllocs++
+			}
+			continue
 		}
 		if err := c.event(n, e, f.Reader); err != nil {
 			t.Fatal(err)
