@@ -69,6 +69,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			compareCommand(),
 			analyzeCommand(),
 			explainCommand(),
+			monitorCommand(),
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),

@@ -47,6 +47,7 @@ func importCommand() *cli.Command {
 			&cli.StringFlag{Name: "driver", Usage: "the driver `VERSION`, stored in the header"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "a `KEY=VALUE` tag for the header (repeatable), e.g. wall_native_s=1.31"},
 			&cli.StringFlag{Name: "device-log", Usage: "merge the device-memory samples of `FILE` (lines of \"time_ns device free_bytes total_bytes\", plain or gzip'd) into the trace as device_mem events"},
+			&cli.StringFlag{Name: "metrics-log", Usage: "merge the device memory of fragsim.monitor(log=`FILE`) (JSON lines) into the trace as device_mem events, as --device-log does"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
 		},
@@ -74,10 +75,17 @@ func runImport(c *cli.Context) (err error) {
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
 	}
 	var samples []trace.Event
-	if p := c.String("device-log"); p != "" {
+	logFlag, p, readLog := "device-log", c.String("device-log"), trace.ReadDeviceLogFile
+	if m := c.String("metrics-log"); m != "" {
+		if p != "" {
+			return exitCode(2, fmt.Errorf("import: give --device-log or --metrics-log, not both"))
+		}
+		logFlag, p, readLog = "metrics-log", m, trace.ReadMetricsLogFile
+	}
+	if p != "" {
 		var err error
-		if samples, err = trace.ReadDeviceLogFile(p); err != nil {
-			return fmt.Errorf("import: --device-log: %w", err)
+		if samples, err = readLog(p); err != nil {
+			return fmt.Errorf("import: --%s: %w", logFlag, err)
 		}
 		defer func() {
 			if err == nil {
