@@ -201,7 +201,8 @@ def main():
         tag = _STATIC_TAGS[(goos, goarch)]
         if hook:
             lib = os.path.join(tmp, "libfragsim_hook.so")
-            go_build(lib, "./cuda/hook", goos, goarch, True, ["-buildmode=c-shared"])  # as cuda/build.sh does
+            # as cuda/build.sh does, stripped as the binary is (the exported symbols stay)
+            go_build(lib, "./cuda/hook", goos, goarch, True, ["-buildmode=c-shared", "-ldflags", "-s -w"])
             tag = manylinux_tag(lib)
             with open(lib, "rb") as f:
                 files["fragsim/lib/libfragsim_hook.so"] = (f.read(), True)

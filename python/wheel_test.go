@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,8 @@ import (
 
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/internal/cli"
+	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/replay/monitor"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -466,13 +470,23 @@ func TestRecording(t *testing.T) {
 	const allocs, frees = 30, 15
 
 	out := filepath.Join(dir, "run.fst")
-	stdout, errOut, err := venv(t, base, "python", "testdata/recorded.py", out, "3")
+	// With FRAGSIM_METRICS_ADDR, the hook serves the monitor's metrics
+	// inside the block, as under fragsim record.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	stdout, errOut, err := venv(t, append(base, "FRAGSIM_METRICS_ADDR="+addr, "RECORDED_SCRAPE=http://"+addr+"/metrics"),
+		"python", "testdata/recorded.py", out, "3")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	var s struct {
 		Allocs, Frees, Missing int64
 		Closed                 bool
+		Metrics                string
 	}
 	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
 		t.Fatalf("%v: %q\n%s", err, stdout, errOut)
@@ -482,6 +496,11 @@ func TestRecording(t *testing.T) {
 	}
 	if n := countAllocs(t, out); n != allocs {
 		t.Errorf("the trace holds %d allocs, want %d", n, allocs)
+	}
+	for _, name := range monitor.Names() {
+		if !strings.Contains(s.Metrics, "\n"+name+`{device="0"} `) {
+			t.Errorf("the hook's endpoint inside fragsim.recording() serves no %s:\n%s", name, s.Metrics)
+		}
 	}
 
 	killed := filepath.Join(dir, "killed.fst")
@@ -525,5 +544,291 @@ func countAllocs(t *testing.T, path string) int {
 		if e.Kind == trace.KindAlloc {
 			n++
 		}
+	}
+}
+
+// promClient returns a directory that holds prometheus_client alone (a
+// link to the system's, Debian's python3-prometheus-client), to put on
+// PYTHONPATH, and a python that can import it; "" when it is not
+// installed (CI installs it).
+func promClient(t *testing.T) (dir, python string) {
+	t.Helper()
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		out, err := exec.Command(py, "-c", "import os, prometheus_client; print(os.path.dirname(prometheus_client.__file__))").Output()
+		if err != nil {
+			continue
+		}
+		dir = t.TempDir()
+		if err := os.Symlink(strings.TrimSpace(string(out)), filepath.Join(dir, "prometheus_client")); err != nil {
+			t.Fatal(err)
+		}
+		return dir, py
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("prometheus_client is not installed: CI installs python3-prometheus-client")
+	}
+	return "", ""
+}
+
+// monitorSummary is what testdata/monitored.py prints.
+type monitorSummary struct {
+	Texts     [][2]string                `json:"texts"` // content type, body
+	RiskCalls []map[string]any           `json:"risk_calls"`
+	Ticks     int                        `json:"ticks"`
+	Last      map[string]json.RawMessage `json:"last"`
+	Returned  json.RawMessage            `json:"tick_returned"`
+	CPU       []float64                  `json:"cpu"`
+}
+
+// runMonitored runs testdata/monitored.py in mode against the fake torch
+// with the fragmented snapshot; extra PYTHONPATH entries and variables
+// after. It returns the summary, the monitor's stderr lines and the log.
+func runMonitored(t *testing.T, snap, mode string, path []string, extra ...string) (monitorSummary, []string, string) {
+	t.Helper()
+	fake, _ := filepath.Abs("testdata/faketorch")
+	dir := t.TempDir()
+	e := append([]string{"PYTHONPATH=" + strings.Join(append([]string{fake}, path...), ":"), "PYTHONDONTWRITEBYTECODE=1",
+		"FAKE_DEVICE_COUNT=2", "FAKE_CONTEXTS=0"}, extra...)
+	out, errOut, err := venv(t, e, "python", "testdata/monitored.py", dir, snap, mode)
+	if err != nil {
+		t.Fatalf("monitored.py %s: %v\n%s", mode, err, errOut)
+	}
+	var s monitorSummary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("%v: %q\n%s", err, out, errOut)
+	}
+	var lines []string
+	for _, l := range strings.Split(errOut, "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	return s, lines, filepath.Join(dir, "metrics.jsonl")
+}
+
+// parseExposition parses Prometheus text with prometheus_client.parser
+// (by python) and returns each sample's value by name and labels.
+func parseExposition(t *testing.T, python, promDir, text string) map[string]float64 {
+	t.Helper()
+	cmd := exec.Command(python, "-c", `
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out[s.name + json.dumps(s.labels, sort_keys=True)] = s.value
+print(json.dumps(out))`)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+promDir)
+	cmd.Stdin = strings.NewReader(text)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("prometheus_client.parser: %v\n%s\n%s", err, e.String(), text)
+	}
+	var m map[string]float64
+	if err := json.Unmarshal(o.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestMonitor runs fragsim.monitor against the fake torch, whose
+// allocator holds testdata/fragmented.py's segments (60 MiB reserved, 24
+// MiB allocated, no free block over 8 MiB) on a 1 GiB device, with
+// prometheus_client and without: each metric is analyze's figure of the
+// same snapshot or the device's arithmetic; the risk turns on at 100 MiB
+// free with one warning and one on_risk call, stays on at 120 MiB without
+// another, goes off at 400 MiB and turns on again at 50 MiB; /metrics
+// parses with prometheus_client.parser, names exactly replay/monitor's
+// metrics and reads the same both ways; the log reads as a metrics log.
+func TestMonitor(t *testing.T) {
+	setup(t)
+	snap := filepath.Join(t.TempDir(), "fragmented.pickle")
+	if out, err := exec.Command("python3", "testdata/fragmented.py", snap).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	imported := filepath.Join(t.TempDir(), "s.fst")
+	if _, errOut, err := venv(t, nil, "fragsim", "import", "-q", snap, "-o", imported); err != nil {
+		t.Fatal(errOut)
+	}
+	out, errOut, err := venv(t, nil, "fragsim", "analyze", imported, "--json")
+	if err != nil {
+		t.Fatal(errOut)
+	}
+	var a struct {
+		State struct {
+			Reserved  uint64  `json:"reserved_bytes"`
+			Active    uint64  `json:"active_bytes"`
+			Largest   uint64  `json:"largest_free_bytes"`
+			AtPeakPct float64 `json:"at_peak_pct"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(out), &a); err != nil {
+		t.Fatal(err)
+	}
+	const mib, total = 1 << 20, 1 << 30
+	reserve := float64(replay.DefaultOutsideReserveBytes)
+	cached := float64(a.State.Reserved - a.State.Active)
+	want := map[string]float64{
+		// memory_stats' counters, as the fake gives them
+		"fragsim_reserved_bytes": 60 * mib, "fragsim_allocated_bytes": 24 * mib, "fragsim_inactive_split_bytes": 36 * mib,
+		"fragsim_oom_total": 2, "fragsim_alloc_retries_total": 5,
+		// the snapshot's, as analyze reads it
+		"fragsim_largest_free_block_bytes": float64(a.State.Largest), "fragsim_cached_free_bytes": cached,
+		"fragsim_fragmentation_ratio": 1 - float64(a.State.Largest)/cached, "fragsim_at_peak_pct": a.State.AtPeakPct,
+		// the device's, at the first tick's 500 MiB free
+		"fragsim_device_free_bytes": 500 * mib, "fragsim_outside_allocator_bytes": total - 60*mib - 500*mib,
+		"fragsim_silent_oom_risk": 0, "fragsim_silent_oom_margin_bytes": 500*mib - reserve,
+	}
+	if len(want) != len(monitor.Metrics) {
+		t.Fatalf("the test checks %d metrics, the monitor exports %d", len(want), len(monitor.Metrics))
+	}
+	prom, py := promClient(t)
+	parsed := map[string][2]map[string]float64{}
+	for _, withProm := range []bool{false, true} {
+		name := "without prometheus_client"
+		var path []string
+		if withProm {
+			if prom == "" {
+				t.Log("prometheus_client is not installed: the run with it is skipped")
+				continue
+			}
+			name, path = "with prometheus_client", []string{prom}
+		}
+		t.Run(name, func(t *testing.T) {
+			s, lines, log := runMonitored(t, snap, "risk", path)
+			if len(s.Texts) != 2 || s.Ticks != 6 {
+				t.Fatalf("%d texts, %d ticks: want 2 and 6", len(s.Texts), s.Ticks)
+			}
+			if ct := s.Texts[0][0]; ct != "text/plain; version=0.0.4; charset=utf-8" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if strings.Contains(s.Texts[1][1], `device="1"`) {
+				t.Error("device 1, which has no context, is monitored")
+			}
+			if py == "" {
+				t.Skip("no prometheus_client to parse /metrics with")
+			}
+			var got [2]map[string]float64
+			for i := range got {
+				got[i] = parseExposition(t, py, prom, s.Texts[i][1])
+			}
+			parsed[name] = got
+			names := map[string]bool{}
+			for k := range got[0] {
+				names[k[:strings.IndexByte(k, '{')]] = true
+			}
+			if len(names) != len(monitor.Metrics) {
+				t.Errorf("/metrics names %v, want replay/monitor's %v", names, monitor.Names())
+			}
+			for n, v := range want {
+				if g, ok := got[0][n+`{"device": "0"}`]; !ok || math.Abs(g-v) > 1e-9*math.Max(1, math.Abs(v)) {
+					t.Errorf("first tick: %s = %v (served: %v), want %v", n, g, ok, v)
+				}
+			}
+			if g := got[1][`fragsim_silent_oom_risk{"device": "0"}`]; g != 1 {
+				t.Errorf("last tick: risk %v, want 1", g)
+			}
+			if g := got[1][`fragsim_silent_oom_margin_bytes{"device": "0"}`]; g != 50*mib-reserve {
+				t.Errorf("last tick: margin %v, want %v", g, 50*mib-reserve)
+			}
+			// one line per crossing, naming the margin and the remedy
+			if len(lines) != 2 {
+				t.Fatalf("stderr has %d lines, want the 2 crossings':\n%s", len(lines), strings.Join(lines, "\n"))
+			}
+			for i, free := range []uint64{100, 50} {
+				l := lines[i]
+				for _, w := range []string{"fragsim: silent OOM risk on device 0: device free " + replay.FormatBytes(free*mib),
+					"margin -" + replay.FormatBytes(uint64(reserve)-free*mib), "torch.cuda.empty_cache()",
+					"returns 0 B of its " + replay.FormatBytes(uint64(cached)) + " cached free", "capping its cache"} {
+					if !strings.Contains(l, w) {
+						t.Errorf("warning %q lacks %q", l, w)
+					}
+				}
+			}
+			if len(s.RiskCalls) != 2 || s.RiskCalls[0]["warning"] == nil || s.RiskCalls[0]["remedy"] == nil {
+				t.Errorf("on_risk calls %v, want 2 with the warning and the remedy", s.RiskCalls)
+			}
+			evs, err := trace.ReadMetricsLogFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var frees []uint64
+			for _, e := range evs {
+				frees = append(frees, e.SizeBytes/mib)
+				if e.Aux != total || e.Device != 0 {
+					t.Errorf("sample %+v", e)
+				}
+			}
+			if fmt.Sprint(frees) != "[500 100 120 400 50 50]" {
+				t.Errorf("the log's samples: free %v MiB", frees)
+			}
+		})
+	}
+	if p := parsed["with prometheus_client"]; p[0] != nil && parsed["without prometheus_client"][0] != nil &&
+		fmt.Sprint(p) != fmt.Sprint(parsed["without prometheus_client"]) {
+		t.Errorf("with prometheus_client /metrics reads\n%v\nwithout\n%v", p, parsed["without prometheus_client"])
+	}
+}
+
+// TestMonitorEdges: an allocator without statistics (the figures are the
+// snapshot's), no fragsim to run (one line, said once, no exception),
+// CUDA not initialised (no reading at all).
+func TestMonitorEdges(t *testing.T) {
+	setup(t)
+	snap := filepath.Join(t.TempDir(), "fragmented.pickle")
+	if out, err := exec.Command("python3", "testdata/fragmented.py", snap).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	const mib = 1 << 20
+	s, lines, _ := runMonitored(t, snap, "nostats", nil)
+	var rec struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
+	json.Unmarshal(s.Last["0"], &rec)
+	if rec.Metrics["fragsim_reserved_bytes"] != 60*mib || rec.Metrics["fragsim_allocated_bytes"] != 24*mib ||
+		rec.Metrics["fragsim_inactive_split_bytes"] != 36*mib || rec.Metrics["fragsim_oom_total"] != 0 ||
+		rec.Metrics["fragsim_silent_oom_risk"] != 1 || len(lines) != 1 {
+		t.Errorf("no statistics: %v\n%s", rec.Metrics, strings.Join(lines, "\n"))
+	}
+
+	s, lines, _ = runMonitored(t, snap, "broken", nil, "FRAGSIM_BIN=/nonexistent/fragsim")
+	if s.Ticks != 0 || string(s.Returned) != "null" || len(lines) != 1 ||
+		lines[0] != "fragsim: monitor: FRAGSIM_BIN=/nonexistent/fragsim is not a file" {
+		t.Errorf("no fragsim: %d ticks, returned %s, stderr:\n%s", s.Ticks, s.Returned, strings.Join(lines, "\n"))
+	}
+
+	s, lines, _ = runMonitored(t, snap, "nostats", nil, "FAKE_CUDA_UNINIT=1")
+	if s.Ticks != 0 || len(s.Last) != 0 || len(lines) != 0 {
+		t.Errorf("CUDA not initialised: %d ticks, %v, stderr %v", s.Ticks, s.Last, lines)
+	}
+}
+
+// TestMonitorCost runs the tick benchmark (bench/monitor/tick.py) on a
+// small cache: it reports the monitor thread's and the fragsim process's
+// CPU time a tick, which add up. The figure itself is the benchmark's
+// (bench/RESULTS.md), not this test's.
+func TestMonitorCost(t *testing.T) {
+	setup(t)
+	fake, _ := filepath.Abs("testdata/faketorch")
+	out, errOut, err := venv(t, []string{"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1"}, "python",
+		"../bench/monitor/tick.py", "--blocks", "2000", "--ticks", "3")
+	if err != nil {
+		t.Fatalf("tick.py: %v\n%s", err, errOut)
+	}
+	var r struct {
+		Blocks int `json:"blocks"`
+		CPU    struct {
+			Python, Fragsim, Total float64
+		} `json:"cpu_ms_per_tick"`
+		Pct  float64 `json:"core_pct_at_interval"`
+		Exec float64 `json:"a_process_per_tick_cpu_ms"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Blocks != 2000 || r.CPU.Python <= 0 || r.CPU.Fragsim < 0 || math.Abs(r.CPU.Total-r.CPU.Python-r.CPU.Fragsim) > 0.02 ||
+		r.Pct <= 0 || r.Exec <= 0 {
+		t.Errorf("tick.py reported %s", out)
 	}
 }

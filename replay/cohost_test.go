@@ -281,11 +281,21 @@ func realTrace(t testing.TB, name string) string {
 	return p
 }
 
+// TestCohostRealMinCapacity co-hosts two real traces: in the everyday
+// pass two short H200 recordings (empty_cache, and ring, which starts
+// mid-run: 92,000 events), in the long pass (FRAGSIM_LONG=1, without the
+// race detector) the baseline and training workloads (227,000). The
+// search and the replays are the same code at either length;
+// TestCohostMinCapacity runs them on hand-made traces too.
 func TestCohostRealMinCapacity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	a, b := realTrace(t, "baseline_s1.fst"), realTrace(t, "train_s1.fst")
+	real := filepath.Join("..", "allocator", "caching", "testdata", "real")
+	a, b := filepath.Join(real, "empty_cache.fst"), filepath.Join(real, "ring.fst")
+	if os.Getenv("FRAGSIM_LONG") == "1" {
+		a, b = realTrace(t, "baseline_s1.fst"), realTrace(t, "train_s1.fst")
+	}
 	fa, err := allocator.NewFactory("caching", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -391,11 +401,11 @@ func TestCohostMemoryBounded(t *testing.T) {
 		}
 		return peak
 	}
-	short, long := peakHeap(20000), peakHeap(200000)
+	short, long := peakHeap(10000), peakHeap(100000)
 	if short == 0 {
 		t.Fatal("no heap sample taken")
 	}
-	t.Logf("peak live heap: %d B for 2×60k events, %d B for 2×600k", short, long)
+	t.Logf("peak live heap: %d B for 2×30k events, %d B for 2×300k", short, long)
 	if long > 2*short+8<<20 {
 		t.Errorf("live heap grows with trace length: %d B for 10× the events vs %d B", long, short)
 	}

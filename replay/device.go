@@ -83,6 +83,12 @@ func NewDevice(total uint64) driver.Device {
 	return d
 }
 
+// ReservedBytes is the memory the policy holds from the device: its
+// segments and mapped pages. NewDevice's device has it, for a caller that
+// reads the policy's footprint while it runs (the recording hook's
+// metrics).
+func (d *device) ReservedBytes() uint64 { return d.reserved }
+
 func newDevice(e *engine, id trace.DeviceID, total, outside uint64, fraction float64) *device {
 	d := &device{e: e, id: id, total: total, outside: outside, top: LayoutTop, up: LayoutTop, compare: true,
 		lay: newDriverLayout()}

@@ -463,7 +463,7 @@ func (f *Forecaster) observeSilent(s silentState) {
 		}
 	}
 	f.seenFree = true
-	if s.free < s.reserveOK && fc.SilentRiskTimeNS < 0 {
+	if (SilentRisk{FreeBytes: s.free, ReserveBytes: s.reserveOK}).AtRisk() && fc.SilentRiskTimeNS < 0 {
 		fc.SilentRiskTimeNS, fc.SilentRiskIndex, fc.SilentRiskFreeBytes = s.timeNS, s.index, s.free
 		fc.OutsideBytes = s.outside
 		fc.RiskReservedBytes, fc.RiskCachedFreeBytes, fc.RiskReleasableBytes = s.reserved, s.cachedFree, s.releasable
@@ -472,30 +472,20 @@ func (f *Forecaster) observeSilent(s silentState) {
 
 // finishSilent writes the risk's line once the run is over. deviceTotal
 // is the GPU's memory (the base of set_per_process_memory_fraction; 0:
-// unknown) and peak the process's peak reserved bytes. The cache cap
-// suggested is the process's reserved bytes at the risk less the
-// shortfall, to 2 MiB.
+// unknown) and peak the process's peak reserved bytes. The remedy is
+// SilentRisk's at the risk.
 func (f *Forecaster) finishSilent(source string, deviceTotal, peak uint64) {
 	fc := &f.fc
 	fc.OutsideSource = source
 	if fc.SilentRiskTimeNS < 0 {
 		return
 	}
-	short := fc.OutsideReserveBytes - fc.SilentRiskFreeBytes
-	capB := uint64(0)
-	if fc.RiskReservedBytes > short {
-		capB = (fc.RiskReservedBytes - short) / segmentGranularity * segmentGranularity
-	}
-	frac := ""
-	if deviceTotal > 0 && capB > 0 {
-		frac = fmt.Sprintf(" (set_per_process_memory_fraction(%.4f) of %s)", float64(capB)/float64(deviceTotal), FormatBytes(deviceTotal))
-	}
+	r := SilentRisk{FreeBytes: fc.SilentRiskFreeBytes, ReserveBytes: fc.OutsideReserveBytes,
+		ReservedBytes: fc.RiskReservedBytes, CachedFreeBytes: fc.RiskCachedFreeBytes,
+		ReleasableBytes: fc.RiskReleasableBytes, DeviceTotalBytes: deviceTotal}
 	fc.SilentRisk = fmt.Sprintf("silent OOM risk at event %d: device free %s < the %s its memory outside the allocator "+
 		"(kernels loaded lazily, library workspaces; %s outside in all, %s) may still need, which the allocator does not see; "+
-		"reduce it: torch.cuda.empty_cache() then (or a garbage_collection_threshold) returns %s of its %s cached free; "+
-		"cap its cache at %s%s; CUDA_MODULE_LOADING=EAGER loads the kernels before the caches fill; "+
-		"or lower its peak (%s reserved) under the best setting fragsim compare finds",
+		"reduce it: %s; or lower its peak (%s reserved) under the best setting fragsim compare finds",
 		fc.SilentRiskIndex, FormatBytes(fc.SilentRiskFreeBytes), FormatBytes(fc.OutsideReserveBytes),
-		FormatBytes(fc.OutsideBytes), source, FormatBytes(fc.RiskReleasableBytes), FormatBytes(fc.RiskCachedFreeBytes),
-		FormatBytes(capB), frac, FormatBytes(peak))
+		FormatBytes(fc.OutsideBytes), source, r.Remedy(), FormatBytes(peak))
 }

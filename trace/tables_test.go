@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,11 +14,16 @@ import (
 // strings of many times its size is refused, naming the file, offset and
 // chunk, before they take much memory.
 func TestTableBudget(t *testing.T) {
+	// Three table chunks of 60 MiB strings: the second takes the strings
+	// past the budget, and the third, which holds as much, is never read.
+	// More chunks would only make the file bigger to build (each 60 MiB
+	// payload costs seconds under the race detector); the reader stops at
+	// the first refusal.
 	big := strings.Repeat("a", maxStringLen)
 	var chunks [][2]any
 	id := StringID(1)
-	for range 10 {
-		var p []byte
+	for range 3 {
+		p := make([]byte, 0, 60*(len(big)+2*binary.MaxVarintLen64+1))
 		for range 60 {
 			p = appendStringRecord(p, id, big)
 			id++
@@ -48,7 +54,8 @@ func TestTableBudget(t *testing.T) {
 		t.Fatalf("err = %v, want the table budget's error in chunk 2", err)
 	}
 	// One chunk's payload (60 MiB), its strings up to the budget, and
-	// the compressed chunks: the ten chunks' strings would be 600 MiB.
+	// the compressed chunks: the three chunks' strings would be 180 MiB,
+	// and their payloads as much again.
 	limit := uint64(maxChunkRaw + tableFloor + tableRatio*int64(len(data)) + 32<<20)
 	if got := after.TotalAlloc - before.TotalAlloc; got > limit {
 		t.Errorf("reading a %d-byte file allocated %d bytes, more than %d", len(data), got, limit)

@@ -2,11 +2,13 @@ package traces_test
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,6 +58,10 @@ type outcome struct {
 // a fix moves a line of expect.txt (go test -run Conformance -update), and a
 // regression fails. The corpus is wide on purpose; its failing cases are
 // the project's open exactness work.
+//
+// The everyday pass replays the cases coverCases picks, and checks that
+// exactness.txt lists every check of the corpus and no other; the long
+// pass (FRAGSIM_LONG=1) and -update replay every case.
 func TestConformanceCorpus(t *testing.T) {
 	cases := loadCases(t, "conformance")
 	if len(cases) < 40 {
@@ -67,9 +73,18 @@ func TestConformanceCorpus(t *testing.T) {
 	if err != nil && !*update {
 		t.Fatal(err)
 	}
+	all := map[string]bool{} // every check of the corpus, replayed or not
+	for _, c := range cases {
+		for _, k := range c.checks() {
+			all[c.key()+" "+k] = true
+		}
+	}
+	if !longTests() && !*update {
+		cases = coverCases(t, cases, want)
+	}
 	got := map[string]outcome{}
 	for _, c := range cases {
-		key := c.Dir + "/" + c.Name
+		key := c.key()
 		if c.WhatIfOf == "" {
 			got[key+" snapshot"] = checkSnapshot(t, c)
 			if c.Live {
@@ -108,12 +123,89 @@ func TestConformanceCorpus(t *testing.T) {
 			t.Logf("%s: %s", k, o.diff) // go test -v shows how far each divergence is
 		}
 	}
+	for k := range all {
+		if _, ok := want[k]; !ok && got[k] == (outcome{}) {
+			t.Errorf("%s: not in expect.txt (not replayed: run with FRAGSIM_LONG=1 -update)", k)
+		}
+	}
 	for k := range want {
-		if _, ok := got[k]; !ok {
+		if !all[k] {
 			t.Errorf("%s: in expect.txt but not in the corpus", k)
 		}
 	}
-	t.Logf("%d of %d checks exact", exact, len(got))
+	t.Logf("%d of %d checks exact (%d checks in the corpus)", exact, len(got), len(all))
+}
+
+// key names a case in exactness.txt.
+func (c corpusCase) key() string { return c.Dir + "/" + c.Name }
+
+// checks returns the checks of a case: snapshot, and live when it was
+// recorded live too; whatif for a what-if case.
+func (c corpusCase) checks() []string {
+	switch {
+	case c.WhatIfOf != "":
+		return []string{"whatif"}
+	case c.Live:
+		return []string{"snapshot", "live"}
+	}
+	return []string{"snapshot"}
+}
+
+// traceBytes returns the size of the traces a case's checks replay.
+func (c corpusCase) traceBytes(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for _, k := range c.checks() {
+		name := c.Name + ".fst"
+		switch k {
+		case "live":
+			name = c.Name + ".live.fst"
+		case "whatif":
+			name = c.WhatIfOf + ".fst"
+		}
+		st, err := os.Stat(filepath.Join(c.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += st.Size()
+	}
+	return n
+}
+
+// coverCases returns the cases the everyday pass replays (see longTests):
+// from the smallest traces up, each case that brings something no case
+// taken before it brings: its folder, a feature, its allocator settings
+// (conf, as a whole), a check, or a check with an expected outcome
+// (exact, or diverging). About a quarter of the cases, a seventh of the
+// corpus's bytes.
+func coverCases(t *testing.T, cases []corpusCase, want map[string]bool) []corpusCase {
+	t.Helper()
+	size := map[string]int64{}
+	for _, c := range cases {
+		size[c.key()] = c.traceBytes(t)
+	}
+	sorted := slices.Clone(cases)
+	slices.SortStableFunc(sorted, func(a, b corpusCase) int { return cmp.Compare(size[a.key()], size[b.key()]) })
+	met := map[string]bool{}
+	var out []corpusCase
+	for _, c := range sorted {
+		tags := []string{"dir " + c.Dir, "conf " + c.Conf}
+		for _, f := range c.Features {
+			tags = append(tags, "feature "+f)
+		}
+		for _, k := range c.checks() {
+			tags = append(tags, "check "+k, fmt.Sprintf("check %s exact %v", k, want[c.key()+" "+k]))
+		}
+		adds := false
+		for _, tag := range tags {
+			adds = adds || !met[tag]
+			met[tag] = true
+		}
+		if adds {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // loadCases reads dir/cases.json.

@@ -229,16 +229,20 @@ func TestForecastLiveRecordings(t *testing.T) {
 	var t0 int64
 	for i := range procs {
 		path := filepath.Join("serving", fmt.Sprintf("cohost_leave3.3_p%d.live.fst", i+1))
-		data, err := os.ReadFile(path)
+		tf, err := trace.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, evs, err := trace.ReadAll(bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
+		h := tf.Header()
 		samples := 0
-		for _, e := range evs {
+		for {
+			e, err := tf.ReadEvent()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			switch {
 			case e.Kind == trace.KindDeviceMem:
 				samples++
@@ -249,6 +253,7 @@ func TestForecastLiveRecordings(t *testing.T) {
 				t0 = e.TimeNS
 			}
 		}
+		tf.Close()
 		if samples < 100 || firstOOM[i] == 0 || h.Producer != trace.ProducerLive {
 			t.Fatalf("%s: %d device samples, first OOM at %d, producer %q: not the live recording of a failing server", path, samples, firstOOM[i], h.Producer)
 		}

@@ -2,10 +2,13 @@ package traces_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,6 +30,9 @@ import (
 // or three segments, so their later segments lie elsewhere; where that
 // decides a tie, the replay differs, and layoutDiffers lists the trace and
 // how.
+//
+// The everyday pass replays the traces layoutCover picks (7 of the 16, a
+// quarter of their bytes); the long pass (FRAGSIM_LONG=1) replays all.
 func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	files, _ := filepath.Glob("*.fst")
 	real, _ := filepath.Glob("../allocator/caching/testdata/real/*.fst")
@@ -34,21 +40,20 @@ func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	// Runs under a memory fraction are replayed under it: the recorded
 	// replay would otherwise meet the cap's failures where the recorded
 	// device events show them, and the stripped one nowhere.
-	var runs map[string]struct {
-		Fraction float64 `json:"fraction"`
-		Total    uint64  `json:"total_global_mem"`
-	}
+	var runs map[string]layoutRun
 	if raw, err := os.ReadFile("../allocator/caching/testdata/real/manifest.json"); err != nil {
 		t.Fatal(err)
 	} else if err := json.Unmarshal(raw, &runs); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	files = slices.DeleteFunc(files, func(path string) bool {
+		return strings.HasSuffix(path, ".live.fst") // recorded live: no device events to strip
+	})
+	n := len(files)
+	if !longTests() {
+		files = layoutCover(t, files, runs)
+	}
 	for _, path := range files {
-		if filepath.Ext(filepath.Base(path[:len(path)-4])) == ".live" {
-			continue // recorded live: no device events to strip
-		}
-		n++
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			data, err := os.ReadFile(path)
 			if err != nil {
@@ -119,6 +124,43 @@ func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	if n < 16 {
 		t.Errorf("%d real traces, want the 16 committed", n)
 	}
+}
+
+// layoutRun is a real trace's entry in the manifest.
+type layoutRun struct {
+	Fraction  float64 `json:"fraction"`
+	Total     uint64  `json:"total_global_mem"`
+	AllocConf string  `json:"alloc_conf"`
+}
+
+// layoutCover returns the traces the everyday pass replays (see
+// longTests): those listed in layoutDiffers, and from the smallest up,
+// each that brings allocator settings, or settings under a memory
+// fraction, that no trace taken before it brings.
+func layoutCover(t *testing.T, files []string, runs map[string]layoutRun) []string {
+	t.Helper()
+	size := map[string]int64{}
+	for _, path := range files {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size[path] = st.Size()
+	}
+	sorted := slices.Clone(files)
+	slices.SortStableFunc(sorted, func(a, b string) int { return cmp.Compare(size[a], size[b]) })
+	met := map[string]bool{}
+	var out []string
+	for _, path := range sorted {
+		name := filepath.Base(path)
+		m := runs[strings.TrimSuffix(name, ".fst")]
+		tag := fmt.Sprintf("%s, fraction %v", m.AllocConf, m.Fraction > 0)
+		if _, listed := layoutDiffers[name]; listed || !met[tag] {
+			out = append(out, path)
+		}
+		met[tag] = true
+	}
+	return out
 }
 
 // layoutDiffers lists the real traces whose replay without segment

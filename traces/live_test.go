@@ -27,17 +27,24 @@ func requests(t *testing.T, path string) (*trace.Header, []request) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h, events, err := trace.ReadAll(f)
+	r, err := trace.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close()
 	var out []request
-	for _, e := range events {
+	for {
+		e, err := r.ReadEvent()
+		if err == io.EOF {
+			return r.Header(), out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		if e.Kind == trace.KindAlloc || e.Kind == trace.KindFreeRequested {
 			out = append(out, request{e.Kind, e.SizeBytes, e.Stream})
 		}
 	}
-	return h, out
 }
 
 // TestLiveTracesMatchTheirSnapshots checks each trace recorded live with
@@ -45,8 +52,15 @@ func requests(t *testing.T, path string) (*trace.Header, []request) {
 // on the same GPU: the same requests in the same order (the recording goes
 // on past the snapshot's dump with the frees at exit), and a replay under
 // caching reaching the real run's peak reserved.
+//
+// The everyday pass checks the two smallest recordings (see longTests);
+// the long pass (FRAGSIM_LONG=1) all four.
 func TestLiveTracesMatchTheirSnapshots(t *testing.T) {
-	for _, name := range []string{"baseline_s1", "shared_s1", "kv_decode_s1", "train_s1"} {
+	names := []string{"baseline_s1", "shared_s1", "kv_decode_s1", "train_s1"}
+	if !longTests() {
+		names = names[:2]
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			live := name + ".live.fst"
 			if _, err := os.Stat(live); err != nil {

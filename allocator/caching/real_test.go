@@ -3,6 +3,7 @@ package caching_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -172,9 +173,16 @@ func BenchmarkReplayReal(b *testing.B) {
 // TestRealTracesObserved checks that a replay with an Observer, which
 // replays every event through the engine's general path, gives the same
 // Result as one without, which replays allocs and frees through its fast
-// path, on every real trace.
+// path, on every real trace: in the everyday pass, the eleven of
+// testdata/real, which hold every setting, fraction and the ring buffer;
+// in the long pass (FRAGSIM_LONG=1, without the race detector), the five
+// workload traces of traces/ too, which repeat the default setting on
+// more events.
 func TestRealTracesObserved(t *testing.T) {
 	dir, runs := readRuns(t)
+	if !longTests() {
+		maps.DeleteFunc(runs, func(_ string, r realRun) bool { return r.File != "" })
+	}
 	f := func(dev driver.Device, h *trace.Header) (driver.Policy, error) {
 		cfg, err := caching.FromHeader(h)
 		if err != nil {
@@ -221,3 +229,6 @@ func readRuns(tb testing.TB) (string, map[string]realRun) {
 	}
 	return dir, runs
 }
+
+// longTests reports whether the long sweeps run (FRAGSIM_LONG=1).
+func longTests() bool { return os.Getenv("FRAGSIM_LONG") == "1" }

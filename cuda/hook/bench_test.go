@@ -63,8 +63,17 @@ func BenchmarkAllocFree(b *testing.B) {
 		b.StopTimer()
 		fragsim_flush()
 	})
-	// Under a memory fraction every call also goes to the model of
-	// PyTorch's allocator (model.go); set last, as it stays on.
+	// With the metrics served (FRAGSIM_METRICS_ADDR) every call also goes
+	// to the model of PyTorch's allocator (model.go), without a fraction;
+	// it stays on.
+	b.Run("recording, metrics", func(b *testing.B) {
+		metricsModelForBench()
+		b.ResetTimer()
+		allocFreePairs(b.N)
+		b.StopTimer()
+		fragsim_flush()
+	})
+	// Under a memory fraction the model also decides the OOMs.
 	b.Run("recording, fraction", func(b *testing.B) {
 		setFractionForBench(0.5)
 		b.ResetTimer()
@@ -72,4 +81,16 @@ func BenchmarkAllocFree(b *testing.B) {
 		b.StopTimer()
 		fragsim_flush()
 	})
+}
+
+// BenchmarkModelPair measures what the model of PyTorch's allocator adds
+// to one alloc/free pair when it runs (under a fraction, or with the
+// metrics served): the calls the hook makes into model.go, on a model of
+// its own (device 63, which the other benchmarks never use).
+func BenchmarkModelPair(b *testing.B) {
+	if !modelPairsForBench(63, 1) {
+		b.Fatal("the model did not start")
+	}
+	b.ResetTimer()
+	modelPairsForBench(63, b.N)
 }

@@ -17,6 +17,7 @@ import (
 // nothing is kept once a private-pool route opened. The trace holds the
 // requests as made.
 func TestReuseCache(t *testing.T) {
+	t.Parallel()
 	out, path := runCxxHarness(t, "cache_harness", "FRAGSIM_HOOK_CACHE_MB=1", "FAKE_CUDA_CAPACITY=2000000")
 	want := strings.Join([]string{
 		"a freed: allocs 1 frees 0 live 1",

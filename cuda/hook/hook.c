@@ -53,6 +53,15 @@ static fs_device g_dev[FS_MAX_DEVICES];
 static _Atomic int64_t g_live[FS_MAX_DEVICES], g_peak[FS_MAX_DEVICES];
 /* The pool's reserved bytes at the device's last memory sample. */
 static _Atomic uint64_t g_res_seen[FS_MAX_DEVICES];
+/* The device's last memory sample as taken (g_res_seen is reset by
+ * empty_cache): free, total and the pool's reserved bytes, for the
+ * metrics (fs_device_mem). */
+static _Atomic uint64_t g_mem_free[FS_MAX_DEVICES], g_mem_total[FS_MAX_DEVICES], g_mem_res[FS_MAX_DEVICES];
+/* Whether the metrics are served (FRAGSIM_METRICS_ADDR): the model of
+ * PyTorch's allocator then runs on every device from its first use. */
+static _Atomic int g_metrics;
+/* The OOMs raised per device (the metrics' fragsim_oom_total). */
+static _Atomic uint64_t g_ooms[FS_MAX_DEVICES];
 static _Atomic int g_sampler_on, g_sampler_stop;
 /* fs_routes_active counts the private-pool routes open (pools.cc): while
  * one is, a CUDA graph may be capturing, and no sample is taken. */
@@ -109,6 +118,8 @@ int fs_device_info(int ordinal, char *name, int namelen, size_t *total, int *ver
 	return cudrv_device_info(&D, ordinal, name, namelen, total, version, err, errlen);
 }
 
+static void metrics_model_start(int device);
+
 /* device_ready makes sure device's primary context and pool are known. */
 static fs_device *device_ready(int device) {
 	if (device < 0 || device >= FS_MAX_DEVICES)
@@ -140,6 +151,8 @@ static fs_device *device_ready(int device) {
 			return NULL;
 		}
 		atomic_store_explicit(&dv->ready, 1, memory_order_release);
+		if (atomic_load(&g_metrics))
+			metrics_model_start(device);
 	}
 	pthread_mutex_unlock(&g_init_mu);
 	return dv;
@@ -472,6 +485,9 @@ static void sample(fs_device *dv, int device) {
 			break;
 	}
 	atomic_store_explicit(&g_res_seen[device], res, memory_order_relaxed);
+	atomic_store_explicit(&g_mem_res[device], res, memory_order_relaxed);
+	atomic_store_explicit(&g_mem_total[device], total, memory_order_relaxed);
+	atomic_store_explicit(&g_mem_free[device], freeb, memory_order_release);
 	record(FS_REC_DEVICE_MEM, 0, device, 0, res, freeb, total);
 }
 
@@ -580,6 +596,7 @@ static void format_size(char *buf, size_t len, uint64_t n) {
  * stops, unless FRAGSIM_OOM_RETURNS_NULL=1.
  */
 static void oom(fs_device *dv, int device, ssize_t size, void *stream, CUresult r, CUcontext prev) {
+	atomic_fetch_add_explicit(&g_ooms[device], 1, memory_order_relaxed);
 	size_t freeb = 0, total = 0;
 	unsigned long long res = 0;
 	D.cuMemGetInfo(&freeb, &total);
@@ -917,4 +934,43 @@ void fs_alloc_free_pairs(long n) {
 		void *p = fragsim_alloc(1024, 0, (void *)0x10);
 		fragsim_free(p, 1024, 0, (void *)0x10);
 	}
+}
+
+/*
+ * metrics_model_start starts device's model of PyTorch's allocator, with no
+ * memory fraction, for the metrics: from the device's first use it sees
+ * every block. A later fraction caps it as usual.
+ */
+static void metrics_model_start(int device) {
+	CUdevice d;
+	size_t total = 0;
+	if (atomic_load(&g_model[device]) || D.cuDeviceGet(&d, device) != CUDA_SUCCESS ||
+	    D.cuDeviceTotalMem(&total, d) != CUDA_SUCCESS || !total)
+		return;
+	if (fs_model_start(device, 0, (uint64_t)total))
+		atomic_store_explicit(&g_model[device], 1, memory_order_release);
+}
+
+/* fs_metrics_enable runs the model on every device from its first use
+ * (the devices already in use start theirs now, without their live
+ * blocks). */
+void fs_metrics_enable(void) {
+	pthread_mutex_lock(&g_init_mu);
+	atomic_store(&g_metrics, 1);
+	for (int i = 0; i < FS_MAX_DEVICES; i++)
+		if (atomic_load_explicit(&g_dev[i].ready, memory_order_acquire) == 1)
+			metrics_model_start(i);
+	pthread_mutex_unlock(&g_init_mu);
+}
+
+/* fs_device_mem gives device's last memory sample and its OOMs so far:
+ * 0 when no sample was taken. */
+int fs_device_mem(int device, uint64_t *freeb, uint64_t *total, uint64_t *pool_reserved, uint64_t *ooms) {
+	if (device < 0 || device >= FS_MAX_DEVICES)
+		return 0;
+	*ooms = atomic_load_explicit(&g_ooms[device], memory_order_relaxed);
+	*freeb = atomic_load_explicit(&g_mem_free[device], memory_order_acquire);
+	*total = atomic_load_explicit(&g_mem_total[device], memory_order_relaxed);
+	*pool_reserved = atomic_load_explicit(&g_mem_res[device], memory_order_relaxed);
+	return *total != 0;
 }

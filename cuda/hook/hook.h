@@ -31,6 +31,11 @@ void *fs_ring_base(uint64_t *bytes);
 void fs_start_sampler(void);
 void fs_stop_sampler(void);
 
+/* fs_metrics_enable runs the model of PyTorch's allocator (model.go) on every device from its first use. */
+void fs_metrics_enable(void);
+/* fs_device_mem gives device's last memory sample (free, total, the pool's reserved bytes) and its OOMs so far; 0 when no sample was taken. */
+int fs_device_mem(int device, uint64_t *freeb, uint64_t *total, uint64_t *pool_reserved, uint64_t *ooms);
+
 /* fs_alloc_free_pairs makes n alloc/free pairs (benchmarks). */
 void fs_alloc_free_pairs(long n);
 

@@ -182,6 +182,7 @@ func open(path string, metaJSON *C.char) error {
 	cur = r
 	C.fs_set_recording(1)
 	C.fs_start_sampler()
+	startMetrics()
 	atexitOn.Do(func() { C.fs_register_atexit() })
 	if !r.shared {
 		go r.loop()
@@ -369,6 +370,26 @@ func allocFreePairs(n int) { C.fs_alloc_free_pairs(C.long(n)) }
 // setFractionForBench sets a memory fraction on device 0 (benchmarks): the
 // model of PyTorch's allocator then takes every call.
 func setFractionForBench(f float64) { C.fragsim_set_fraction(C.double(f), 0) }
+
+// metricsModelForBench runs the model of PyTorch's allocator on every
+// device, as FRAGSIM_METRICS_ADDR does, without serving (benchmarks).
+func metricsModelForBench() { C.fs_metrics_enable() }
+
+// modelPairsForBench makes n alloc/free pairs on device dev's model, as
+// the hook calls it, starting the model of an 80 GiB device first
+// (benchmarks); false when it cannot start.
+func modelPairsForBench(dev, n int) bool {
+	if fs_model_start(C.int(dev), 0, 80<<30) != 1 {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		addr := C.uint64_t(0x1000 + i%1024*0x100000)
+		tok := fs_model_alloc(C.int(dev), C.uint64_t(512+i%64*4096), 7)
+		fs_model_bind(C.int(dev), tok, addr)
+		fs_model_free(C.int(dev), addr, 3)
+	}
+	return true
+}
 
 // openForBench opens a trace at path in this process (benchmarks).
 func openForBench(path string) error {

@@ -32,6 +32,7 @@ import (
 	"github.com/fragsim/fragsim/allocator/caching"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/replay/driver"
+	"github.com/fragsim/fragsim/replay/monitor"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -39,12 +40,21 @@ import (
 type model struct {
 	mu      sync.Mutex
 	dev     driver.Device
+	res     reserver // dev's reserved bytes
 	pol     driver.Policy
 	live    map[uint64]driver.Block // by the recording allocator's address
 	pending map[uint64]driver.Block // by token: allocated, not bound yet
 	token   uint64
 	fc      []driver.Block // completed frees not given to the policy yet
+
+	// For the metrics (metrics.go): the bytes of the blocks not back in
+	// the free lists (active), and the state where reserved peaked.
+	active uint64
+	peak   monitor.Peak
 }
+
+// reserver is the model device's footprint (replay.NewDevice's device).
+type reserver interface{ ReservedBytes() uint64 }
 
 var (
 	modelsMu sync.Mutex                // held while a model is made
@@ -89,7 +99,8 @@ func fs_model_start(device C.int, fraction C.double, total C.uint64_t) C.int {
 			modelsMu.Unlock()
 			return 0
 		}
-		m = &model{dev: dev, pol: pol, live: map[uint64]driver.Block{}, pending: map[uint64]driver.Block{}}
+		res, _ := dev.(reserver)
+		m = &model{dev: dev, res: res, pol: pol, live: map[uint64]driver.Block{}, pending: map[uint64]driver.Block{}}
 		models[device].Store(m)
 	}
 	modelsMu.Unlock()
@@ -103,8 +114,20 @@ func fs_model_start(device C.int, fraction C.double, total C.uint64_t) C.int {
 func (m *model) dispatch() {
 	for _, b := range m.fc {
 		m.pol.FreeCompleted(b)
+		m.active -= b.SizeBytes
 	}
 	m.fc = m.fc[:0]
+}
+
+// allocatedBlock counts a block the policy handed out, and a new peak of
+// reserved bytes.
+func (m *model) allocatedBlock(b driver.Block) {
+	m.active += b.SizeBytes
+	if m.res != nil {
+		if r := m.res.ReservedBytes(); r > m.peak.ReservedBytes {
+			m.peak = monitor.Peak{ReservedBytes: r, ActiveBytes: m.active}
+		}
+	}
 }
 
 // fs_model_alloc asks device's model for size bytes on stream: a token
@@ -124,6 +147,7 @@ func fs_model_alloc(device C.int, size C.uint64_t, stream C.uint64_t) C.uint64_t
 	if err != nil {
 		return 0
 	}
+	m.allocatedBlock(b)
 	m.token++
 	m.pending[m.token] = b
 	return C.uint64_t(m.token)

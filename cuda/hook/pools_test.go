@@ -40,6 +40,7 @@ func runCxxHarness(t *testing.T, name string, env ...string) (out, path string) 
 // allocator calls them (testdata/pools_harness.cc) and checks the pool
 // events recorded around the allocations.
 func TestPoolHooks(t *testing.T) {
+	t.Parallel()
 	_, path := runCxxHarness(t, "pools_harness")
 	_, evs, err := trace.ReadAll(mustOpen(t, path))
 	if err != nil {

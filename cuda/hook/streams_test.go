@@ -21,6 +21,7 @@ import (
 // free_completed PyTorch's own allocator records, and the memory is kept
 // until then.
 func TestRecordStreamDefersFrees(t *testing.T) {
+	t.Parallel()
 	out, path := runCxxHarness(t, "streams_harness", "FAKE_CUDA_EVENT_QUERIES=2")
 	wantOut := strings.Join([]string{
 		"a freed: live 1 events 1",
@@ -81,6 +82,7 @@ func TestRecordStreamDefersFrees(t *testing.T) {
 // (testdata/deferred_oom_harness.cc); the trace holds the completion
 // before the allocation, and no OOM.
 func TestDeferredFreeBeforeOOM(t *testing.T) {
+	t.Parallel()
 	out, path := runCxxHarness(t, "deferred_oom_harness", "FAKE_CUDA_EVENT_QUERIES=1000")
 	if got := strings.TrimSpace(out); got != "a allocated: 1, b allocated: 1" {
 		t.Errorf("harness: %s", got)

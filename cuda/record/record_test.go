@@ -100,6 +100,7 @@ func expected(steps int) (allocs, frees int64, peak uint64) {
 }
 
 func TestRecordPython(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	out := filepath.Join(t.TempDir(), "run.fragsim")
 	allocs, frees, peak := expected(4)
@@ -180,6 +181,7 @@ func TestRecordPython(t *testing.T) {
 // finds the side stream done (the fake driver's event is done at its
 // second query), as PyTorch's own allocator would record it.
 func TestRecordStreamPython(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	out := filepath.Join(t.TempDir(), "run.fragsim")
 	var stderr bytes.Buffer
@@ -209,6 +211,7 @@ func TestRecordStreamPython(t *testing.T) {
 // TestRecordErrors checks that each reason recording cannot start is said
 // clearly, with no trace written and the start-up hook's exit code.
 func TestRecordErrors(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	for _, tc := range []struct {
 		name, env, want string
@@ -237,7 +240,9 @@ func TestRecordErrors(t *testing.T) {
 }
 
 // TestRecordSIGTERM forwards SIGTERM to the program, whose start-up hook
-// closes the trace before it dies of the signal.
+// closes the trace before it dies of the signal. It signals this process,
+// whose every Run forwards the signal: it runs alone, before the tests
+// that run in parallel (t.Parallel) start.
 func TestRecordSIGTERM(t *testing.T) {
 	lib, env := setup(t)
 	dir := t.TempDir()
@@ -278,6 +283,7 @@ func TestFindHookLib(t *testing.T) {
 }
 
 func TestProgramEnv(t *testing.T) {
+	t.Parallel()
 	env := programEnv([]string{"A=1", "PYTHONPATH=/x", "FRAGSIM_OWNER_PID=5"}, "/d", "/o", "/l")
 	got := strings.Join(env, " ")
 	for _, want := range []string{"A=1", "PYTHONPATH=/d:/x", "FRAGSIM_TRACE=/o", "FRAGSIM_HOOK_LIB=/l", "FRAGSIM_STRICT=1"} {
@@ -294,6 +300,7 @@ func TestProgramEnv(t *testing.T) {
 // program can die: every call the hook saw is in the trace, which fragsim
 // record closes properly.
 func TestRecordDies(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	allocs, frees, peak := expected(3)
 	for _, tc := range []struct {
@@ -342,6 +349,7 @@ func mustOpen(t *testing.T, path string) *os.File {
 // allocation: the hook samples the device at each pool growth and on a
 // timer, and the summary finds the context, the peak and the growth.
 func TestRecordOutsideMemory(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	const ctx, jump = 525 << 20, 300 << 20
 	out := filepath.Join(t.TempDir(), "run.fragsim")
@@ -407,6 +415,7 @@ func TestRecordOutsideMemory(t *testing.T) {
 // goes on; the set_fraction and oom events are in the trace. The fake
 // libc10 is built with each std::string ABI PyTorch's wheels have used.
 func TestRecordFractionCap(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	t.Run("cxx11", func(t *testing.T) { testFractionCap(t, lib, env) })
 	t.Run("pre-cxx11", func(t *testing.T) {
@@ -472,6 +481,7 @@ func testFractionCap(t *testing.T, lib string, env []string) {
 // the file it names, and nowhere (before the program runs) when the
 // output's directory cannot be written.
 func TestRecordOutput(t *testing.T) {
+	t.Parallel()
 	lib, env := setup(t)
 	dir := t.TempDir()
 	target, link := filepath.Join(dir, "target.fst"), filepath.Join(dir, "link.fst")

@@ -74,6 +74,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			compareCommand(),
 			analyzeCommand(),
 			explainCommand(),
+			monitorCommand(),
 			cohostCommand(),
 			synthCommand(),
 			reportCommand(),

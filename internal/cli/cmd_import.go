@@ -48,6 +48,7 @@ func importCommand() *cli.Command {
 			&cli.StringFlag{Name: "driver", Usage: "the driver `VERSION`, stored in the header"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "a `KEY=VALUE` tag for the header (repeatable), e.g. wall_native_s=1.31"},
 			&cli.StringFlag{Name: "device-log", Usage: "merge the device-memory samples of `FILE` (lines of \"time_ns device free_bytes total_bytes\", plain or gzip'd) into the trace as device_mem events"},
+			&cli.StringFlag{Name: "metrics-log", Usage: "merge the device memory of fragsim.monitor(log=`FILE`) (JSON lines) into the trace as device_mem events, as --device-log does"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
 			quietFlag(),
 		},
@@ -64,6 +65,12 @@ func runImport(c *cli.Context) error {
 	}
 	in, out := c.Args().First(), c.String("output")
 	logFlag, logPath, readLog := "device-log", c.String("device-log"), trace.ReadDeviceLogFile
+	if m := c.String("metrics-log"); m != "" {
+		if logPath != "" {
+			return exitCode(2, fmt.Errorf("import: give --device-log or --metrics-log, not both"))
+		}
+		logFlag, logPath, readLog = "metrics-log", m, trace.ReadMetricsLogFile
+	}
 	// Every file the import reads is an input the output may not be.
 	if err := outfile.Check(out, in, logPath); err != nil {
 		return fmt.Errorf("import: %w", err)

@@ -39,6 +39,10 @@ func recordCommand() *cli.Command {
 			"torch.OutOfMemoryError where PyTorch's allocator would: from that call on, a model\n" +
 			"of it decides (set the fraction before the first allocation: blocks allocated\n" +
 			"before are not in the model, and fragsim says so).\n" +
+			"FRAGSIM_METRICS_ADDR=[HOST]:PORT (e.g. :9400) serves fragsim.monitor's Prometheus\n" +
+			"metrics at http://HOST:PORT/metrics while the program records: the model of\n" +
+			"PyTorch's allocator then runs from the first allocation and gives the allocator's\n" +
+			"figures; a scrape that finds the silent-OOM risk turned on says so on stderr.\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",

@@ -9,6 +9,8 @@ The wheel carries the fragsim binary (``fragsim`` on PATH, or
 
     fragsim.attach_oom_observer()         # explain the next CUDA OOM
 
+    fragsim.monitor(port=9400)            # Prometheus metrics of the allocator
+
     with fragsim.recording("run.fst"):    # before the first CUDA allocation
         main()
 
@@ -17,6 +19,7 @@ Every result comes from the binary's JSON: nothing is computed here.
 
 from ._binary import Error, find_fragsim_bin
 from .api import Result, analyze, compare, explain, replay, report
+from .monitor import Monitor, monitor
 from .oom import attach_oom_observer
 from .recording import recording
 
@@ -25,5 +28,5 @@ try:
 except ImportError:  # a source tree, not a wheel
     __version__ = "0+unknown"
 
-__all__ = ["Error", "Result", "analyze", "attach_oom_observer", "compare", "explain", "find_fragsim_bin",
-           "recording", "replay", "report"]
+__all__ = ["Error", "Monitor", "Result", "analyze", "attach_oom_observer", "compare", "explain", "find_fragsim_bin",
+           "monitor", "recording", "replay", "report"]

@@ -6,7 +6,8 @@ Usage: recorded.py TRACE STEPS [END]
 END: "kill" kills the process with SIGKILL inside the block; "late"
 expects recording() to refuse (run with FAKE_TORCH_INIT=1: CUDA already
 initialised) and exits 4 with its message on stderr. Prints the summary
-as JSON on stdout.
+as JSON on stdout; with RECORDED_SCRAPE=URL, the text fetched from URL
+inside the block (FRAGSIM_METRICS_ADDR's endpoint) under "metrics".
 """
 import json
 import os
@@ -39,7 +40,15 @@ with rec:
         for p, n in ptrs[:5]:
             torch.cuda.free(p, n, 7)
         held.extend(ptrs[5:])
+    scraped = None
+    if os.environ.get("RECORDED_SCRAPE"):
+        import time
+        import urllib.request
+
+        time.sleep(0.3)  # the hook's next device-memory sample
+        with urllib.request.urlopen(os.environ["RECORDED_SCRAPE"], timeout=30) as r:
+            scraped = r.read().decode()
     if end == "kill":
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-json.dump(rec.summary, sys.stdout)
+json.dump(dict(rec.summary, metrics=scraped), sys.stdout)

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -74,36 +76,110 @@ func sameDecode(want, got *parRecorder, wdoc, gdoc *Doc, werr, gerr error) strin
 	return ""
 }
 
-// realSnapshots returns the real H200 snapshots kept for the importer's
-// tests, and every *.pickle in $FRAGSIM_SNAPSHOT_DIR when set.
+// realSnapshots returns the real H200 snapshots of realSet, and every
+// *.pickle in $FRAGSIM_SNAPSHOT_DIR when set, decompressed once for all
+// the package's tests.
 func realSnapshots(t *testing.T) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, name := range append(realSet(t), snapshotDirFiles()...) {
+		out[filepath.Base(name)] = realSnapshot(t, name)
+	}
+	return out
+}
+
+// realSet returns the paths of the real snapshots that the sweeps over the
+// real corpus decode.
+//
+// In the long pass (FRAGSIM_LONG=1, run without the race detector) they
+// are all nine kept for the importer's tests. In the everyday pass they
+// are the two smallest: stacks (entries with call stacks, so frame lists)
+// and fraction_retry (5,400 entries with OOMs and segment frees, enough
+// for the workers to start and take several chunks). The other seven
+// repeat the same decoder on more bytes of the same shape, which the
+// race detector makes slow. The everyday pass still runs every statement
+// that the nine run, through these two, the synthetic snapshots and the
+// fuzz seeds, except two that only inputs of megabytes reach (the
+// streamed decode's presizing, a FRAME opcode inside a worker's chunk):
+// trace/pytorch's everyday tests run those, importing real snapshots
+// through this decoder.
+func realSet(t *testing.T) []string {
 	t.Helper()
 	files, _ := filepath.Glob("../pytorch/testdata/real/*.pickle.gz")
 	if len(files) == 0 {
 		t.Fatal("no real snapshots in ../pytorch/testdata/real")
 	}
-	if dir := os.Getenv("FRAGSIM_SNAPSHOT_DIR"); dir != "" {
-		more, _ := filepath.Glob(filepath.Join(dir, "*.pickle"))
-		files = append(files, more...)
+	if longTests() {
+		return files
 	}
-	out := map[string][]byte{}
-	for _, name := range files {
-		data, err := os.ReadFile(name)
+	return slices.DeleteFunc(files, func(f string) bool {
+		b := filepath.Base(f)
+		return b != "stacks.pickle.gz" && b != "fraction_retry.pickle.gz"
+	})
+}
+
+// snapshotDirFiles returns the *.pickle files in $FRAGSIM_SNAPSHOT_DIR,
+// if set.
+func snapshotDirFiles() []string {
+	dir := os.Getenv("FRAGSIM_SNAPSHOT_DIR")
+	if dir == "" {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pickle"))
+	return files
+}
+
+// longTests reports whether the long sweeps run (FRAGSIM_LONG=1).
+func longTests() bool { return os.Getenv("FRAGSIM_LONG") != "" }
+
+// snapshotCache holds the snapshots realSnapshot read, by path: the tests
+// share them, read only.
+var snapshotCache sync.Map
+
+// realSnapshot returns the bytes of a snapshot, gunzipped when its name
+// ends in .gz; each file is read once.
+func realSnapshot(t *testing.T, name string) []byte {
+	t.Helper()
+	if data, ok := snapshotCache.Load(name); ok {
+		return data.([]byte)
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(name, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasSuffix(name, ".gz") {
-			zr, err := gzip.NewReader(bytes.NewReader(data))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if data, err = io.ReadAll(zr); err != nil {
-				t.Fatal(err)
-			}
+		if data, err = io.ReadAll(zr); err != nil {
+			t.Fatal(err)
 		}
-		out[filepath.Base(name)] = data
 	}
-	return out
+	snapshotCache.Store(name, data)
+	return data
+}
+
+// realHead returns the first n bytes of a snapshot, gunzipped when its
+// name ends in .gz, reading no more of it.
+func realHead(t *testing.T, name string, n int) []byte {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(name, ".gz") {
+		if r, err = gzip.NewReader(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // TestParallelReal decodes the real snapshots on workers, with the

@@ -1,13 +1,11 @@
 package pickle
 
 import (
-	"compress/gzip"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,26 +40,36 @@ func (r *recorder) NewEntry(n uint32, off int) {
 }
 
 func (r *recorder) SetEntry(n uint32, kv []Value) error {
+	// (Built with strconv, not fmt: the real-corpus tests record
+	// hundreds of thousands of entries, under the race detector.)
+	var b strings.Builder
+	b.WriteString(r.entries[n])
 	for i := 0; i < len(kv); i += 2 {
 		k, _ := r.doc.Str(kv[i])
-		var v string
+		b.WriteString(k)
+		b.WriteByte('=')
 		switch r.doc.Kind(kv[i+1]) {
 		case KindString:
-			v, _ = r.doc.Str(kv[i+1])
+			v, _ := r.doc.Str(kv[i+1])
+			b.WriteString(v)
 		case KindList:
-			v = fmt.Sprintf("list of %d", r.doc.Len(kv[i+1]))
+			b.WriteString("list of ")
+			b.WriteString(strconv.Itoa(r.doc.Len(kv[i+1])))
 		default:
-			x, _ := r.doc.Int(kv[i+1])
-			v = fmt.Sprint(x)
 			if f, ok := r.doc.Float(kv[i+1]); ok && r.doc.Kind(kv[i+1]) == KindFloat {
-				v = fmt.Sprint(f)
+				b.WriteString(fmt.Sprint(f))
+			} else {
+				x, _ := r.doc.Int(kv[i+1])
+				b.WriteString(strconv.FormatInt(x, 10))
 			}
 		}
 		if r.kinds {
-			v += ":" + r.doc.Kind(kv[i+1]).String()
+			b.WriteByte(':')
+			b.WriteString(r.doc.Kind(kv[i+1]).String())
 		}
-		r.entries[n] += k + "=" + v + " "
+		b.WriteByte(' ')
 	}
+	r.entries[n] = b.String()
 	return nil
 }
 
@@ -678,19 +686,7 @@ func TestTake(t *testing.T) {
 // list taken, the memo compacted at every occasion and not: the same
 // entries, and most lists taken.
 func TestTakeReal(t *testing.T) {
-	zf, err := os.Open("../pytorch/testdata/real/stacks.pickle.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zf.Close()
-	zr, err := gzip.NewReader(zf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := realSnapshot(t, "../pytorch/testdata/real/stacks.pickle.gz")
 	var got [2][]string
 	for i, tiny := range []bool{false, true} {
 		d := NewDecoder(data)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -14,28 +15,45 @@ import (
 
 func gzipped(t *testing.T, parts ...[]byte) []byte {
 	t.Helper()
+	gzipWriter.Lock()
+	defer gzipWriter.Unlock()
 	var buf bytes.Buffer
 	for _, p := range parts { // one member each
-		zw := gzip.NewWriter(&buf)
-		if _, err := zw.Write(p); err != nil {
+		if gzipWriter.w == nil {
+			gzipWriter.w = gzip.NewWriter(&buf)
+		} else {
+			gzipWriter.w.Reset(&buf)
+		}
+		if _, err := gzipWriter.w.Write(p); err != nil {
 			t.Fatal(err)
 		}
-		if err := zw.Close(); err != nil {
+		if err := gzipWriter.w.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return buf.Bytes()
 }
 
+// gzipWriter is the writer gzipped resets for each member: a new one's
+// tables cost more than small inputs' compression under the race
+// detector.
+var gzipWriter struct {
+	sync.Mutex
+	w *gzip.Writer
+}
+
 func zstded(t *testing.T, p []byte) []byte {
 	t.Helper()
-	zw, err := zstd.NewWriter(nil)
+	zw, err := zstdWriter()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer zw.Close()
 	return zw.EncodeAll(p, nil)
 }
+
+// zstdWriter is the encoder zstded shares (EncodeAll may be called
+// concurrently), made once.
+var zstdWriter = sync.OnceValues(func() (*zstd.Encoder, error) { return zstd.NewWriter(nil) })
 
 // TestDecompressSameBytes checks that a gzip'd (one member or two: the
 // size in the trailer is then the last member's) or zstd'd snapshot
@@ -71,10 +89,13 @@ func TestDecompressSameBytes(t *testing.T) {
 // (a zstd frame that states its size is refused before it is decoded).
 func TestDecompressionBombs(t *testing.T) {
 	defer func(v int64) { minBudgetBytes = v }(minBudgetBytes)
-	minBudgetBytes = 1 << 20
-	zeros := make([]byte, 3<<20)
-	// A valid pickle start (PROTO 4, then NONE opcodes), 3 MiB of it.
-	nones := append([]byte{0x80, 4}, bytes.Repeat([]byte("N"), 3<<20)...)
+	// A small floor, and inputs four times past it: the decoder decodes
+	// a streamed input up to the budget before it is refused, which the
+	// race detector makes slow past a few hundred KiB.
+	minBudgetBytes = 256 << 10
+	zeros := make([]byte, 1<<20)
+	// A valid pickle start (PROTO 4, then NONE opcodes), 1 MiB of it.
+	nones := append([]byte{0x80, 4}, bytes.Repeat([]byte("N"), 1<<20)...)
 	cases := []struct {
 		name string
 		data []byte
@@ -85,8 +106,8 @@ func TestDecompressionBombs(t *testing.T) {
 		{"zeros.zst", zstded(t, zeros), Options{}, "not a pickle: it starts with byte 0x00|refused as a decompression bomb"},
 		{"nones.gz", gzipped(t, nones), Options{}, "refused as a decompression bomb"},
 		{"nones.zst", zstded(t, nones), Options{}, "refused as a decompression bomb"},
-		{"ratio.gz", gzipped(t, nones[:2<<20]), Options{MaxRatio: 2}, "refused as a decompression bomb"},
-		{"limit.gz", gzipped(t, nones[:2<<20]), Options{MaxInputBytes: 1 << 19}, "the input limit"},
+		{"ratio.gz", gzipped(t, nones[:512<<10]), Options{MaxRatio: 2}, "refused as a decompression bomb"},
+		{"limit.gz", gzipped(t, nones[:512<<10]), Options{MaxInputBytes: 1 << 17}, "the input limit"},
 	}
 	for _, c := range cases {
 		for _, stream := range []bool{false, true} {
@@ -106,8 +127,8 @@ func TestDecompressionBombs(t *testing.T) {
 		}
 	}
 	// Within the budget, the same input is read.
-	if _, _, err := decompress(gzipped(t, nones[:1<<19]), (&Options{}).budget()); err != nil {
-		t.Errorf("half a MiB of NONE opcodes: %v", err)
+	if _, _, err := decompress(gzipped(t, nones[:1<<17]), (&Options{}).budget()); err != nil {
+		t.Errorf("128 KiB of NONE opcodes: %v", err)
 	}
 }
 

@@ -3,9 +3,10 @@ package pytorch
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
-	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -31,11 +32,8 @@ func TestPoolsServingTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, evs, err := trace.ReadAll(bytes.NewReader(data))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plain []trace.Event
+			h, evs := readSized(t, data)
+			plain := make([]trace.Event, 0, len(evs))
 			for _, e := range evs {
 				if e.Kind < trace.KindPoolBegin || e.Kind > trace.KindPoolRelease {
 					plain = append(plain, e)
@@ -74,9 +72,43 @@ func TestPoolsServingTraces(t *testing.T) {
 				}
 				return
 			}
-			if !reflect.DeepEqual(got, evs) {
+			if !slices.Equal(got, evs) {
 				t.Errorf("%s: the pool events differ from what InferPools finds (%d events, want %d); -update-pools rewrites them", path, len(evs), len(got))
 			}
 		})
+	}
+}
+
+// readSized reads a whole trace into a slice of its size, counted first:
+// growing it as trace.ReadAll does copies it several times, which costs
+// more than the second decode under the race detector.
+func readSized(t *testing.T, data []byte) (*trace.Header, []trace.Event) {
+	t.Helper()
+	buf := make([]trace.Event, 4096)
+	n := 0
+	eachBatch(t, data, buf, func(k int) { n += k })
+	evs := make([]trace.Event, 0, n)
+	h := eachBatch(t, data, buf, func(k int) { evs = append(evs, buf[:k]...) })
+	return h, evs
+}
+
+// eachBatch reads the trace in data into buf, a batch at a time, and
+// calls f with the size of each.
+func eachBatch(t *testing.T, data []byte, buf []trace.Event, f func(k int)) *trace.Header {
+	t.Helper()
+	r, err := trace.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		k, err := r.ReadEvents(buf)
+		if err == io.EOF {
+			return r.Header()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(k)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -43,6 +44,9 @@ func readReal(t *testing.T) map[string]realRun {
 
 func gunzip(t *testing.T, path string) []byte {
 	t.Helper()
+	if data, ok := gunzipped.Load(path); ok {
+		return bytes.Clone(data.([]byte))
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +60,13 @@ func gunzip(t *testing.T, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return data
+	gunzipped.Store(path, data)
+	return bytes.Clone(data)
 }
+
+// gunzipped holds the files gunzip read, by path, for the package's tests
+// to share: decompressing costs more than a copy under the race detector.
+var gunzipped sync.Map
 
 // finalState decodes the snapshot's final segments independently of the
 // importer: segment base -> size, and live block address -> state.

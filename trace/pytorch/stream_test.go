@@ -355,7 +355,11 @@ func TestParallelListOtherKey(t *testing.T) {
 // external annotations as raw bytes too (pushing one list). The memo holds
 // 0: root, 1: "device_traces", 2: the outer list, 3: the device list.
 func snapshotPickle(entries [][]byte, annotations []byte) []byte {
-	p := []byte{0x80, 4, '}', 0x94, '('}
+	n := 64 + len(annotations)
+	for _, e := range entries {
+		n += len(e)
+	}
+	p := append(make([]byte, 0, n), 0x80, 4, '}', 0x94, '(')
 	p = appendStr(p, "device_traces")
 	p = append(p, 0x94, ']', 0x94, ']', 0x94, '(')
 	for _, e := range entries {

@@ -8,6 +8,9 @@ allocators keep what they reserve; what fails first is memory outside the
 allocator (cuDNN and cuBLAS workspaces, kernels loaded on first use), and
 PyTorch's counters then report no OOM.
 
+With --monitor LOG, a server runs fragsim.monitor (the wheel's package) every
+--monitor-interval seconds with log=LOG (traces/workloads/monitor_cohost.sh).
+
 A server writes, beside its snapshot (--snapshot), a device-memory log
 (--memlog): one line per sample, "time_ns device free_bytes total_bytes", taken
 every 50 ms by torch.cuda.mem_get_info(); and in its --stats-out JSON the time
@@ -35,6 +38,10 @@ def server(args):
     if args.snapshot:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
                                                  max_entries=1_500_000)
+    mon = None
+    if args.monitor:
+        import fragsim
+        mon = fragsim.monitor(port=0, interval=args.monitor_interval, log=args.monitor)
     stop = threading.Event()
     samples = []
 
@@ -71,6 +78,8 @@ def server(args):
     torch.cuda.synchronize()
     stop.set()
     th.join()
+    if mon is not None:
+        mon.stop()
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
     try:
@@ -88,6 +97,9 @@ def server(args):
            "num_device_alloc": st.get("num_device_alloc", 0),
            "total_global_mem": torch.cuda.get_device_properties(0).total_memory,
            "torch": torch.__version__}
+    if mon is not None:
+        out["monitor"] = {"ticks": mon.ticks, "thread_cpu_s": mon.thread_cpu_s, "child_cpu_s": mon.child_cpu_s,
+                          "interval_s": args.monitor_interval}
     if args.stats_out:
         with open(args.stats_out, "w") as f:
             json.dump(out, f)
@@ -104,6 +116,8 @@ def main():
     p.add_argument("--snapshot")
     p.add_argument("--memlog")
     p.add_argument("--stats-out")
+    p.add_argument("--monitor", help="run fragsim.monitor with log=MONITOR")
+    p.add_argument("--monitor-interval", type=float, default=1.0)
     args = p.parse_args()
     if args.role == "blocker":
         blocker(int(args.leave * (1 << 30)), args.seconds)
