@@ -43,7 +43,7 @@ func progressCommands(dir string) [][]string {
 	return [][]string{
 		{"import", snapshot, "-o", filepath.Join(dir, "i.fst")},
 		{"synth", "-o", filepath.Join(dir, "s.fst"), "--events", "2000"},
-		{"replay", tinyTrace},
+		{"replay", tinyTrace, "--forecast", "--out", filepath.Join(dir, "new", "plots")}, // a directory the plots make
 		{"compare", tinyTrace, "--policies", "caching", "--setting", "none"},
 		{"analyze", tinyTrace, "--no-advice"},
 		{"report", tinyTrace, "--policies", "caching", "--setting", "none", "-o", filepath.Join(dir, "r.html")},

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
@@ -47,10 +50,11 @@ func flagName(name string) string {
 
 // checkPlots refuses, before any work, plots to dir that would replace one
 // of inputs (through any name or link): the figures names, each as PNG
-// and SVG. An empty dir asks for no plots.
+// and SVG. An empty dir asks for no plots; a directory that does not
+// exist yet is made by the plots' writer.
 func checkPlots(dir string, inputs []string, names ...string) error {
-	if dir == "" {
-		return nil
+	if _, err := os.Stat(dir); dir == "" || errors.Is(err, fs.ErrNotExist) {
+		return nil // no plots, or a directory the plots will make: nothing to replace
 	}
 	for _, n := range names {
 		for _, ext := range []string{".png", ".svg"} {
