@@ -34,7 +34,8 @@ func importCommand() *cli.Command {
 			"event is rebuilt from the final segments; empty_cache() calls, which PyTorch does\n" +
 			"not trace, are inferred from release bursts no OOM explains. A snapshot without\n" +
 			"trace entries (torch.cuda.memory_snapshot(), an OOM handler's) gives a trace of its\n" +
-			"state alone. With -, the snapshot is read from standard input (--format rmm for a log).",
+			"state alone. With -, the snapshot is read from standard input (--format rmm for a log);\n" +
+			"with -o -, the trace goes to standard output and the summary to stderr.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE` (required)"},
 			&cli.StringFlag{Name: "format", Usage: "input format: auto, pytorch or rmm", Value: "auto"},

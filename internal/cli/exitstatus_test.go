@@ -146,6 +146,7 @@ func TestExitFailure(t *testing.T) {
 		exitCase{[]string{"compare", filepath.Join(pl, "views.png"), "--out", pl}, 1},
 		exitCase{[]string{"replay", in, "--forecast", "--out", pl}, 1},
 		exitCase{[]string{"cohost", in, "--out", pl}, 1},
+		exitCase{[]string{"record", "-o", txt, "--", "python3", txt}, 1}, // the program's script
 		// An output that cannot be written.
 		exitCase{[]string{"import", snap, "-o", missingDir}, 1},
 		exitCase{[]string{"dump", in, "-o", missingDir}, 1},
