@@ -358,7 +358,10 @@ rm -f "$sig"/* "$sig"/.[!.]*
 printf 'previous' >"$sig/out"
 "$fs" import -q "$snap" --device-log "$one/dev.log" -o "$sig/out" >/dev/null 2>&1 &
 p=$!
-kill -HUP $p
+# The signal goes to fragsim, not to the shell forked to start it: that
+# shell would run this script's EXIT trap.
+for _ in $(seq 1 200); do [ "$(readlink /proc/$p/exe 2>/dev/null)" = "$fs" ] && break; sleep 0.01; done
+kill -HUP $p 2>/dev/null
 wait $p; rc=$?
 total[oneout]=$(( ${total[oneout]:-0} + 1 ))
 if { [ $rc -ne 130 ] && [ $rc -ne 0 ] && [ $rc -ne 129 ]; } || [ "$(ls -A "$sig")" != out ]; then
