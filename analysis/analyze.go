@@ -457,6 +457,9 @@ func Analyze(open Opener, opts AnalyzeOptions) (*Analysis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSettings(h, opts.Conf); err != nil {
+		return nil, err
+	}
 	policy := opts.Policy
 	if policy == "" {
 		policy = baselinePolicy()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/fragsim/fragsim/trace"
 )
 
 // shareRows is the number of rows a breakdown table shows.
@@ -38,7 +40,7 @@ func (a *Analysis) WriteText(w io.Writer) error {
 	if name == "" {
 		name = "trace"
 	}
-	fmt.Fprintf(ew, "%s: %s events, policy %s\n", name, fmtCount(a.Trace.Events), a.Policy)
+	fmt.Fprintf(ew, "%s: %s events, policy %s\n", trace.Printable(name), fmtCount(a.Trace.Events), a.Policy)
 	if a.State != nil { // no events: the state is all there is to show
 		a.State.WriteText(ew)
 		if l := a.RecommendedLine(); l != "" {
@@ -124,7 +126,7 @@ func writeShares(w io.Writer, title string, shares []Share) {
 			rest.Pct += s.Pct
 			continue
 		}
-		fmt.Fprintf(w, "    %-58s %11s %6.1f%%  %6s blocks\n", truncate(s.Key, 58), FmtBytes(s.StrandedBytes), s.Pct, fmtCount(s.LiveBlocks))
+		fmt.Fprintf(w, "    %-58s %11s %6.1f%%  %6s blocks\n", truncate(trace.Printable(s.Key), 58), FmtBytes(s.StrandedBytes), s.Pct, fmtCount(s.LiveBlocks))
 	}
 	if rest.LiveBlocks > 0 {
 		fmt.Fprintf(w, "    %-58s %11s %6.1f%%  %6s blocks\n", fmt.Sprintf("(%d others)", len(shares)-shareRows),
@@ -144,9 +146,9 @@ func (a *Analysis) writeAdvice(w io.Writer) {
 		"reserved", "Δ reserved", "dev calls", "OOMs")
 	var notes []string
 	for _, ad := range a.Advice {
-		label := truncate(ad.Setting, 32)
+		label := truncate(trace.Printable(ad.Setting), 32)
 		if ad.Error != "" {
-			fmt.Fprintf(w, "%4d  %-32s  failed: %s\n", ad.Rank, label, truncate(ad.Error, 50))
+			fmt.Fprintf(w, "%4d  %-32s  failed: %s\n", ad.Rank, label, truncate(trace.Printable(ad.Error), 50))
 			continue
 		}
 		mark := ""

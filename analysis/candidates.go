@@ -90,6 +90,9 @@ func plan(open Opener, opts CompareOptions) (*planner, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSettings(h, opts.Conf); err != nil {
+		return nil, err
+	}
 	p := newPlanner(open, h, opts.Conf, opts.Config, opts.DeviceCost)
 	p.parallel, p.maxPoints, p.series, p.progress = opts.Parallel, opts.MaxPoints, true, opts.Progress
 	policies := opts.Policies

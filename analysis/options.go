@@ -186,13 +186,34 @@ func (e *OptionError) Unwrap() error { return e.Err }
 // build for a policy under conf; setting, when set, is the setting that
 // conf stands for.
 func optionError(policy, conf, setting string, err error) error {
+	var se *trace.SettingError
 	switch {
+	case errors.As(err, &se):
+		return err // the trace's own setting: no option of the caller's
+
 	case setting != "":
 		return &OptionError{Option: OptionSetting, Value: setting, Err: err}
 	case errors.Is(err, allocator.ErrUnknownPolicy):
 		return &OptionError{Option: OptionPolicy, Value: policy, Err: err}
 	}
 	return &OptionError{Option: OptionConf, Value: conf, Err: err}
+}
+
+// checkSettings refuses, as a *trace.SettingError, a trace whose header
+// holds a setting the baseline policy cannot use, when conf (the
+// caller's, which replaces the trace's) is empty: the candidates built on
+// the trace's settings would otherwise fail as if the caller had given a
+// bad option.
+func checkSettings(h *trace.Header, conf string) error {
+	if conf != "" || h == nil {
+		return nil
+	}
+	_, err := allocator.NewFactory(baselinePolicy(), "", h)
+	var se *trace.SettingError
+	if errors.As(err, &se) {
+		return err
+	}
+	return nil
 }
 
 // NewFactory builds the allocator registry's factory of a policy under

@@ -285,7 +285,7 @@ func (a *Analysis) writePools(w io.Writer) {
 		case p.WithoutPeakReservedBytes > 0:
 			what = FmtBytes(p.WithoutPeakReservedBytes) + ", " + savedText(p.SavedBytes)
 		}
-		line := fmt.Sprintf("  %-36s %10s %10s %10s %10s  %s", truncate(p.Label, 36), FmtBytes(p.ReservedAtPeakBytes),
+		line := fmt.Sprintf("  %-36s %10s %10s %10s %10s  %s", truncate(trace.Printable(p.Label), 36), FmtBytes(p.ReservedAtPeakBytes),
 			FmtBytes(p.ActiveAtPeakBytes), FmtBytes(p.StrandedAtPeakBytes), FmtBytes(p.PeakReservedBytes), what)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fragsim/fragsim/allocator"
+	"github.com/fragsim/fragsim/trace"
 )
 
 // TableWidth is the width tables are laid out to fit.
@@ -102,7 +103,7 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	}
 	ew := &errWriter{w: w}
 	if c.Trace.Name != "" {
-		fmt.Fprintf(ew, "%s: %s events\n\n", c.Trace.Name, fmtCount(c.Trace.Events))
+		fmt.Fprintf(ew, "%s: %s events\n\n", trace.Printable(c.Trace.Name), fmtCount(c.Trace.Events))
 	}
 	writeMetricTable(ew, c, pols)
 	if c.State != nil {
@@ -116,7 +117,7 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	}
 	for _, r := range c.Runs {
 		if r.Error != "" {
-			fmt.Fprintf(ew, "%s failed: %s\n", r.Label, r.Error)
+			fmt.Fprintf(ew, "%s failed: %s\n", trace.Printable(r.Label), trace.Printable(r.Error))
 		}
 	}
 	fmt.Fprintln(ew)
@@ -269,7 +270,13 @@ func (c *Comparison) WriteCSV(w io.Writer) error {
 	return cw.Error()
 }
 
-// errWriter keeps the first write error.
+// errWriter is the writer of every text renderer here: it keeps the
+// first write error, and writes what it is given as a terminal may show it
+// (trace.PrintableLines: lines and tabs kept, every control escaped), so
+// that no string of a trace (a frame, a marker, a GPU name) acts on the
+// terminal. Fields that could hold a newline go through trace.Printable
+// first, so that they cannot forge a line either. Each Write must hold
+// whole runes, as fmt's do.
 type errWriter struct {
 	w   io.Writer
 	err error
@@ -279,7 +286,6 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	if e.err != nil {
 		return len(p), nil
 	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, nil
+	_, e.err = trace.PrintableWriter(e.w).Write(p)
+	return len(p), nil
 }

@@ -29,7 +29,19 @@
 #      <(cat FILE), standard input and a named FIFO read their input whole,
 #      once, and leave no temporary file (TMPDIR is the run's own);
 #  10. the report: 200,000-character agent, model and frame names are cut,
-#      and a moment with no segment is written as an empty list.
+#      and a moment with no segment is written as an empty list;
+#  11. one rule for every output: a failed import with --device-log leaves
+#      the earlier output, a device log or a plot's input (by name, symbolic
+#      link or hard link; standard input or output too) is refused as an
+#      output, FIFOs, /dev/stdout and `-o -` are written through, outputs
+#      that cannot be written fail, and SIGHUP, SIGQUIT, SIGINT or SIGTERM
+#      while an output is written exits 130 leaving the earlier file and no
+#      temporary one;
+#  12. exit codes: an empty -o is a usage error (2), a bad setting stored in
+#      a trace a failure (1), a snapshot cut short 2, -q accepted by every
+#      command that draws progress, more than 64 co-hosted processes refused;
+#  13. terminal output: a snapshot's names that set the window's title, write
+#      the clipboard or clear the screen are escaped in every text output.
 #
 # usage: bench/faults.sh            (FRAGSIM=path uses that binary)
 # Prints one line per failed case and a summary table; exits 1 on any failure.
@@ -269,13 +281,153 @@ check report '^0$' "$fs" report "$ent/long.fst" -o "$ent/long.html"
 same report "a run of 201 A on the page" "$(grep -c 'AAAAAAAAAA\{191\}' "$ent/long.html" 2>/dev/null)" 0
 same report '"segments":null on the page' "$(grep -c '"segments":null' "$ent/long.html" 2>/dev/null)" 0
 
-# Nothing may be left in the temporary directory.
+# 11. Every output, one rule: the device-log merge inside the import's
+# write, every input (device logs, plot inputs, through links) refused as an
+# output, pipes and FIFOs written through, "-" as standard output, and a
+# signal (SIGHUP, SIGQUIT too) that leaves no temporary file.
+one=$tmp/one
+mkdir -p "$one"
+printf 'garbage' >"$one/bad.pickle"
+printf '1764000000000200000 0 2000 8000\n' >"$one/dev.log"
+cp "$one/dev.log" "$one/dev.log.orig"
+"$fs" import -q "$snap" -o "$one/old.fst" >/dev/null 2>&1
+cp "$one/old.fst" "$one/old.orig"
+GREP='nothing was written to' NOGREP='merged' check oneout '^1$' "$fs" import -q "$one/bad.pickle" --device-log "$one/dev.log" -o "$one/old.fst"
+same oneout "a failed import with --device-log kept the earlier output" "$(cmp -s "$one/old.fst" "$one/old.orig" && echo kept)" kept
+check oneout '^1$' "$fs" import -q "$one/bad.pickle" --device-log "$one/dev.log" -o /dev/null
+GREP='the output is the input' check oneout '^1$' "$fs" import -q "$snap" --device-log "$one/dev.log" -o "$one/dev.log"
+GREP='the output is the input' check oneout '^1$' "$fs" import -q "$snap" -o "$snap"
+same oneout "the device log as the output" "$(cmp -s "$one/dev.log" "$one/dev.log.orig" && echo kept)" kept
+rm -f "$one/fifo"
+mkfifo "$one/fifo"
+(cat "$one/fifo" >"$one/fromfifo.fst" &)
+check oneout '^0$' "$fs" import -q "$snap" --device-log "$one/dev.log" -o "$one/fifo"
+sleep 0.2
+GREP='device_mem +1' check oneout '^0$' "$fs" info "$one/fromfifo.fst"
+GREP='device_mem +1' check oneout '^0$' bash -c "set -o pipefail; '$fs' import -q '$snap' --device-log '$one/dev.log' -o /dev/stdout | '$fs' info -"
+GREP='device_mem +1' check oneout '^0$' bash -c "set -o pipefail; '$fs' import '$snap' --device-log '$one/dev.log' -o - | '$fs' info -"
+check oneout '^0$' bash -c "set -o pipefail; '$fs' export -q --format perfetto '$pt' -o - | python3 -c 'import json,sys; json.load(sys.stdin)'"
+check oneout '^0$' bash -c "set -o pipefail; '$fs' dump '$pt' -o - | '$fs' undump - -o '$one/undumped.fst'"
+# plots over their inputs, through a name, a symbolic link and a hard link
+pl=$one/pl
+mkdir -p "$pl"
+cp "$pt" "$one/in.fst"
+cp "$pt" "$pl/timeline.png"
+cp "$pt" "$pl/forecast.png"
+ln -s ../in.fst "$pl/views.png"
+ln "$one/in.fst" "$pl/forecast.svg"
+GREP='is the input' check oneout '^1$' "$fs" compare -q "$pl/timeline.png" --out "$pl"
+GREP='is the input' check oneout '^1$' "$fs" replay -q "$pl/forecast.png" --forecast --out "$pl"
+GREP='is the input' check oneout '^1$' "$fs" compare -q "$one/in.fst" --out "$pl"
+GREP='is the input' check oneout '^1$' "$fs" cohost -q "$one/in.fst" --out "$pl"
+GREP='is the input' check oneout '^1$' "$fs" compare -q "$one/in.fst" --html "$pl/views.png"
+same oneout "plot inputs" "$(cmp -s "$pt" "$pl/timeline.png" && cmp -s "$pt" "$pl/forecast.png" && cmp -s "$pt" "$one/in.fst" && echo kept)" kept
+# standard input and standard output that are the same file as the output or the input
+"$fs" dump "$pt" -o "$one/t.txt" >/dev/null 2>&1
+cp "$one/t.txt" "$one/t.orig"
+GREP='is the input' check oneout '^1$' bash -c "exec '$fs' undump - -o '$one/t.txt' <'$one/t.txt'"
+GREP='is the input' check oneout '^1$' bash -c "exec '$fs' undump '$one/t.txt' -o - >>'$one/t.txt'"
+same oneout "a text read from standard input" "$(cmp -s "$one/t.txt" "$one/t.orig" && echo kept)" kept
+# outputs that cannot be written
+for cmd in "dump $pt" "report -q $pt" "export -q --format perfetto $pt" "undump $one/t.txt" "import -q $snap"; do
+	check oneout '^1$' "$fs" $cmd -o "$one/no/such/dir/out"
+done
+check oneout '^1$' "$fs" export -q --format perfetto "$pt" -o /dev/full
+ln -sf loop "$one/loop"
+check oneout '^1$' "$fs" dump "$pt" -o "$one/loop"
+check oneout '^1$' "$fs" import -q "$snap" --device-log "$one" -o "$one/x.fst"
+GREP='merged 1 device-memory' check oneout '^0$' bash -c "exec '$fs' import -q '$snap' --device-log <(cat '$one/dev.log') -o '$one/y.fst'"
+# a signal while an output is written: 130, the earlier file kept, no temporary file
+sig=$one/sig
+mkdir -p "$sig"
+for s in HUP QUIT INT TERM; do
+	rm -f "$sig"/* "$sig"/.[!.]*
+	printf 'previous' >"$sig/out"
+	"$fs" export -q --format memory_viz "$rt/big.fst" -o "$sig/out" >/dev/null 2>&1 &
+	p=$!
+	for _ in $(seq 1 200); do [ "$(ls -A "$sig" | wc -l)" -gt 1 ] && break; sleep 0.05; done
+	kill -"$s" $p
+	wait $p; rc=$?
+	total[oneout]=$(( ${total[oneout]:-0} + 1 ))
+	if [ $rc -ne 130 ] || [ "$(cat "$sig/out")" != previous ] || [ "$(ls -A "$sig")" != out ]; then
+		failed[oneout]=$(( ${failed[oneout]:-0} + 1 )); fail=1
+		echo "FAIL [oneout] SIG$s during export: exit $rc (want 130), directory: $(ls -A "$sig" | tr '\n' ' ')"
+	fi
+done
+rm -f "$sig"/* "$sig"/.[!.]*
+printf 'previous' >"$sig/out"
+"$fs" import -q "$snap" --device-log "$one/dev.log" -o "$sig/out" >/dev/null 2>&1 &
+p=$!
+# The signal goes to fragsim, not to the shell forked to start it: that
+# shell would run this script's EXIT trap.
+for _ in $(seq 1 200); do [ "$(readlink /proc/$p/exe 2>/dev/null)" = "$fs" ] && break; sleep 0.01; done
+kill -HUP $p 2>/dev/null
+wait $p; rc=$?
+total[oneout]=$(( ${total[oneout]:-0} + 1 ))
+if { [ $rc -ne 130 ] && [ $rc -ne 0 ] && [ $rc -ne 129 ]; } || [ "$(ls -A "$sig")" != out ]; then
+	failed[oneout]=$(( ${failed[oneout]:-0} + 1 )); fail=1
+	echo "FAIL [oneout] SIGHUP during import --device-log: exit $rc, directory: $(ls -A "$sig" | tr '\n' ' ')"
+fi
+
+# 12. Exit codes: the README's table in every command.
+ex=$tmp/ex
+mkdir -p "$ex"
+for args in "import $snap -o" "import $snap --output" "dump $pt -o" "undump $one/t.txt -o" "synth -o" "report $pt -o" \
+	"export --format perfetto $pt -o" "compare $pt --html" "compare $pt --out" "replay $pt --forecast --out" "cohost $pt --out"; do
+	GREP='no output file named' check exit '^2$' "$fs" $args ""
+done
+printf '# fragsim text v1\nheader {"producer":"pytorch","alloc_conf":"garbage_collection_threshold:NaN"}\nalloc t=1000 dev=0 stream=0x0 addr=0x7f0000000000 size=3145728\n' >"$ex/bad.txt"
+"$fs" undump "$ex/bad.txt" -o "$ex/bad.fst" >/dev/null 2>&1
+for cmd in "replay" "compare" "analyze" "cohost" "explain" "report -o $ex/b.html" "export --format memory_viz -o $ex/b.pickle"; do
+	GREP='trace header' check exit '^1$' "$fs" $cmd "$ex/bad.fst"
+done
+python3 -c 'import sys; d=open(sys.argv[1],"rb").read(); open(sys.argv[2],"wb").write(d[:len(d)*2//3])' \
+	"$root/trace/pytorch/testdata/empty_cache.p4.pickle" "$ex/cut.pickle"
+GREP='kept the [0-9]+ events before the cut' check exit '^2$' "$fs" import -q "$ex/cut.pickle" -o "$ex/cut.fst"
+check exit '^0$' "$fs" info "$ex/cut.fst"
+for cmd in "import -q $snap -o $ex/q.fst" "synth -q -o $ex/s.fst --events 2000" "replay -q $pt" "compare -q $pt" "analyze -q $pt" \
+	"report -q $pt -o $ex/q.html" "export -q --format memory_viz $pt -o $ex/q.pickle" "cohost -q $pt $pt" "explain -q $snap --request 1MiB"; do
+	check exit '^0$' "$fs" $cmd
+done
+GREP='at most 64 processes' check exit '^2$' "$fs" cohost $(yes "$pt" | head -3000)
+
+# 13. Terminal output: names that set the window's title, write the
+# clipboard (OSC 52), clear the screen or turn text around come out escaped.
+esc=$tmp/esc
+mkdir -p "$esc"
+python3 - "$esc/hostile.pickle" <<'PY'
+import pickle, sys
+E = "\x1b]0;PWNED\x07\x1b]52;c;aGk=\x07\x1b[2J\u202e\u009b31m"
+fr = [{"name": "f" + E, "filename": "file" + E + ".py", "line": 3}]
+MB = 1 << 20
+ents, t = [], 1
+for i in range(4):
+    ents.append({"action": "alloc", "addr": 0x7f0000000000 + i * 5 * MB, "size": 5 * MB, "stream": 0, "time_us": t, "frames": fr}); t += 1
+for i in (0, 2):
+    for a in ("free_requested", "free_completed"):
+        ents.append({"action": a, "addr": 0x7f0000000000 + i * 5 * MB, "size": 5 * MB, "stream": 0, "time_us": t, "frames": fr}); t += 1
+ents.append({"action": "alloc", "addr": 0x7f0010000000, "size": 12 * MB, "stream": 0, "time_us": t, "frames": fr})
+ents.append({"action": "oom", "addr": 0, "size": 30 * MB, "stream": 0, "time_us": t + 1, "frames": fr, "device_free": 0})
+hdr = '{"producer":"pytorch","gpu_name":"G\\u001b]0;T\\u0007","torch_version":"2\\u001b[2J","approximate":["n\\u001b]52;c;aGk=\\u0007"]}'
+pickle.dump({"device_traces": [ents], "segments": [], "fragsim": {"version": 1, "header": hdr, "events": []}}, open(sys.argv[1], "wb"), protocol=4)
+PY
+ctl=$'[\x01-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80\xae'
+NOGREP=$ctl check escape '^0$' "$fs" import "$esc/hostile.pickle" -o "$esc/h.fst"
+for cmd in "info" "dump" "replay" "replay --forecast" "analyze" "compare" "cohost" "explain"; do
+	NOGREP=$ctl check escape '^[012]$' "$fs" $cmd "$esc/h.fst"
+done
+NOGREP=$ctl check escape '^[012]$' "$fs" explain "$esc/hostile.pickle"
+GREP='f\\x1b\]0;PWNED\\a' check escape '^0$' "$fs" analyze "$esc/h.fst"
+
+# Nothing may be left in the temporary directory, nor a temporary file
+# beside any output.
 same temp "temporary files left" "$(ls -A "$TMPDIR" | tr '\n' ' ')" ""
+same temp "temporary files beside the outputs" "$(find "$tmp" -name '.*.tmp' -o -name '.fragsim-*' | tr '\n' ' ')" ""
 
 echo
 echo "| group | cases | failed | max RSS MiB |"
 echo "|---|---:|---:|---:|"
-for g in cut flip size number bomb output roundtrip entry budget pipe report temp; do
+for g in cut flip size number bomb output roundtrip entry budget pipe report oneout exit escape temp; do
 	echo "| $g | ${total[$g]:-0} | ${failed[$g]:-0} | $(( ${maxrss[$g]:-0} / 1024 )) |"
 done
 exit $fail

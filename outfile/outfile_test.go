@@ -238,8 +238,9 @@ func TestDirectoryRefused(t *testing.T) {
 }
 
 // TestSignalRemovesTemp runs this test binary as a child that opens an
-// output over a previous file, writes part of it and gets SIGINT (or
-// SIGTERM): it must exit 130, leave the previous file and no temporary.
+// output over a previous file and a scratch file, writes part of the
+// output and gets one of the Signals: it must exit 130, leave the previous
+// file, and neither the temporary nor the scratch file.
 func TestSignalRemovesTemp(t *testing.T) {
 	if path := os.Getenv("OUTFILE_SIGNAL_CHILD"); path != "" {
 		f, err := Create(path)
@@ -247,16 +248,18 @@ func TestSignalRemovesTemp(t *testing.T) {
 			fmt.Println("create:", err)
 			os.Exit(3)
 		}
-		f.WriteString("partial")
-		sig := syscall.SIGINT
-		if os.Getenv("OUTFILE_SIGNAL") == "TERM" {
-			sig = syscall.SIGTERM
+		if _, err := NewScratch(filepath.Dir(path), "scratch-*"); err != nil {
+			fmt.Println("scratch:", err)
+			os.Exit(3)
 		}
+		f.WriteString("partial")
+		sig := map[string]syscall.Signal{"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP,
+			"QUIT": syscall.SIGQUIT}[os.Getenv("OUTFILE_SIGNAL")]
 		syscall.Kill(os.Getpid(), sig)
 		time.Sleep(10 * time.Second)
 		os.Exit(4)
 	}
-	for _, sig := range []string{"INT", "TERM"} {
+	for _, sig := range []string{"INT", "TERM", "HUP", "QUIT"} {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "out")
 		os.WriteFile(path, []byte("previous"), 0o644)
@@ -272,6 +275,98 @@ func TestSignalRemovesTemp(t *testing.T) {
 		}
 		if names := entries(t, dir); len(names) != 1 {
 			t.Fatalf("SIG%s: the directory holds %v, want only the target", sig, names)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.fst")
+	os.WriteFile(in, []byte("input"), 0o644)
+	link := filepath.Join(dir, "views.png")
+	if err := os.Symlink("in.fst", link); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.png")
+	if err := os.Link(in, hard); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check("", in); !errors.Is(err, ErrNoName) {
+		t.Errorf("Check(\"\"): %v, want ErrNoName", err)
+	}
+	if err := Check(dir, in); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("Check(a directory): %v", err)
+	}
+	for _, out := range []string{in, link, hard} {
+		var se *SameFileError
+		if err := Check(out, "", "-", filepath.Join(dir, "missing"), in); !errors.As(err, &se) || se.Input != in {
+			t.Errorf("Check(%s, %s): %v, want a SameFileError", out, in, err)
+		}
+		if _, err := Create(out, in); err == nil {
+			t.Errorf("Create(%s, %s) was accepted", out, in)
+		}
+	}
+	if err := Check(filepath.Join(dir, "new"), in); err != nil {
+		t.Errorf("a new output: %v", err)
+	}
+	if err := Check(os.DevNull, os.DevNull); err != nil {
+		t.Errorf("%s is no input it could destroy: %v", os.DevNull, err)
+	}
+	if got, _ := os.ReadFile(in); string(got) != "input" {
+		t.Fatalf("the input reads %q", got)
+	}
+}
+
+func TestDir(t *testing.T) {
+	dir := t.TempDir()
+	for path, want := range map[string]string{
+		filepath.Join(dir, "new"): dir,
+		"-":                       "",
+		"/dev/stdout":             "",
+		os.DevNull:                "",
+	} {
+		if got := Dir(path); got != want {
+			t.Errorf("Dir(%s) = %q, want %q", path, got, want)
+		}
+	}
+	sub := filepath.Join(dir, "sub")
+	os.Mkdir(sub, 0o755)
+	os.Symlink(filepath.Join(sub, "real"), filepath.Join(dir, "link"))
+	if got := Dir(filepath.Join(dir, "link")); got != sub {
+		t.Errorf("Dir(a link) = %q, want the directory of its target, %q", got, sub)
+	}
+}
+
+// TestStdoutWrittenThrough runs this test binary as a child that writes
+// to "-" or /dev/stdout, with its standard output a pipe: the bytes go
+// through, and standard output stays open after Commit.
+func TestStdoutWrittenThrough(t *testing.T) {
+	if path := os.Getenv("OUTFILE_STDOUT_CHILD"); path != "" {
+		for i := range 2 {
+			f, err := Create(path, "-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "create:", err)
+				os.Exit(3)
+			}
+			if _, err := fmt.Fprintf(f, "through %d;", i); err != nil {
+				fmt.Fprintln(os.Stderr, "write:", err)
+				os.Exit(3)
+			}
+			if err := f.Commit(); err != nil {
+				fmt.Fprintln(os.Stderr, "commit:", err)
+				os.Exit(3)
+			}
+		}
+		os.Exit(0)
+	}
+	for _, path := range []string{"-", "/dev/stdout"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStdoutWrittenThrough$")
+		cmd.Env = append(os.Environ(), "OUTFILE_STDOUT_CHILD="+path)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output() // a pipe
+		if err != nil || string(out) != "through 0;through 1;" {
+			t.Errorf("-o %s into a pipe: %v, stdout %q, stderr %q", path, err, out, stderr.String())
 		}
 	}
 }

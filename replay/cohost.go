@@ -334,8 +334,15 @@ func (cfg *CohostConfig) check() error {
 	return nil
 }
 
-// Cohost replays several traces on one device, merged by time (ties go to
-// the lower process index, and each trace keeps its own order). Each
+// MaxCohostProcesses is the most processes Cohost puts on one device: more
+// than CUDA's MPS serves (48 clients a device), and a bound on the work
+// and memory, which grow with the square of the processes (each OOM and
+// each forecast weighs every other process).
+const MaxCohostProcesses = 64
+
+// Cohost replays several traces (at most MaxCohostProcesses) on one
+// device, merged by time (ties go to the lower process index, and each
+// trace keeps its own order). Each
 // process has its own policy, which sees a device of the full capacity
 // but is refused whatever the other processes and every process's context
 // overhead already hold: when it is refused, it releases its own cache and
@@ -346,6 +353,9 @@ func (cfg *CohostConfig) check() error {
 func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 	if len(procs) == 0 {
 		return nil, errors.New("cohost: no process")
+	}
+	if len(procs) > MaxCohostProcesses {
+		return nil, fmt.Errorf("cohost: %d processes, more than the %d one device serves", len(procs), MaxCohostProcesses)
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err

@@ -17,6 +17,22 @@ var ErrTruncated = errors.New("trace truncated")
 // this package does not know. It also matches ErrCorrupt.
 var ErrVersion = errors.New("unsupported trace format version")
 
+// SettingError is the error of a setting stored in a trace's header that
+// cannot be used: an allocator setting no policy accepts (an unknown key
+// of PYTORCH_CUDA_ALLOC_CONF, a threshold that is not a number). The
+// trace, not the command line, is at fault: it matches ErrCorrupt.
+type SettingError struct {
+	Err error // what is wrong with the setting
+}
+
+func (e *SettingError) Error() string { return "trace header: " + e.Err.Error() }
+
+// Unwrap returns what is wrong with the setting.
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrCorrupt.
+func (e *SettingError) Is(target error) bool { return target == ErrCorrupt }
+
 // FormatError describes bad trace data and where it is.
 type FormatError struct {
 	File   string // file name; empty when reading an unnamed stream

@@ -33,7 +33,7 @@ func WriteText(w io.Writer, r *Reader) error {
 	tw := &textWriter{bw: bufio.NewWriterSize(w, 64<<10), r: r, nStr: 1, nStk: 1}
 	tw.bw.WriteString(TextMagic + "\n")
 	tw.bw.WriteString("header ")
-	tw.bw.Write(hj)
+	tw.bw.Write(printableJSON(hj)) // no raw control in a text meant for terminals and editors
 	tw.bw.WriteByte('\n')
 	var rerr error
 	for {

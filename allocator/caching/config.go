@@ -275,8 +275,16 @@ func ParseConf(s string) (Config, error) {
 // FromHeader returns the configuration a trace was recorded with: the raw
 // alloc conf string, overridden by the parsed allocator settings the
 // producer stored (PyTorch's allocator_settings), and the header's memory
-// fraction.
+// fraction. A setting it cannot use is a *trace.SettingError.
 func FromHeader(h *trace.Header) (Config, error) {
+	c, err := fromHeader(h)
+	if err != nil {
+		return c, &trace.SettingError{Err: err}
+	}
+	return c, nil
+}
+
+func fromHeader(h *trace.Header) (Config, error) {
 	c := DefaultConfig()
 	if h == nil {
 		return c, nil
@@ -284,21 +292,21 @@ func FromHeader(h *trace.Header) (Config, error) {
 	var err error
 	if h.AllocConf != "" {
 		if c, err = ParseConf(h.AllocConf); err != nil {
-			return c, fmt.Errorf("trace header: %w", err)
+			return c, err
 		}
 	}
 	s := h.AllocSettings
 	if v, ok := s["large_segment_size"]; ok && v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n == 0 {
-			return c, fmt.Errorf("trace header: allocator setting large_segment_size: bad value %q", v)
+			return c, fmt.Errorf("allocator setting large_segment_size: bad value %q", v)
 		}
 		c.LargeSegmentSize = n
 	}
 	if v, ok := s["max_split_size"]; ok && v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return c, fmt.Errorf("trace header: allocator setting max_split_size: bad value %q", v)
+			return c, fmt.Errorf("allocator setting max_split_size: bad value %q", v)
 		}
 		if n < 0 {
 			c.MaxSplitSize = math.MaxUint64
@@ -309,25 +317,25 @@ func FromHeader(h *trace.Header) (Config, error) {
 	if v, ok := s["max_non_split_rounding_size"]; ok && v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return c, fmt.Errorf("trace header: allocator setting max_non_split_rounding_size: bad value %q", v)
+			return c, fmt.Errorf("allocator setting max_non_split_rounding_size: bad value %q", v)
 		}
 		c.MaxNonSplitRounding = n
 	}
 	if v, ok := s["garbage_collection_threshold"]; ok && v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f >= 0 && f < 1) {
-			return c, fmt.Errorf("trace header: allocator setting garbage_collection_threshold: bad value %q", v)
+			return c, fmt.Errorf("allocator setting garbage_collection_threshold: bad value %q", v)
 		}
 		c.GCThreshold = f
 	}
 	if v, ok := s["expandable_segments"]; ok && v != "" {
 		if c.Expandable, err = parseBool("expandable_segments", v); err != nil {
-			return c, fmt.Errorf("trace header: %w", err)
+			return c, err
 		}
 	}
 	if v, ok := s["roundup_power2_divisions"]; ok && v != "" {
 		if err := parseSettingsDivisions(v, &c.RoundupPower2Divisions); err != nil {
-			return c, fmt.Errorf("trace header: allocator setting roundup_power2_divisions: %w", err)
+			return c, fmt.Errorf("allocator setting roundup_power2_divisions: %w", err)
 		}
 	}
 	if h.MemoryFraction > 0 && c.Fraction == 0 {

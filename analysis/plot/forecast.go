@@ -88,5 +88,5 @@ func Forecast(title string, lines []ForecastLine) (*Figure, error) {
 			p.Legend.Add(fmt.Sprintf("%s: first shortfall (%.3g s)", l.Name, sf.X), sc)
 		}
 	}
-	return &Figure{Name: "forecast", Plots: [][]*plot.Plot{{p}}, WidthPx: 1200, HeightPx: 500}, nil
+	return &Figure{Name: ForecastName, Plots: [][]*plot.Plot{{p}}, WidthPx: 1200, HeightPx: 500}, nil
 }

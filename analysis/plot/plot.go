@@ -74,8 +74,18 @@ func (f *Figure) WriteSVG(w io.Writer) error {
 	return err
 }
 
+// ComparisonNames are the names of the figures of a comparison
+// (Figures), and ForecastName that of a forecast's, for a command that
+// checks its outputs before drawing them.
+var ComparisonNames = []string{"fragmentation_hist", "timeline", "views", "policies"}
+
+// ForecastName is the name of a forecast's figure (Forecast).
+const ForecastName = "forecast"
+
 // Save writes dir/Name.png and dir/Name.svg and returns their paths.
-func (f *Figure) Save(dir string) ([]string, error) {
+// inputs are the files the command read: a figure that would replace one
+// of them (through any name or link) is refused (outfile.Create).
+func (f *Figure) Save(dir string, inputs ...string) ([]string, error) {
 	var paths []string
 	for _, ext := range []string{".png", ".svg"} {
 		path := filepath.Join(dir, f.Name+ext)
@@ -85,7 +95,7 @@ func (f *Figure) Save(dir string) ([]string, error) {
 		}
 		// A temporary file renamed into place: an earlier plot stays whole
 		// until the new one is.
-		if err := outfile.Write(path, nil, write); err != nil {
+		if err := outfile.Write(path, inputs, write); err != nil {
 			return paths, fmt.Errorf("%s: %w", path, err)
 		}
 		paths = append(paths, path)
@@ -110,8 +120,9 @@ func Figures(c *analysis.Comparison) ([]*Figure, error) {
 }
 
 // WriteAll writes every figure of the comparison to dir (created if
-// needed), PNG and SVG, and returns the paths written.
-func WriteAll(dir string, c *analysis.Comparison) ([]string, error) {
+// needed), PNG and SVG, and returns the paths written. inputs are the
+// files the command read, which no figure may replace (see Save).
+func WriteAll(dir string, c *analysis.Comparison, inputs ...string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -121,7 +132,7 @@ func WriteAll(dir string, c *analysis.Comparison) ([]string, error) {
 	}
 	var paths []string
 	for _, f := range figs {
-		p, err := f.Save(dir)
+		p, err := f.Save(dir, inputs...)
 		paths = append(paths, p...)
 		if err != nil {
 			return paths, err

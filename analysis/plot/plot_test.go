@@ -206,3 +206,32 @@ func TestFiguresDecodeAtSize(t *testing.T) {
 		}
 	}
 }
+
+// TestComparisonNames: the names a command checks before drawing are
+// those of the figures drawn, and a figure that would replace an input
+// (here through a symbolic link) is refused and leaves it whole.
+func TestComparisonNames(t *testing.T) {
+	figs, err := Figures(comparison())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range figs {
+		names = append(names, f.Name)
+	}
+	if strings.Join(names, " ") != strings.Join(ComparisonNames, " ") {
+		t.Errorf("figures %v, ComparisonNames %v", names, ComparisonNames)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.fst")
+	os.WriteFile(in, []byte("input"), 0o644)
+	if err := os.Symlink(in, filepath.Join(dir, "views.png")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteAll(dir, comparison(), in); err == nil || !strings.Contains(err.Error(), "is the input") {
+		t.Errorf("a figure over the input: %v", err)
+	}
+	if b, _ := os.ReadFile(in); string(b) != "input" {
+		t.Errorf("the input reads %q", b)
+	}
+}

@@ -24,6 +24,10 @@ type ExportOptions struct {
 	Config replay.Config
 	// Name is the trace's name, for Perfetto's process names.
 	Name string
+	// Progress, when set, is called now and then with the events replayed
+	// so far over all the replays, and the replays done (as
+	// analysis.CompareOptions' Progress).
+	Progress func(events int64, runsDone, runs int)
 	// SpillDir is where memory_viz keeps what it cannot write in place
 	// (the trace entries of devices after the first, the events PyTorch
 	// has no entry for) while it streams, in temporary files removed at
@@ -208,6 +212,9 @@ func WriteMemoryViz(w io.Writer, open analysis.Opener, opts ExportOptions) (*rep
 	}
 	cfg := opts.Config
 	cfg.Observer, cfg.Progress = v.observe, nil
+	if p := opts.Progress; p != nil {
+		cfg.Progress = func(n int64) { p(n, 0, 1) }
+	}
 	inspects := true
 	res, err := replay.Run(r, probeFactory(f, v.hooks(), func(p *probe) {
 		v.probes = append(v.probes, p)

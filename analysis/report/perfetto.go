@@ -28,7 +28,8 @@ type perfettoEvent struct {
 // events for its OOMs and for the trace's empty_cache calls.
 func WritePerfetto(w io.Writer, open analysis.Opener, opts ExportOptions) error {
 	cmp, err := analysis.Compare(open, analysis.CompareOptions{Policies: opts.Policies, Conf: opts.Conf,
-		Config: opts.Config, Settings: []analysis.Setting{}, Name: opts.Name, MaxPoints: 2 * DefaultBuckets})
+		Config: opts.Config, Settings: []analysis.Setting{}, Name: opts.Name, MaxPoints: 2 * DefaultBuckets,
+		Progress: opts.Progress})
 	if err != nil {
 		return err
 	}

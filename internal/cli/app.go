@@ -32,10 +32,15 @@ type actionError struct{ err error }
 func (e *actionError) Error() string { return e.err.Error() }
 func (e *actionError) Unwrap() error { return e.err }
 
-// ranAction marks the errors of action as actionErrors.
+// ranAction marks the errors of action as actionErrors, and applies the
+// rules of every output flag first (outputFlags).
 func ranAction(action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if err := action(c); err != nil {
+		err := outputFlags(c)
+		if err == nil {
+			err = action(c)
+		}
+		if err != nil {
 			return &actionError{err}
 		}
 		return nil
@@ -89,13 +94,15 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 
 // Main runs the CLI and returns the process exit code.
 //
-// Exit codes: 0 success; 1 failure (bad or unreadable input, a failed
-// replay, an output that cannot be written, stdout included); 2 usage
-// errors (unknown commands, missing or unknown arguments and flags, bad
-// flag values), and for the commands that read a trace, a trace cut short,
-// whose figures cover the events before the cut; 130 when SIGINT or
-// SIGTERM interrupted the writing of an output file (package outfile);
-// record exits with the program's own code.
+// Exit codes: 0 success; 1 failure (bad or unreadable input, a setting
+// stored in a trace that no policy accepts, a failed replay, an output
+// that cannot be written, stdout included, or that is one of the inputs);
+// 2 usage errors (unknown commands, missing or unknown arguments and
+// flags, bad flag values, an output named ""), and a trace or snapshot
+// cut short, whose figures or conversion cover the events before the cut;
+// 130 when a signal (outfile.Signals) interrupted the writing of an
+// output file; record exits with the program's own code. The message of
+// an error is printed escaped (trace.PrintableLines).
 func Main(args []string, stdout, stderr io.Writer) int {
 	out := &checkedWriter{w: stdout}
 	app := NewApp(out, stderr)
@@ -114,7 +121,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = exitCode(1, fmt.Errorf("writing the output: %w", out.err))
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "fragsim: %v\n", err)
+		fmt.Fprintf(stderr, "fragsim: %s\n", trace.PrintableLines(err.Error()))
 		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -31,6 +31,7 @@ func analyzeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-advice", Usage: "skip the sweep of settings"},
 			goalFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print the analysis as JSON"},
+			quietFlag(),
 		},
 		Action: runAnalyze,
 	}

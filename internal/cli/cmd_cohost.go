@@ -16,6 +16,7 @@ import (
 	"github.com/fragsim/fragsim/allocator"
 	"github.com/fragsim/fragsim/analysis/plot"
 	"github.com/fragsim/fragsim/replay"
+	"github.com/fragsim/fragsim/trace"
 	"github.com/urfave/cli/v2"
 )
 
@@ -58,6 +59,7 @@ func cohostCommand() *cli.Command {
 			&cli.BoolFlag{Name: "min-capacity", Usage: "also find the smallest capacity on which every process completes (bisection to 2 MiB)"},
 			&cli.StringFlag{Name: "out", Usage: "write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			quietFlag(),
 		},
 		Action: runCohost,
 	}
@@ -109,6 +111,12 @@ func runCohost(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("cohost: want one or more TRACE arguments"))
 	}
 	n := len(paths)
+	if n > replay.MaxCohostProcesses {
+		return exitCode(2, fmt.Errorf("cohost: %d traces: at most %d processes share a device", n, replay.MaxCohostProcesses))
+	}
+	if err := checkPlots(c.String("out"), paths, plot.ForecastName); err != nil {
+		return fmt.Errorf("cohost: %w", err)
+	}
 	policies, err := perTrace("policy", c.String("policy"), ",", n)
 	if err != nil {
 		return exitCode(2, err)
@@ -161,7 +169,7 @@ func runCohost(c *cli.Context) error {
 		}
 		f, err := allocator.NewFactory(policies[i], confs[i], hdr)
 		if err != nil {
-			return exitCode(2, fmt.Errorf("cohost: %s: %w", path, err))
+			return factoryError("cohost", path, err)
 		}
 		off, err := parseOffset(offsets[i])
 		if err != nil {
@@ -200,7 +208,7 @@ func runCohost(c *cli.Context) error {
 		res.MinCapacityBytes = v
 	}
 	if dir := c.String("out"); dir != "" {
-		if err := writeForecastPlot(c.App.ErrWriter, dir, res); err != nil {
+		if err := writeForecastPlot(c.App.ErrWriter, dir, res, paths); err != nil {
 			return err
 		}
 	}
@@ -210,7 +218,7 @@ func runCohost(c *cli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	writeCohost(w, res)
+	writeCohost(trace.PrintableWriter(w), res)
 	return nil
 }
 
@@ -242,20 +250,25 @@ func outsideModel(c *cli.Context, ctxFlag string, capacity uint64) (replay.Outsi
 }
 
 // writeSilent prints a forecast's silent-OOM risk in one line, or how
-// close the run came.
-func writeSilent(w io.Writer, name string, f *replay.Forecast) {
+// close the run came. With merged, the risk's time is on cohost's merged
+// clock (seconds from the first event of all the processes), and said.
+func writeSilent(w io.Writer, name string, f *replay.Forecast, merged bool) {
 	if f == nil || f.OutsideSource == "" {
 		return
 	}
 	if f.SilentRisk != "" {
-		fmt.Fprintf(w, "%s: %s\n", name, f.SilentRisk)
+		if merged && f.SilentRiskTimeNS >= 0 {
+			fmt.Fprintf(w, "%s: at %.2f s: %s\n", name, float64(f.SilentRiskTimeNS)/1e9, f.SilentRisk)
+		} else {
+			fmt.Fprintf(w, "%s: %s\n", name, f.SilentRisk)
+		}
 		return
 	}
 	fmt.Fprintf(w, "%s: no silent-OOM risk: the device's free memory stayed at or above %s (outside memory from the %s; reserve %s)\n",
 		name, replay.FormatBytes(f.SilentMinFreeBytes), f.OutsideSource, replay.FormatBytes(f.OutsideReserveBytes))
 }
 
-func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) error {
+func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult, inputs []string) error {
 	var lines []plot.ForecastLine
 	for _, p := range res.Processes {
 		lines = append(lines, plot.ForecastLine{Name: p.Name, Forecast: p.Forecast})
@@ -265,11 +278,12 @@ func writeForecastPlot(log io.Writer, dir string, res *replay.CohostResult) erro
 		title = fmt.Sprintf("silent-OOM forecast on %s (%s context per process)",
 			replay.FormatBytes(res.CapacityBytes), replay.FormatBytes(res.ContextOverheadBytes))
 	}
-	return saveForecast(log, dir, title, lines)
+	return saveForecast(log, dir, title, lines, inputs)
 }
 
-// saveForecast draws forecast lines into dir as forecast.png and forecast.svg.
-func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine) error {
+// saveForecast draws forecast lines into dir as forecast.png and
+// forecast.svg, neither of which may be one of inputs.
+func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine, inputs []string) error {
 	fig, err := plot.Forecast(title, lines)
 	if err != nil {
 		return err
@@ -277,7 +291,7 @@ func saveForecast(log io.Writer, dir, title string, lines []plot.ForecastLine) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	paths, err := fig.Save(dir)
+	paths, err := fig.Save(dir, inputs...)
 	if err != nil {
 		return fmt.Errorf("writing plots: %w", err)
 	}
@@ -310,7 +324,7 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 				mh = "unlimited"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", p.Name, res.Policy, res.Events,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f%%\t%.2f%%\t%d (%d)\t%d\t%s\t%s\n", trace.Printable(p.Name), res.Policy, res.Events,
 			replay.FormatBytes(res.PeakReservedBytes), replay.FormatBytes(res.FinalReservedBytes),
 			res.Fragmentation.AtPeakPct, res.Fragmentation.TimeWeightedPct, res.OOMs, p.AvoidableOOMs, p.BlamedOOMs, sf, mh)
 	}
@@ -324,7 +338,7 @@ func writeCohost(w io.Writer, r *replay.CohostResult) {
 		fmt.Fprintf(w, "min capacity: %s (%d B)\n", replay.FormatBytes(r.MinCapacityBytes), r.MinCapacityBytes)
 	}
 	for _, p := range r.Processes {
-		writeSilent(w, p.Name, p.Forecast)
+		writeSilent(w, trace.Printable(p.Name), p.Forecast, true)
 	}
 	if t.OOMs > 0 {
 		fmt.Fprintf(w, "%d OOMs, %d avoidable had the other processes released their cache\n", t.OOMs, t.AvoidableOOMs)

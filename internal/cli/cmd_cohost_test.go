@@ -201,7 +201,7 @@ func TestCohostSilentRisk(t *testing.T) {
 		}
 	}
 	out, _, _ = runReplayCLI(t, append(args, "--outside-reserve", "200MiB")...)
-	if !strings.Contains(out, "b: silent OOM risk at event 0") || !strings.Contains(out, "CUDA_MODULE_LOADING=EAGER") {
+	if !strings.Contains(out, "b: at 0.02 s: silent OOM risk at event 0") || !strings.Contains(out, "CUDA_MODULE_LOADING=EAGER") {
 		t.Errorf("human output lacks b's risk line:\n%s", out)
 	}
 	for _, bad := range []string{"NaN", "-5MiB", "1GiB", "inf"} {

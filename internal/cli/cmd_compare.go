@@ -13,6 +13,7 @@ import (
 	"github.com/fragsim/fragsim/analysis"
 	"github.com/fragsim/fragsim/analysis/plot"
 	"github.com/fragsim/fragsim/analysis/report"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 )
 
@@ -34,6 +35,7 @@ func compareCommand() *cli.Command {
 			&cli.StringFlag{Name: "html", Usage: "also write the interactive HTML report (timeline, segment map, recommendation) to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full comparison as JSON"},
 			&cli.BoolFlag{Name: "csv", Usage: "print one CSV row per policy and setting"},
+			quietFlag(),
 		),
 		Action: runCompare,
 	}
@@ -109,7 +111,16 @@ func runCompare(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	open, name, err := traceSource(c, c.Args().First())
+	in := c.Args().First()
+	if err := checkPlots(c.String("out"), []string{in}, plot.ComparisonNames...); err != nil {
+		return fmt.Errorf("compare: %w", err)
+	}
+	if p := c.String("html"); p != "" {
+		if err := outfile.Check(p, in); err != nil {
+			return fmt.Errorf("compare: %w", err)
+		}
+	}
+	open, name, err := traceSource(c, in)
 	if err != nil {
 		return err
 	}
@@ -150,7 +161,7 @@ func runCompare(c *cli.Context) error {
 // the HTML report of the comparison.
 func writeCompareFiles(c *cli.Context, open analysis.Opener, cmp *analysis.Comparison, opts analysis.CompareOptions) error {
 	if dir := c.String("out"); dir != "" {
-		paths, err := plot.WriteAll(dir, cmp)
+		paths, err := plot.WriteAll(dir, cmp, c.Args().First())
 		if err != nil {
 			return fmt.Errorf("writing plots: %w", err)
 		}

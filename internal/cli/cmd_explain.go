@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pytorch"
@@ -43,7 +43,7 @@ func explainCommand() *cli.Command {
 			&cli.IntFlag{Name: "device", Usage: "the failing device `N` (default: the last oom entry's, else the only device)", Value: -1},
 			&cli.BoolFlag{Name: "json", Usage: "print the explanation as JSON: reserved_bytes, allocated_bytes, cached_free_bytes, " +
 				"largest_free_block_bytes, request_bytes, outside_bytes (when the device figures are known), class, and fit with history"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
+			quietFlag(),
 		},
 		Action: runExplain,
 	}
@@ -98,7 +98,7 @@ func runExplain(c *cli.Context) error {
 		err = enc.Encode(x)
 	} else {
 		for _, l := range x.Lines() {
-			if _, err = fmt.Fprintln(c.App.Writer, l); err != nil {
+			if _, err = fmt.Fprintln(c.App.Writer, trace.Printable(l)); err != nil {
 				break
 			}
 		}
@@ -120,17 +120,18 @@ func explainSource(in string, opts analysis.ExplainOptions) (analysis.Opener, fu
 	if in != "-" && isTrace(in) {
 		return replay.OpenFile(in), func() {}, nil
 	}
-	dir, err := os.MkdirTemp("", "fragsim-explain-")
+	// A scratch file, removed by cleanup and on an interrupt.
+	scratch, err := outfile.NewScratch("", "fragsim-explain-*.fst")
 	if err != nil {
 		return nil, nil, err
 	}
-	cleanup := func() { os.RemoveAll(dir) }
+	cleanup := scratch.Remove
 	meta := &trace.Header{GPUTotalBytes: opts.DeviceTotalBytes}
 	opt := pytorch.Options{Meta: meta, MaxSizeBytes: opts.DeviceTotalBytes, MemoryCapBytes: opts.CapBytes}
 	if opts.CapBytes > 0 && opts.DeviceTotalBytes > 0 && opts.CapBytes < opts.DeviceTotalBytes {
 		opt.MemoryFraction = float64(opts.CapBytes) / float64(opts.DeviceTotalBytes)
 	}
-	tmp := filepath.Join(dir, "snapshot.fst")
+	tmp := scratch.Path()
 	if _, err := pytorch.ImportFile(in, tmp, opt); err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("explain: %w", err)

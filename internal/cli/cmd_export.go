@@ -34,6 +34,7 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "policies", Usage: "perfetto: comma-separated policies to replay", Value: strings.Join(allocator.Defaults(), ",")},
 			&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string (default: the trace's own settings)"},
 			&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
+			quietFlag(),
 		},
 		Action: runExport,
 	}
@@ -66,12 +67,15 @@ func runExport(c *cli.Context) error {
 	}
 	defer tmp.Abort()
 	bw := bufio.NewWriterSize(tmp, 1<<20)
+	prog := startProgress(c.App.ErrWriter, "export", c.Bool("quiet"))
+	opts.Progress = prog.replays
 	var res *replay.Result
 	if format == "memory_viz" {
 		res, err = report.WriteMemoryViz(bw, open, opts)
 	} else {
 		err = report.WritePerfetto(bw, open, opts)
 	}
+	prog.done()
 	var cut error
 	if err != nil && errors.Is(err, trace.ErrTruncated) {
 		cut, err = exitCode(2, fmt.Errorf("%s: %v (the export covers the events before the cut)", name, err)), nil

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
 	"github.com/fragsim/fragsim/trace/pytorch"
@@ -33,7 +34,8 @@ func importCommand() *cli.Command {
 			"event is rebuilt from the final segments; empty_cache() calls, which PyTorch does\n" +
 			"not trace, are inferred from release bursts no OOM explains. A snapshot without\n" +
 			"trace entries (torch.cuda.memory_snapshot(), an OOM handler's) gives a trace of its\n" +
-			"state alone. With -, the snapshot is read from standard input (--format rmm for a log).",
+			"state alone. With -, the snapshot is read from standard input (--format rmm for a log);\n" +
+			"with -o -, the trace goes to standard output and the summary to stderr.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE` (required)"},
 			&cli.StringFlag{Name: "format", Usage: "input format: auto, pytorch or rmm", Value: "auto"},
@@ -49,13 +51,13 @@ func importCommand() *cli.Command {
 			&cli.StringFlag{Name: "device-log", Usage: "merge the device-memory samples of `FILE` (lines of \"time_ns device free_bytes total_bytes\", plain or gzip'd) into the trace as device_mem events"},
 			&cli.StringFlag{Name: "metrics-log", Usage: "merge the device memory of fragsim.monitor(log=`FILE`) (JSON lines) into the trace as device_mem events, as --device-log does"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as JSON"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress on stderr"},
+			quietFlag(),
 		},
 		Action: runImport,
 	}
 }
 
-func runImport(c *cli.Context) (err error) {
+func runImport(c *cli.Context) error {
 	if c.String("output") == "" {
 		return exitCode(2, fmt.Errorf("import: -o OUT is required"))
 	}
@@ -63,8 +65,16 @@ func runImport(c *cli.Context) (err error) {
 		return exitCode(2, fmt.Errorf("import: want one SNAPSHOT argument, got %d", c.NArg()))
 	}
 	in, out := c.Args().First(), c.String("output")
-	if err := importSameFile(in, out); err != nil {
-		return exitCode(2, fmt.Errorf("import: %w", err))
+	logFlag, logPath, readLog := "device-log", c.String("device-log"), trace.ReadDeviceLogFile
+	if m := c.String("metrics-log"); m != "" {
+		if logPath != "" {
+			return exitCode(2, fmt.Errorf("import: give --device-log or --metrics-log, not both"))
+		}
+		logFlag, logPath, readLog = "metrics-log", m, trace.ReadMetricsLogFile
+	}
+	// Every file the import reads is an input the output may not be.
+	if err := outfile.Check(out, in, logPath); err != nil {
+		return fmt.Errorf("import: %w", err)
 	}
 	format := c.String("format")
 	switch format {
@@ -74,52 +84,53 @@ func runImport(c *cli.Context) (err error) {
 	default:
 		return exitCode(2, fmt.Errorf("import: --format %q: want auto, pytorch or rmm", format))
 	}
-	var samples []trace.Event
-	logFlag, p, readLog := "device-log", c.String("device-log"), trace.ReadDeviceLogFile
-	if m := c.String("metrics-log"); m != "" {
-		if p != "" {
-			return exitCode(2, fmt.Errorf("import: give --device-log or --metrics-log, not both"))
-		}
-		logFlag, p, readLog = "metrics-log", m, trace.ReadMetricsLogFile
-	}
-	if p != "" {
+	var meta *trace.Header
+	fraction := c.Float64("memory-fraction")
+	if format != pytorch.FormatRMM {
 		var err error
-		if samples, err = readLog(p); err != nil {
+		if meta, err = importMeta(c); err != nil {
+			return exitCode(2, fmt.Errorf("import: %w", err))
+		}
+		if math.IsNaN(fraction) || fraction < 0 || fraction > 1 {
+			return exitCode(2, fmt.Errorf("import: --memory-fraction %v: want a fraction from 0 to 1", fraction))
+		}
+	}
+	var samples []trace.Event
+	dest := out
+	if logPath != "" {
+		var err error
+		if samples, err = readLog(logPath); err != nil {
 			return fmt.Errorf("import: --%s: %w", logFlag, err)
 		}
-		defer func() {
-			if err == nil {
-				err = importDeviceLog(c.App.ErrWriter, out, p, samples)
-			}
-		}()
+		// The import writes a scratch trace and the merge writes out from
+		// it (mergeDeviceLog): out is replaced once, by the whole merged
+		// trace, and never when the import or the merge fails.
+		scratch, err := outfile.NewScratch(outfile.Dir(out), ".fragsim-import-*.fst")
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		defer scratch.Remove()
+		dest = scratch.Path()
 	}
 	prog := startProgress(c.App.ErrWriter, "import", c.Bool("quiet"))
 	start := time.Now()
 	var summary any
+	var print func()
+	// kept is the import's error when the events before it were written
+	// all the same: a snapshot cut short (exit 2), a log's bad line.
+	var kept error
 	switch format {
 	case pytorch.FormatRMM:
-		sum, err := rmm.ImportFile(in, out)
+		sum, err := rmm.ImportFile(in, dest)
 		if err != nil {
-			if sum != nil && sum.Output != "" {
-				fmt.Fprintf(c.App.ErrWriter, "import: kept the %d valid events before the bad line in %s (its header says the log was cut)\n", sum.Events, out)
-			} else {
-				fmt.Fprintf(c.App.ErrWriter, "import: nothing was written to %s\n", out)
+			if sum == nil || sum.Output == "" {
+				return fmt.Errorf("import: %w; nothing was written to %s", err, out)
 			}
-			return fmt.Errorf("import: %w", err)
+			kept = fmt.Errorf("import: %w; kept the %d valid events before the bad line in %s (its header says the log was cut)", err, sum.Events, out)
 		}
-		summary = sum
-		if !c.Bool("json") {
-			importPrintRMM(c.App.Writer, sum, time.Since(start))
-		}
+		sum.Output = out
+		summary, print = sum, func() { importPrintRMM(trace.PrintableWriter(c.App.Writer), sum, time.Since(start)) }
 	default:
-		meta, err := importMeta(c)
-		if err != nil {
-			return exitCode(2, fmt.Errorf("import: %w", err))
-		}
-		fraction := c.Float64("memory-fraction")
-		if math.IsNaN(fraction) || fraction < 0 || fraction > 1 {
-			return exitCode(2, fmt.Errorf("import: --memory-fraction %v: want a fraction from 0 to 1", fraction))
-		}
 		opt := pytorch.Options{
 			NoInferEmptyCache: c.Bool("no-infer-empty-cache"),
 			MemoryCapBytes:    c.Uint64("memory-cap"),
@@ -129,43 +140,36 @@ func runImport(c *cli.Context) (err error) {
 			Progress:          importProgress(prog),
 		}
 		defer pytorch.TuneGC(in)() // restored once the output is written
-		sum, err := pytorch.ImportFile(in, out, opt)
+		sum, err := pytorch.ImportFile(in, dest, opt)
 		prog.done()
 		if err != nil {
-			if sum != nil && sum.Output != "" {
-				// A cut-off snapshot: the entries before the cut were kept.
-				return fmt.Errorf("import: %w; kept the %d events before the cut in %s (its header says the snapshot was cut)", err, sum.Events, out)
+			if sum == nil || sum.Output == "" {
+				return fmt.Errorf("import: %w; nothing was written to %s", err, out)
 			}
-			return fmt.Errorf("import: %w; nothing was written to %s", err, out)
+			kept = exitCode(2, fmt.Errorf("import: %w; kept the %d events before the cut in %s (its header says the snapshot was cut)", err, sum.Events, out))
 		}
-		summary = sum
-		if !c.Bool("json") {
-			importPrintPyTorch(c.App.Writer, sum, time.Since(start))
-			importAdvice(c.App.Writer, sum)
+		sum.Output = out
+		summary, print = sum, func() {
+			w := trace.PrintableWriter(c.App.Writer)
+			importPrintPyTorch(w, sum, time.Since(start))
+			importAdvice(w, sum)
+		}
+	}
+	if dest != out {
+		if err := importDeviceLog(c.App.ErrWriter, dest, out, logFlag, logPath, samples, in); err != nil {
+			return err
 		}
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
-		return enc.Encode(summary)
+		if err := enc.Encode(summary); err != nil {
+			return err
+		}
+	} else {
+		print()
 	}
-	return nil
-}
-
-// importSameFile refuses an output that is the input (the same file,
-// through any name or link): the import would replace the snapshot.
-func importSameFile(in, out string) error {
-	if in == "-" {
-		return nil
-	}
-	a, err := os.Stat(in)
-	if err != nil {
-		return nil // the import reports it
-	}
-	if b, err := os.Stat(out); err == nil && os.SameFile(a, b) {
-		return fmt.Errorf("the output %s is the input %s: refusing to replace it", out, in)
-	}
-	return nil
+	return kept
 }
 
 // importAdvice prints what the summary s calls for: how to record a
@@ -282,7 +286,7 @@ func importPrintPyTorch(w io.Writer, s *pytorch.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "empty_cache: %d inferred\n", s.EmptyCaches)
 	fmt.Fprintf(w, "stacks:      %d events with a call stack; %d markers\n", s.Stacks, s.Markers)
 	for _, a := range s.Approximate {
-		fmt.Fprintf(w, "approximate: %s\n", a)
+		fmt.Fprintf(w, "approximate: %s\n", trace.Printable(a))
 	}
 }
 
@@ -292,6 +296,6 @@ func importPrintRMM(w io.Writer, s *rmm.Summary, wall time.Duration) {
 	fmt.Fprintf(w, "streams:     %d; threads: %d\n", len(s.Streams), s.Threads)
 	fmt.Fprintf(w, "time window: %s\n", importWindow(s.FirstNS, s.LastNS))
 	for _, n := range s.Clock {
-		fmt.Fprintf(w, "clock:       %s\n", n)
+		fmt.Fprintf(w, "clock:       %s\n", trace.Printable(n))
 	}
 }

@@ -84,17 +84,17 @@ func readExit(err error) error {
 }
 
 func writeSummary(w io.Writer, name string, s *trace.Summary) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(trace.PrintableWriter(w), 0, 8, 2, ' ', 0)
 	h := s.Header
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...) }
-	row("trace", "%s", name)
+	row("trace", "%s", trace.Printable(name))
 	prod := h.Producer
 	if h.ProducerVersion != "" {
 		prod += " (" + h.ProducerVersion + ")"
 	}
-	row("producer", "%s", prod)
+	row("producer", "%s", trace.Printable(prod))
 	if h.GPUName != "" || h.GPUTotalBytes != 0 {
-		row("gpu", "%s %s", h.GPUName, sizeText(h.GPUTotalBytes))
+		row("gpu", "%s %s", trace.Printable(h.GPUName), sizeText(h.GPUTotalBytes))
 	}
 	var vers []string
 	for _, v := range [][2]string{{"torch", h.TorchVersion}, {"CUDA", h.CUDAVersion}, {"driver", h.DriverVersion}} {
@@ -103,10 +103,10 @@ func writeSummary(w io.Writer, name string, s *trace.Summary) error {
 		}
 	}
 	if len(vers) > 0 {
-		row("versions", "%s", strings.Join(vers, ", "))
+		row("versions", "%s", trace.Printable(strings.Join(vers, ", ")))
 	}
 	if h.AllocConf != "" {
-		row("alloc conf", "%s", h.AllocConf)
+		row("alloc conf", "%s", trace.Printable(h.AllocConf))
 	}
 	if h.Initial != nil {
 		row("initial", "%d segments live at the first event", len(h.Initial.Segments))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/record"
+	"github.com/fragsim/fragsim/outfile"
 	"github.com/urfave/cli/v2"
 )
 
@@ -60,6 +61,11 @@ func runRecord(c *cli.Context) error {
 		return exitCode(2, errors.New("record: no program to run (fragsim record -o FILE -- python script.py ARGS...)"))
 	}
 	args := c.Args().Slice()
+	// The hook library, the program and every argument that names a file
+	// (its script) are inputs the trace may not replace.
+	if err := outfile.Check(c.String("output"), append([]string{c.String("lib")}, args...)...); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
 	tags := map[string]string{}
 	for _, kv := range c.StringSlice("tag") {
 		k, v, ok := strings.Cut(kv, "=")

@@ -41,6 +41,7 @@ func replayCommand() *cli.Command {
 			&cli.BoolFlag{Name: "forecast", Usage: "also forecast silent OOMs: the largest request that can still be served over time, and the first moment it drops below the largest request made (JSON key forecast)"},
 			&cli.StringFlag{Name: "out", Usage: "with --forecast, write the forecast plot (forecast.png, forecast.svg) to this directory"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			quietFlag(),
 		},
 		Action: runReplay,
 	}
@@ -51,6 +52,9 @@ func runReplay(c *cli.Context) error {
 		return exitCode(2, fmt.Errorf("replay: want one TRACE argument, got %d", c.NArg()))
 	}
 	path := c.Args().First()
+	if err := checkPlots(c.String("out"), []string{path}, plot.ForecastName); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
 	var cfg replay.Config
 	if s := c.String("capacity"); s != "" {
 		v, err := replay.ParseCapacity(s)
@@ -82,7 +86,7 @@ func runReplay(c *cli.Context) error {
 	f, err := allocator.NewFactory(c.String("policy"), c.String("conf"), hdr)
 	if err != nil {
 		closer.Close()
-		return exitCode(2, fmt.Errorf("replay: %w", err))
+		return factoryError("replay", path, err)
 	}
 	var done func()
 	cfg.Progress, done = replayProgress(c.App.ErrWriter, "replay", c.Bool("quiet"))
@@ -123,7 +127,7 @@ func runReplay(c *cli.Context) error {
 		if cfg.CapacityBytes > 0 {
 			title = "silent-OOM forecast on " + replay.FormatBytes(cfg.CapacityBytes)
 		}
-		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}); err != nil {
+		if err := saveForecast(c.App.ErrWriter, dir, title, []plot.ForecastLine{{Name: res.Policy, Forecast: fc}}, []string{path}); err != nil {
 			return traceError(path, err)
 		}
 	}
@@ -145,6 +149,7 @@ func runReplay(c *cli.Context) error {
 		}
 		return cut
 	}
+	w = trace.PrintableWriter(w)
 	writeResult(w, res, hdr)
 	if state != nil {
 		fmt.Fprintln(w, state.Hint)
@@ -199,7 +204,7 @@ func writeResult(w io.Writer, r *replay.Result, h *trace.Header) {
 	b := func(v uint64) string { return fmt.Sprintf("%s\t(%d B)", replay.FormatBytes(v), v) }
 	fmt.Fprintf(tw, "policy\t%s\n", r.Policy)
 	if r.Conf != "" {
-		fmt.Fprintf(tw, "conf\t%s\n", r.Conf)
+		fmt.Fprintf(tw, "conf\t%s\n", trace.Printable(r.Conf))
 	}
 	fmt.Fprintf(tw, "events\t%d\n", r.Events)
 	fmt.Fprintf(tw, "allocs\t%d\n", r.Allocs)
@@ -282,5 +287,5 @@ func writeForecast(w io.Writer, f *replay.Forecast) {
 	} else {
 		fmt.Fprintf(w, "min headroom: %s at event %d\n", replay.FormatBytes(f.MinHeadroomBytes), f.MinHeadroomIndex)
 	}
-	writeSilent(w, "forecast", f)
+	writeSilent(w, "forecast", f, false)
 }

@@ -28,6 +28,7 @@ func reportCommand() *cli.Command {
 			&cli.StringFlag{Name: "o", Aliases: []string{"out"}, Usage: "the HTML file to write", Required: true},
 			&cli.StringFlag{Name: "policy", Usage: "the policy whose segments and stranded bytes are shown", Value: allocator.BaselineFacts().Name},
 			&cli.IntFlag{Name: "moments", Usage: "evenly spaced moments whose segments are captured, besides the worst one", Value: 32},
+			quietFlag(),
 		),
 		Action: runReport,
 	}
@@ -43,6 +44,9 @@ func runReport(c *cli.Context) error {
 	co, err := compareOptions(c)
 	if err != nil {
 		return err
+	}
+	if err := outfile.Check(c.String("o"), c.Args().First()); err != nil {
+		return fmt.Errorf("report: %w", err)
 	}
 	open, name, err := traceSource(c, c.Args().First())
 	if err != nil {

@@ -47,7 +47,7 @@ func synthCommand() *cli.Command {
 			&cli.BoolFlag{Name: "stream-per-agent", Usage: "run each agent on its own stream"},
 			&cli.BoolFlag{Name: "no-stacks", Usage: "leave allocations without call stacks"},
 			&cli.Int64Flag{Name: "think-us", Usage: "mean idle time between steps, microseconds", Value: def.ThinkNS / 1000},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on stderr (drawn only on a terminal)"},
+			quietFlag(),
 		},
 		Action: runSynth,
 	}

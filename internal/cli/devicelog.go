@@ -11,15 +11,17 @@ import (
 	"github.com/fragsim/fragsim/trace"
 )
 
-// mergeDeviceLog rewrites the trace at path with the device-memory samples
-// of the log named logName that lie in its time window merged in by time
-// (trace.FitDeviceSamples, trace.MergeDeviceSamples). It is a step after
-// the import, so that neither importer needs to know of device logs; the
-// trace is read once for its window and devices, and replaced only once
-// the merged one is whole.
-func mergeDeviceLog(path, logName string, samples []trace.Event) (int, trace.DeviceFit, error) {
+// mergeDeviceLog writes to out the trace at src with the device-memory
+// samples of the log named logName that lie in its time window merged in
+// by time (trace.FitDeviceSamples, trace.MergeDeviceSamples). It is a
+// step after the import, so that neither importer needs to know of device
+// logs: the import writes src, a scratch file, and out is written once,
+// from it, as any output is (package outfile; inputs are the files the
+// command read). src is read twice, for its window and devices, then to
+// copy it; out may be a pipe or standard output.
+func mergeDeviceLog(src, out, logName string, samples []trace.Event, inputs ...string) (int, trace.DeviceFit, error) {
 	var fit trace.DeviceFit
-	sum, err := summarizeFile(path)
+	sum, err := summarizeFile(src)
 	if err != nil {
 		return 0, fit, err
 	}
@@ -27,17 +29,17 @@ func mergeDeviceLog(path, logName string, samples []trace.Event) (int, trace.Dev
 	if err != nil {
 		return 0, fit, err
 	}
-	fh, err := os.Open(path)
+	fh, err := os.Open(src)
 	if err != nil {
 		return 0, fit, err
 	}
 	defer fh.Close()
 	r, err := trace.NewReader(bufio.NewReaderSize(fh, 1<<20))
 	if err != nil {
-		return 0, fit, fmt.Errorf("%s: %w", path, err)
+		return 0, fit, fmt.Errorf("%s: %w", out, err)
 	}
 	var n int
-	err = outfile.Write(path, nil, func(w io.Writer) error {
+	err = outfile.Write(out, inputs, func(w io.Writer) error {
 		tw, err := trace.NewWriter(w, r.Header())
 		if err != nil {
 			return err
@@ -65,12 +67,14 @@ func summarizeFile(path string) (*trace.Summary, error) {
 	return sum, nil
 }
 
-// importDeviceLog merges the samples of the log logName into the imported
-// trace at out and says how many it merged, and how many it left out.
-func importDeviceLog(log io.Writer, out, logName string, samples []trace.Event) error {
-	n, fit, err := mergeDeviceLog(out, logName, samples)
+// importDeviceLog writes the imported trace at src, with the samples of
+// the log logPath (given as --flag) merged in, to out, and says how many
+// it merged, and how many it left out. inputs are the files the import
+// read besides the log. On error nothing is written to out.
+func importDeviceLog(log io.Writer, src, out, flag, logPath string, samples []trace.Event, inputs ...string) error {
+	n, fit, err := mergeDeviceLog(src, out, logPath, samples, append(inputs, logPath)...)
 	if err != nil {
-		return fmt.Errorf("import: --device-log: %w (the trace without the samples is kept in %s)", err, out)
+		return fmt.Errorf("import: --%s: %w; nothing was written to %s", flag, err, out)
 	}
 	fmt.Fprintf(log, "import: merged %d device-memory samples into %s", n, out)
 	var left []string

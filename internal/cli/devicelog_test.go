@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fragsim/fragsim/allocator"
@@ -95,24 +97,92 @@ func TestImportDeviceLog(t *testing.T) {
 }
 
 // A sample of a device the trace does not have would stand in for
-// another device's memory: refused, naming the log and the device.
+// another device's memory: refused, naming the log and the device, and
+// the previous output is left as it was.
 func TestImportDeviceLogOtherDevice(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "x.fst")
 	if code, o, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out, "-q"); code != 0 {
 		t.Fatalf("exit %d: %s%s", code, o, errs)
 	}
-	before, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
+	before := mustRead(t, out)
+	log := filepath.Join(dir, "dev7.log")
+	os.WriteFile(log, []byte("1764000000000200000 7 2000 8000\n"), 0o644)
+	code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", out, "-q", "--device-log", log)
+	if code != 1 || !strings.Contains(errs, "dev7.log: the sample at time_ns 1764000000000200000 names device 7, which the trace does not have") ||
+		!strings.Contains(errs, "nothing was written to "+out) {
+		t.Fatalf("exit %d: %q", code, errs)
 	}
-	samples := []trace.Event{{Kind: trace.KindDeviceMem, TimeNS: 1764000000000200000, Device: 7, SizeBytes: 2000, Aux: 8000}}
-	n, _, err := mergeDeviceLog(out, "dev7.log", samples)
-	if n != 0 || err == nil || !strings.Contains(err.Error(), "dev7.log: the sample at time_ns 1764000000000200000 names device 7, which the trace does not have") {
-		t.Fatalf("merged %d: %v", n, err)
-	}
-	if after, _ := os.ReadFile(out); string(after) != string(before) {
+	if after := mustRead(t, out); string(after) != string(before) {
 		t.Errorf("the trace changed")
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 2 {
+		t.Errorf("the directory holds %d files, want x.fst and the log", len(names))
+	}
+}
+
+// A failed import with a device log writes nothing: an earlier output is
+// left as it was, a device output gets nothing and the exit is 1, and the
+// log itself is an input the output may not be.
+func TestImportDeviceLogFailureWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pickle")
+	os.WriteFile(bad, []byte("garbage"), 0o644)
+	log := filepath.Join(dir, "dev.log")
+	const sample = "1764000000000200000 0 2000 8000\n"
+	os.WriteFile(log, []byte(sample), 0o644)
+	old := filepath.Join(dir, "old.fst")
+	if code, o, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "-o", old, "-q"); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, o, errs)
+	}
+	before := mustRead(t, old)
+	for _, out := range []string{old, os.DevNull} {
+		code, _, errs := runImportCLI(t, bad, "--device-log", log, "-o", out, "-q")
+		if code != 1 || !strings.Contains(errs, "nothing was written to "+out) || strings.Contains(errs, "merged") {
+			t.Errorf("-o %s: exit %d, %q", out, code, errs)
+		}
+	}
+	if string(mustRead(t, old)) != string(before) {
+		t.Errorf("a failed import with --device-log changed the earlier output")
+	}
+	code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "--device-log", log, "-o", log, "-q")
+	if code != 1 || !strings.Contains(errs, "the output is the input") {
+		t.Errorf("-o the device log: exit %d, %q", code, errs)
+	}
+	if string(mustRead(t, log)) != sample {
+		t.Errorf("the device log changed")
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 3 {
+		t.Errorf("the directory holds %d files, want bad.pickle, dev.log and old.fst", len(names))
+	}
+}
+
+// The merged trace goes straight into a FIFO, read once, as into a file.
+func TestImportDeviceLogIntoFifo(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skip("no fifo:", err)
+	}
+	log := filepath.Join(dir, "dev.log")
+	os.WriteFile(log, []byte("1764000000000200000 0 2000 8000\n"), 0o644)
+	got := make(chan []byte)
+	go func() {
+		b, _ := os.ReadFile(fifo)
+		got <- b
+	}()
+	code, _, errs := runImportCLI(t, importTestdata+"midrun.p4.pickle", "--device-log", log, "-o", fifo, "-q")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b := <-got
+	r, err := trace.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the FIFO's reader got no trace: %v", err)
+	}
+	sum, err := trace.Summarize(r)
+	if err != nil || sum.ByKind["device_mem"] != 1 {
+		t.Fatalf("the FIFO's trace: %v, %v", err, sum)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/urfave/cli/v2"
 )
 
 // progressLine is the one progress display of every long command: a line
@@ -39,6 +41,12 @@ var isTerminal = func(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// quietFlag is -q, --quiet: every command that can draw a progress line
+// takes it.
+func quietFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on stderr (drawn only on a terminal)"}
 }
 
 // startProgress returns the progress line of the command what, writing to

@@ -53,6 +53,18 @@ func traceError(name string, err error) error {
 	return &replay.TraceError{Name: name, Err: err}
 }
 
+// factoryError is a command's error for a policy the registry would not
+// build for the trace name: a setting stored in the trace that cannot be
+// used (a *trace.SettingError) is the trace's fault, exit 1, named; any
+// other is the command line's (--policy, --conf), a usage error.
+func factoryError(command, name string, err error) error {
+	var se *trace.SettingError
+	if errors.As(err, &se) {
+		return &replay.TraceError{Name: name, Err: err}
+	}
+	return exitCode(2, fmt.Errorf("%s: %s: %w", command, name, err))
+}
+
 // callError is a command's error for what its library call returned: an
 // option the library refused (an *analysis.OptionError: an unknown
 // policy, a bad --conf or --setting) is a usage error, exit 2, with the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -291,7 +290,7 @@ func Import(r io.Reader, name string, sink trace.Sink, opt Options) (*Summary, e
 // there, never grown in memory.
 func ImportFile(in, out string, opt Options) (*Summary, error) {
 	if opt.SpillDir == "" {
-		opt.SpillDir = filepath.Dir(out)
+		opt.SpillDir = outfile.Dir(out) // beside out, or the system's when out is a pipe
 	}
 	inp, err := trace.OpenInput(in, trace.InputOptions{MaxBytes: opt.budget().limit, Dir: opt.SpillDir, Check: checkHead})
 	if err != nil {

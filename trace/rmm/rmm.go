@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -322,7 +321,7 @@ func sortStreams(s []trace.StreamID) {
 //
 // in "-" is standard input.
 func ImportFile(in, out string) (*Summary, error) {
-	f, err := trace.OpenInput(in, trace.InputOptions{Dir: filepath.Dir(out)})
+	f, err := trace.OpenInput(in, trace.InputOptions{Dir: outfile.Dir(out)})
 	if err != nil {
 		return nil, err
 	}
