@@ -30,8 +30,10 @@ const module = "github.com/fragsim/fragsim"
 // (cuda/hook) runs PyTorch's allocator (allocator/caching, on a replay
 // device) beside its own, to fail allocations where PyTorch would under a
 // memory fraction; analysis drives the engine,
-// analysis/plot draws what analysis measured; the command line sits on
-// top. traces holds data only, in trace files.
+// analysis/plot draws what analysis measured; fleet analyses many traces
+// through analysis, beside the command line and below the fleet's binary,
+// which alone imports Beam; the command line sits on top. traces holds
+// data only, in trace files.
 var rank = map[string]int{
 	"outfile":            0,
 	"trace":              1,
@@ -49,6 +51,7 @@ var rank = map[string]int{
 	"cuda/hook":          6,
 	"analysis":           7,
 	"analysis/plot":      8,
+	"fleet":              9,
 	"internal":           9,
 	"cmd":                10,
 	"bench":              10,
@@ -62,6 +65,8 @@ var only = map[string][]string{
 	"github.com/urfave/cli/v2":            {"internal/cli", "cmd"},
 	"gonum.org/v1/plot":                   {"analysis/plot"},
 	"github.com/prometheus/client_golang": {"cuda/hook"},
+	// Beam, the fleet's engine, is heavy: the fleet's binary alone links it.
+	"github.com/apache/beam": {"cmd/fragsim-fleet"},
 }
 
 func top(rel string) string { return strings.Split(rel, "/")[0] }
@@ -117,6 +122,10 @@ func TestRanks(t *testing.T) {
 		{"analysis/plot", "outfile", true},
 		{"outfile", "trace", false},
 		{"outfile", "internal/cli", false},
+		{"fleet", "analysis", true},
+		{"fleet", "internal/cli", false},
+		{"internal/cli", "fleet", false},
+		{"cmd/fragsim-fleet", "fleet", true},
 	} {
 		if got := mayImport(tt.from, tt.to); got != tt.ok {
 			t.Errorf("mayImport(%s, %s) = %v, want %v", tt.from, tt.to, got, tt.ok)
