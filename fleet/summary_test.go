@@ -71,7 +71,7 @@ func TestSummarizeByHand(t *testing.T) {
 		// improved rank0 and rank1, unchanged on a (0), worse on rank3 (−100 MiB, past 1% of 6 GiB).
 		"expandable": {Traces: 4, Improved: 2, Unchanged: 1, Worse: 1, TotalSavingBytes: gib + gib/2 - 100*mib, MedianSavingBytes: gib / 4},
 		// −10 MiB on rank0 is within 1% of 3 GiB: unchanged; rank1 worse by 0.5 GiB.
-		"ms128": {Traces: 4, Improved: 2, Unchanged: 1, Worse: 1, TotalSavingBytes: 2*gib - 10*mib, MedianSavingBytes: (gib/2 - 10*mib) / 2},
+		"ms128":  {Traces: 4, Improved: 2, Unchanged: 1, Worse: 1, TotalSavingBytes: 2*gib - 10*mib, MedianSavingBytes: (gib/2 - 10*mib) / 2},
 		"pooled": {Traces: 3, Improved: 1, Unchanged: 2, Worse: 0, TotalSavingBytes: gib / 10, MedianSavingBytes: 0},
 	}
 	if len(f.Candidates) != len(want) {

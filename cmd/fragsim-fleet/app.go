@@ -140,7 +140,6 @@ func runFleet(c *cli.Context) error {
 	if err := fleet.WriteOutputs(dir, rows, f, inputs); err != nil {
 		return err
 	}
-	w := trace.PrintableWriter(c.App.Writer)
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
@@ -149,7 +148,7 @@ func runFleet(c *cli.Context) error {
 		}
 	} else {
 		for _, l := range f.Lines() {
-			fmt.Fprintln(w, l)
+			fmt.Fprintln(c.App.Writer, trace.Printable(l))
 		}
 	}
 	var names []string
