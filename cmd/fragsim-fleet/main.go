@@ -1,8 +1,17 @@
+//go:build !race
+
 // Command fragsim-fleet analyses many traces at once on Apache Beam: the
 // ranks of a job, the jobs of a fleet. `fragsim fleet` runs it; it is a
 // binary of its own so that Beam's size and start-up stay out of every
 // other command. Run by a Beam runner with --worker, it is that runner's
 // worker (--worker_binary) and nothing else.
+//
+// It builds without the race detector only (every file is !race): under
+// -race, Beam and its dependencies would compile a second time, about 230
+// s on two cores, for code that is not the project's. `go test -race ./...`
+// skips it; the fleet's own code (package fleet) runs under -race there,
+// the README's fleet command runs this binary (internal/readme), and the
+// pipeline's tests run under `go test ./...` and .ci/run's long pass.
 package main
 
 import (
