@@ -55,6 +55,10 @@ type Row struct {
 	// event in its history): its class and figures.
 	OOM   *analysis.Explanation `json:"oom,omitempty"`
 	WallS float64               `json:"wall_s"`
+	// Report is the path, relative to the fleet's directory, of the HTML
+	// report written for this input (`fragsim report`), if any: fleet.html
+	// links the input to it.
+	Report string `json:"report,omitempty"`
 }
 
 // Candidate is one setting or policy's outcome on a trace.
