@@ -13,8 +13,6 @@ import (
 	"github.com/fragsim/fragsim/analysis"
 )
 
-const gib = 1 << 30
-
 // Inputs and names an attacker might give the page: each must stay text.
 const (
 	hostileInput = `jobs/<img src=x onerror=alert(1)>/rank0.fst`

@@ -9,8 +9,8 @@ import (
 )
 
 const (
-	mib = int64(1) << 20
-	gib = int64(1) << 30
+	mib = 1 << 20
+	gib = 1 << 30
 )
 
 // handRow builds a row whose baseline ("caching") peaks at base bytes,
