@@ -422,17 +422,17 @@ func reportHref(p string) string {
 // row a candidate, its total saving a bar on an axis in GiB, and beside
 // it how many traces it makes better, leaves unchanged and makes worse.
 const (
-	chartW      = 1200
-	chartLabelX = 290 // the names end here
-	chartBarX0  = 302 // the bars' axis spans chartBarX0..chartBarX1
-	chartBarX1  = 630
-	chartVerdX  = 840 // the verdicts' bar, chartVerdW wide, then its words
+	chartW      = 1270
+	chartLabelX = 350 // the names end here
+	chartBarX0  = 362 // the bars' axis spans chartBarX0..chartBarX1
+	chartBarX1  = 690
+	chartVerdX  = 870 // the verdicts' bar, chartVerdW wide, then its words
 	chartVerdW  = 120
 	chartTop    = 34
 	chartRowH   = 26
 	chartBarH   = 16
 	chartBottom = 46
-	chartLabelN = 42 // runes of a name shown; the rest in its tooltip
+	chartLabelN = 40 // runes of a name shown; the rest in its tooltip
 )
 
 type chartView struct {
