@@ -53,10 +53,10 @@ s=0
 while [ "$i" -lt "$n" ]; do
 	ev=${sizes[$((s % ${#sizes[@]}))]}
 	k=${kinds[$((s / ${#sizes[@]} % ${#kinds[@]}))]}
-	"$bin/fragsim" synth -q --seed $((s + 1)) --events "$ev" --kinds "$k" --agents $((2 + s % 4)) \
-		-o "$tmp/in/synth/s$(printf %04d $s)_${k//,/+}_$ev.fst" >/dev/null
+	echo "--seed $((s + 1)) --events $ev --kinds $k --agents $((2 + s % 4)) -o $tmp/in/synth/s$(printf %04d $s)_${k//,/+}_$ev.fst"
 	i=$((i + 1)) s=$((s + 1))
-done
+done | xargs -P "$par" -L1 "$bin/fragsim" synth -q >/dev/null
+s=$((n - real))
 echo "corpus: $n traces ($real real, $s synthetic), $(du -sh "$tmp/in" | cut -f1)" >&2
 
 # Each trace alone: compare --json, its CPU time.
