@@ -43,6 +43,8 @@ var skips = []struct {
 	{regexp.MustCompile(`^go test -bench Compare3Policies1M `), "a benchmark of about three minutes on two cores; bench/RESULTS.md records its run"},
 	{regexp.MustCompile(`^bench/import/gzip\.sh`), "a benchmark of minutes (Python's pickle.load of a 1M-entry snapshot, five rounds); bench/RESULTS.md records its run"},
 	{regexp.MustCompile(`--runner[ =](dataflow|universal|flink)|--endpoint[ =]`), "needs a Beam job server or Dataflow (the network)"},
+	{regexp.MustCompile(`^(CORES=\d+ )?bench/fleet\.sh`), "a benchmark of minutes (every trace compared alone, then the fleet); bench/RESULTS.md records its run"},
+	{regexp.MustCompile(`^traces/workloads/`), "runs PyTorch workloads on a GPU"},
 }
 
 // placeholders are the README's names for a file of the user's, and what
