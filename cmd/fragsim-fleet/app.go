@@ -169,6 +169,21 @@ func runFleet(c *cli.Context) error {
 // the parts combined per key.
 func execute(c *cli.Context, inputs []string, o fleet.Options, dir string) ([]fleet.Row, *fleet.Fleet, error) {
 	ctx := context.Background()
+	// Every temporary file of this process goes into one scratch directory,
+	// removed at the end and on an interrupt: the scratch traces of the
+	// analyses, and what Beam makes and leaves (an empty file a LOOPBACK
+	// run creates in the temporary directory).
+	sd, err := outfile.NewScratchDir("", "fragsim-fleet-*")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sd.Remove()
+	if prev, ok := os.LookupEnv("TMPDIR"); ok {
+		defer os.Setenv("TMPDIR", prev)
+	} else {
+		defer os.Unsetenv("TMPDIR")
+	}
+	os.Setenv("TMPDIR", sd.Path())
 	temp := c.String("temp")
 	var rowsPath, partsPath string
 	if temp == "" {

@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +27,10 @@ import (
 // TestMain lets this test binary serve as a Prism job server of its own
 // (FRAGSIM_FLEET_JOB_SERVER=PORT), as `fragsim-fleet job-server` does.
 func TestMain(m *testing.M) {
+	if os.Getenv("FRAGSIM_FLEET_AS_MAIN") == "1" { // this binary as fragsim-fleet
+		beam.Init()
+		os.Exit(run(append([]string{"fragsim-fleet"}, os.Args[1:]...), os.Stdout, os.Stderr))
+	}
 	if port := os.Getenv("FRAGSIM_FLEET_JOB_SERVER"); port != "" {
 		beam.Init()
 		os.Exit(run([]string{"fragsim-fleet", "job-server", "--port", port, "--idle-shutdown", "2m"}, os.Stdout, os.Stderr))
@@ -192,5 +199,57 @@ func TestUsageErrors(t *testing.T) {
 	var se bytes.Buffer
 	if code := run([]string{"fragsim-fleet", in, "--out", d}, &bytes.Buffer{}, &se); code != 2 || !strings.Contains(se.String(), "fleet.json") {
 		t.Errorf("an input as output: exit %d, %q", code, se.String())
+	}
+}
+
+// TestInterruptLeavesNothing interrupts a fleet while it analyses: the
+// process exits 130 and leaves no output, no scratch file of its own and
+// no scratch trace behind.
+func TestInterruptLeavesNothing(t *testing.T) {
+	d := t.TempDir()
+	tmp := filepath.Join(d, "tmp")
+	out := filepath.Join(d, "out")
+	os.MkdirAll(tmp, 0o755)
+	var inputs []string
+	for _, p := range []string{"kv_decode_s1.fst", "train_s1.fst", "baseline_s1.fst", "baseline_s2.fst", "baseline_s3.fst", "shared_s1.fst"} {
+		inputs = append(inputs, filepath.Join("..", "..", "traces", p))
+	}
+	// A snapshot too, so that a scratch trace exists while it is analysed.
+	snap := filepath.Join(d, "snapshot_0.pickle")
+	var errb bytes.Buffer
+	if code := fcliMain([]string{"fragsim", "export", "-q", "--format", "memory_viz", "-o", snap, inputs[1]}, &errb); code != 0 {
+		t.Fatalf("export: %s", errb.String())
+	}
+	cmd := exec.Command(os.Args[0], append(append([]string{snap}, inputs...), "--out", out)...)
+	cmd.Env = append(os.Environ(), "FRAGSIM_FLEET_AS_MAIN=1", "TMPDIR="+tmp)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the first input is done: the others are under way.
+	buf := make([]byte, 4096)
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "[1/7]") {
+		n, err := stderr.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("the fleet ended before its first row: %s", seen.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	go func() { io.Copy(io.Discard, stderr) }()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit %v, want 130", err)
+	}
+	for _, dir := range []string{out, tmp} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			t.Errorf("left in %s: %s", dir, e.Name())
+		}
 	}
 }
