@@ -179,3 +179,26 @@ func TestDeadLetters(t *testing.T) {
 		t.Errorf("scratch traces left behind: %v", left)
 	}
 }
+
+// TestReports checks --reports: each trace's report is written, named
+// apart from another input of the same name, and its row says where.
+func TestReports(t *testing.T) {
+	d := t.TempDir()
+	dir := filepath.Join(d, "out", fleet.ReportsSub)
+	a := filepath.Join("..", "traces", "train_ranks", "rank0.fst")
+	b := filepath.Join(d, "other", "train_ranks", "rank0.fst")
+	os.MkdirAll(filepath.Dir(b), 0o755)
+	src, _ := os.ReadFile(a)
+	os.WriteFile(b, src, 0o644)
+	ra := fleet.Analyze(a, fleet.Options{ReportsDir: dir}, d)
+	rb := fleet.Analyze(b, fleet.Options{ReportsDir: dir}, d)
+	if ra.Error != "" || rb.Error != "" || ra.Report == "" || ra.Report == rb.Report {
+		t.Fatalf("reports %q and %q (errors %q, %q): want two, apart", ra.Report, rb.Report, ra.Error, rb.Error)
+	}
+	for _, r := range []fleet.Row{ra, rb} {
+		html, err := os.ReadFile(filepath.Join(d, "out", r.Report))
+		if err != nil || !bytes.Contains(html, []byte(r.Recommendation.Line)) {
+			t.Errorf("%s: %v; the report does not say the row's recommendation %q", r.Report, err, r.Recommendation.Line)
+		}
+	}
+}

@@ -31,7 +31,14 @@ type Options struct {
 	Stacks int `json:"stacks,omitempty"`
 	// Parallel bounds the replays of one input run at once (0: GOMAXPROCS).
 	Parallel int `json:"parallel,omitempty"`
+	// ReportsDir, when set, is where each trace's HTML report is written
+	// (`fragsim report`'s, from the same comparison), as ReportName names
+	// it; the row's Report is then ReportsSub/that name.
+	ReportsDir string `json:"reports_dir,omitempty"`
 }
+
+// ReportsSub is the directory of the fleet's outputs that --reports fills.
+const ReportsSub = "reports"
 
 // parsed is Options checked and converted.
 type parsed struct {
@@ -41,6 +48,7 @@ type parsed struct {
 	fraction float64
 	label    *regexp.Regexp
 	stacks   int
+	reports  string
 }
 
 // Check parses the options: a bad goal, size, fraction or label is an
@@ -53,7 +61,7 @@ func (o Options) Check() error {
 }
 
 func (o Options) parse() (*parsed, error) {
-	p := &parsed{stacks: o.Stacks, fraction: o.MemoryFraction}
+	p := &parsed{stacks: o.Stacks, fraction: o.MemoryFraction, reports: o.ReportsDir}
 	if p.stacks <= 0 {
 		p.stacks = 5
 	}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"hash/fnv"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"time"
 
 	"github.com/fragsim/fragsim/analysis"
+	"github.com/fragsim/fragsim/analysis/report"
 	"github.com/fragsim/fragsim/outfile"
 	"github.com/fragsim/fragsim/replay"
 	"github.com/fragsim/fragsim/trace"
@@ -137,9 +140,17 @@ func analyzeInto(row *Row, input, local string, p *parsed, scratchDir string) er
 
 	opts := p.compare
 	opts.Name = input
+	if p.reports != "" {
+		opts.MaxPoints = 2 * report.DefaultBuckets // as compare --html
+	}
 	cmp, err := analysis.Compare(open, opts)
 	if err != nil {
 		return err
+	}
+	if p.reports != "" {
+		if err := writeReport(row, open, cmp, opts, p.reports, local); err != nil {
+			return err
+		}
 	}
 	if cmp.Decision == nil || cmp.Decision.Recommendation == nil {
 		return errors.New("no run finished: nothing to recommend")
@@ -177,6 +188,32 @@ func analyzeInto(row *Row, input, local string, p *parsed, scratchDir string) er
 		row.Error = trace.Printable(cmp.Truncated) + " (the figures cover the events before the cut)"
 	}
 	return nil
+}
+
+// writeReport writes the trace's HTML report, `fragsim report`'s, from
+// the comparison made for its row.
+func writeReport(row *Row, open analysis.Opener, cmp *analysis.Comparison, opts analysis.CompareOptions, dir, local string) error {
+	rep, err := report.FromComparison(open, cmp, report.Options{Compare: opts})
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	name := ReportName(row.Input)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := outfile.Write(filepath.Join(dir, name), []string{local}, rep.WriteHTML); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	row.Report = ReportsSub + "/" + name
+	return nil
+}
+
+// ReportName is the file name of an input's report: its folder and name,
+// and a hash of its whole path, so that two inputs never share one.
+func ReportName(input string) string {
+	h := fnv.New32a()
+	h.Write([]byte(input))
+	return fmt.Sprintf("%s-%08x.html", reportStem(input), h.Sum32())
 }
 
 // strandingStacks keeps the stacks whose live blocks strand the most free

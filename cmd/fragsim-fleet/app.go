@@ -84,6 +84,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.Float64Flag{Name: "memory-fraction", Usage: "the runs' per-process memory fraction, for snapshots"},
 			&cli.StringFlag{Name: "label", Usage: "a `REGEX` with named groups job and rank, matched against each input's path, e.g. '(?P<job>[^/]+)/rank(?P<rank>\\d+)'"},
 			&cli.IntFlag{Name: "stacks", Value: 5, Usage: "the stranding stacks kept for each trace"},
+			&cli.BoolFlag{Name: "reports", Usage: "also write each trace's HTML report (fragsim report's) into DIR/reports/, linked from fleet.html (about 1 MB a trace)"},
 			&cli.StringFlag{Name: "runner", Value: "prism", Usage: "the Beam runner: prism (in this process), universal (a job server at --endpoint), dataflow"},
 			&cli.StringFlag{Name: "endpoint", Usage: "the job server's `HOST:PORT` (--runner universal)"},
 			&cli.StringFlag{Name: "environment-type", Usage: "where the runner starts workers: LOOPBACK (this process; the default with --runner universal), PROCESS, DOCKER"},
@@ -129,6 +130,13 @@ func runFleet(c *cli.Context) error {
 	}
 	if err := fleet.CheckOutputs(dir, inputs); err != nil {
 		return usage("%v", err)
+	}
+	if c.Bool("reports") {
+		abs, err := filepath.Abs(filepath.Join(dir, fleet.ReportsSub))
+		if err != nil {
+			return err
+		}
+		o.ReportsDir = abs
 	}
 	if err := setBeamOptions(c); err != nil {
 		return usage("%v", err)
