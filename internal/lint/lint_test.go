@@ -3,6 +3,7 @@
 package lint
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -195,5 +196,49 @@ func TestLayering(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files: is the walk rooted at the module?", checked)
+	}
+}
+
+// maxFuncLines bounds a function outside tests: a longer one is split
+// along its steps.
+const maxFuncLines = 150
+
+func TestFunctionLength(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n != "." && (strings.HasPrefix(n, ".") || n == "testdata" || n == "build" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line
+			if lines > maxFuncLines {
+				t.Errorf("%s: %s is %d lines, over %d: split it along its steps", fset.Position(fn.Pos()), fn.Name.Name, lines, maxFuncLines)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
