@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/memfs"
 
 	"github.com/fragsim/fragsim/fleet"
 )
@@ -251,5 +254,56 @@ func TestInterruptLeavesNothing(t *testing.T) {
 		for _, e := range ents {
 			t.Errorf("left in %s: %s", dir, e.Name())
 		}
+	}
+}
+
+// TestRemoteInputs reads inputs through a Beam filesystem (memfs://, as
+// gs:// would be), matched by a glob in the pipeline and fetched by the
+// worker, with the rows written there too (--temp).
+func TestRemoteInputs(t *testing.T) {
+	ctx := context.Background()
+	fs, err := filesystem.New(ctx, "memfs://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"0", "3"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "traces", "train_ranks", "rank"+r+".fst"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := fs.OpenWrite(ctx, "memfs://bucket/train/rank"+r+".fst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(b)
+		w.Close()
+	}
+	out := t.TempDir()
+	var so, se bytes.Buffer
+	if code := run([]string{"fragsim-fleet", "memfs://bucket/train/rank*.fst", "--out", out, "--temp", "memfs://scratch", "-q"}, &so, &se); code != 0 {
+		t.Fatalf("exit %d: %s", code, se.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, fleet.RowsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []fleet.Row
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r fleet.Row
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 2 || rows[0].Input != "memfs://bucket/train/rank0.fst" || rows[1].Input != "memfs://bucket/train/rank3.fst" {
+		t.Fatalf("rows %+v", rows)
+	}
+	for i, r := range rows {
+		if r.Error != "" || r.Job != "train" || r.Rank == nil || *r.Rank != []int{0, 3}[i] || r.Recommendation == nil {
+			t.Errorf("%s: job %s rank %v error %q", r.Input, r.Job, r.Rank, r.Error)
+		}
+	}
+	if !strings.Contains(so.String(), "Most imbalanced job: train, 1.43x (rank 3 peaks") { // 6.54 GiB over the mean of the two
+		t.Errorf("summary: %s", so.String())
 	}
 }
