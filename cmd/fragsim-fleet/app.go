@@ -61,7 +61,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Name:      "fragsim fleet",
 		HelpName:  "fragsim fleet",
 		Usage:     "analyse many traces at once, the ranks of a job or the jobs of a fleet, on Apache Beam",
-		ArgsUsage: "INPUT... (files, directories searched for traces and snapshots, globs, @list.txt, gs://...)",
+		UsageText: "fragsim fleet INPUT... --out DIR [options]\n" +
+			"INPUT: a file, a directory searched for traces and snapshots, a glob, @list.txt, gs://...\n" +
+			"fragsim fleet job-server [--port 8073]: a Prism job server for --runner universal",
 		Version:   fcli.VersionString(),
 		Description: "Each input (a trace, a PyTorch snapshot plain, gzip'd or zstd'd, or an RMM log) goes\n" +
 			"through the import and the comparison `fragsim compare` makes, with the same flags: its row\n" +
@@ -91,7 +93,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "worker-binary", Usage: "the binary the runner's workers run (default: this one)"},
 			&cli.StringSliceFlag{Name: "beam-option", Usage: "set Beam's pipeline option `KEY=VALUE` (repeatable), e.g. project=P, region=R, temp_location=gs://B/tmp for Dataflow"},
 			&cli.StringFlag{Name: "temp", Usage: "where the pipeline writes its rows before the outputs are made (`URL`; default: a hidden directory in --out; gs://... on Dataflow)"},
-			&cli.BoolFlag{Name: "json", Usage: "print fleet.json on standard output too"},
+			&cli.BoolFlag{Name: "json", Usage: "print fleet.json on standard output instead of the summary lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		),
 		Action:   runFleet,
