@@ -22,7 +22,6 @@ import (
 	// The runners and filesystems a fleet may use: Prism in-process,
 	// universal (a Flink, Spark or Prism job server), Dataflow; local
 	// files and gs://.
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/exec/optimized"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/gcs"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/dataflow"
@@ -304,12 +303,13 @@ func setBeamOptions(c *cli.Context) error {
 	if env == "" && runner == "universal" {
 		env = "LOOPBACK"
 	}
+	// Every one is set, to "" too: Beam keeps them in globals, and an
+	// earlier pipeline of the same process (a test's) must not leave its
+	// endpoint to this one (Prism in-process starts one when it is "").
 	for k, v := range map[string]string{"endpoint": c.String("endpoint"), "environment_type": env,
 		"worker_binary": c.String("worker-binary"), "job_name": "fragsim-fleet"} {
-		if v != "" {
-			if err := set(k, v); err != nil {
-				return err
-			}
+		if err := set(k, v); err != nil {
+			return err
 		}
 	}
 	for _, kv := range c.StringSlice("beam-option") {
