@@ -57,13 +57,13 @@ func usage(format string, a ...any) error { return &exitError{2, fmt.Errorf(form
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
-		Name:      "fragsim fleet",
-		HelpName:  "fragsim fleet",
-		Usage:     "analyse many traces at once, the ranks of a job or the jobs of a fleet, on Apache Beam",
+		Name:     "fragsim fleet",
+		HelpName: "fragsim fleet",
+		Usage:    "analyse many traces at once, the ranks of a job or the jobs of a fleet, on Apache Beam",
 		UsageText: "fragsim fleet INPUT... --out DIR [options]\n" +
 			"INPUT: a file, a directory searched for traces and snapshots, a glob, @list.txt, gs://...\n" +
 			"fragsim fleet job-server [--port 8073]: a Prism job server for --runner universal",
-		Version:   fcli.VersionString(),
+		Version: fcli.VersionString(),
 		Description: "Each input (a trace, a PyTorch snapshot plain, gzip'd or zstd'd, or an RMM log) goes\n" +
 			"through the import and the comparison `fragsim compare` makes, with the same flags: its row\n" +
 			"in traces.jsonl holds the recommendation compare --json gives. The rows are then combined\n" +
