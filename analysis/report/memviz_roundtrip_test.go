@@ -255,7 +255,7 @@ func multiTrace(t *testing.T) []byte {
 	put(trace.Event{Kind: trace.KindSetFraction, Device: 1, Aux: math.Float64bits(0.5)})
 	for i := range uint64(40) {
 		dev := trace.DeviceID(i % 2)
-		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerBegin, Device: dev, Text: w.String("step")})
+		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerBegin, Device: dev, Text: w.String("step"), Aux: i + 1}) // synth numbers its steps
 		put(trace.Event{Kind: trace.KindAlloc, Device: dev, Addr: (i + 1) << 32, SizeBytes: (i%5 + 1) * 3 * mib, Stack: stack})
 		if i >= 2 {
 			a := (i - 1) << 32 // alloc i-2's
