@@ -47,12 +47,21 @@ func compareJSON(t *testing.T, args ...string) map[string]json.RawMessage {
 // TestRowsAreCompares checks that the row of every trace under traces/
 // holds what `compare --json` gives for it under the same flags: the same
 // recommendation object, and the same peak reserved and OOMs for every
-// candidate. The everyday pass takes two traces; FRAGSIM_LONG=1 all, and
-// a fit goal on those with a memory fraction.
+// candidate. The everyday pass takes a small real trace with OOMs under
+// the default candidates. FRAGSIM_LONG=1 takes every trace, under a few
+// candidates (three policies, the physical limit and two settings: a
+// quarter of the replays), and a fit goal on the traces with a memory
+// fraction.
 func TestRowsAreCompares(t *testing.T) {
-	// The everyday pass: a small real trace with OOMs.
 	some := map[string]bool{"fraction_medium.fst": true}
 	every := os.Getenv("FRAGSIM_LONG") == "1"
+	var opts fleet.Options
+	var flags []string
+	if every {
+		opts = fleet.Options{Policies: []string{"caching", "expandable", "pooled", "ideal"}, SettingsSet: true,
+			Settings: []string{"max_split_size_mb:128", "garbage_collection_threshold:0.8"}}
+		flags = []string{"--policies", "caching,expandable,pooled,ideal", "--setting", opts.Settings[0], "--setting", opts.Settings[1]}
+	}
 	for _, goal := range []string{"reserved", "fit:1536MiB"} {
 		for _, p := range committed(t) {
 			if !every && !some[filepath.Base(p)] {
@@ -63,12 +72,14 @@ func TestRowsAreCompares(t *testing.T) {
 			if goal != "reserved" && (!every || !strings.Contains(filepath.Base(p), "fraction")) {
 				continue
 			}
-			row := fleet.Analyze(p, fleet.Options{Goal: goal}, t.TempDir())
+			o := opts
+			o.Goal = goal
+			row := fleet.Analyze(p, o, t.TempDir())
 			if row.Error != "" {
 				t.Errorf("%s: %s", p, row.Error)
 				continue
 			}
-			m := compareJSON(t, "--goal", goal, p)
+			m := compareJSON(t, append(append([]string{"--goal", goal}, flags...), p)...)
 			got, _ := json.Marshal(row.Recommendation)
 			if !jsonEqual(t, got, m["recommendation"]) {
 				t.Errorf("%s --goal %s: the row's recommendation\n%s\ncompare's\n%s", p, goal, got, m["recommendation"])
