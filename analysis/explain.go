@@ -72,6 +72,9 @@ type ExplainOptions struct {
 	Parallel int
 	Progress func(events int64, runsDone, runs int)
 	Name     string
+	// NoFit skips the recommendation for fit (Explanation.Fit), which
+	// replays the candidates: for a caller that compares them itself.
+	NoFit bool
 }
 
 // Explanation is what Explain found. Its JSON keys are stable: add, never
@@ -176,7 +179,7 @@ func Explain(open Opener, opts ExplainOptions) (*Explanation, error) {
 		outside = *x.OutsideBytes
 	}
 	x.Class = ClassifyOOM(x.RequestBytes, x.CachedFreeBytes, x.LargestFreeBlockBytes, outside, x.OutsideBytes != nil)
-	if x.History {
+	if x.History && !opts.NoFit {
 		if err := x.fit(open, h, opts); err != nil {
 			return nil, err
 		}

@@ -327,10 +327,28 @@ func NewScratch(dir, pattern string) (*Scratch, error) {
 // Path returns the scratch file's name.
 func (s *Scratch) Path() string { return s.c.path }
 
-// Remove removes the scratch file. It may be called more than once.
+// Remove removes the scratch file (a scratch directory with what it
+// holds). It may be called more than once.
 func (s *Scratch) Remove() {
 	untrack(s.c)
-	os.Remove(s.c.path)
+	s.c.remove()
+}
+
+// NewScratchDir creates an empty scratch directory in dir ("":
+// os.TempDir()), named after pattern as os.MkdirTemp names them: it is
+// removed with everything in it by Remove, and when the process is
+// interrupted. For the scratch of a library that makes its own files.
+func NewScratchDir(dir, pattern string) (*Scratch, error) {
+	c := &cleanup{dir: true}
+	err := track(c, func() error {
+		p, err := os.MkdirTemp(dir, pattern)
+		c.path = p
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Scratch{c: c}, nil
 }
 
 // resolve follows the symbolic links of path to the file they point to

@@ -252,6 +252,12 @@ func TestSignalRemovesTemp(t *testing.T) {
 			fmt.Println("scratch:", err)
 			os.Exit(3)
 		}
+		sd, err := NewScratchDir(filepath.Dir(path), "scratchdir-*")
+		if err != nil {
+			fmt.Println("scratch dir:", err)
+			os.Exit(3)
+		}
+		os.WriteFile(filepath.Join(sd.Path(), "a library's file"), []byte("x"), 0o644)
 		f.WriteString("partial")
 		sig := map[string]syscall.Signal{"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP,
 			"QUIT": syscall.SIGQUIT}[os.Getenv("OUTFILE_SIGNAL")]
@@ -368,5 +374,20 @@ func TestStdoutWrittenThrough(t *testing.T) {
 		if err != nil || string(out) != "through 0;through 1;" {
 			t.Errorf("-o %s into a pipe: %v, stdout %q, stderr %q", path, err, out, stderr.String())
 		}
+	}
+}
+
+func TestScratchDirRemoved(t *testing.T) {
+	d := t.TempDir()
+	sd, err := NewScratchDir(d, "s-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(sd.Path(), "sub"), 0o755)
+	os.WriteFile(filepath.Join(sd.Path(), "sub", "f"), []byte("x"), 0o644)
+	sd.Remove()
+	sd.Remove()
+	if names := entries(t, d); len(names) != 0 {
+		t.Errorf("left: %v", names)
 	}
 }

@@ -22,6 +22,15 @@ var Signals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sysca
 type cleanup struct {
 	f    *os.File
 	path string
+	dir  bool // a scratch directory, removed with what it holds
+}
+
+func (c *cleanup) remove() {
+	if c.dir {
+		os.RemoveAll(c.path)
+		return
+	}
+	os.Remove(c.path)
 }
 
 var (
@@ -88,7 +97,7 @@ func watch(c chan os.Signal) {
 		if t.f != nil {
 			t.f.Close()
 		}
-		os.Remove(t.path)
+		t.remove()
 	}
 	exit(ExitCode)
 	mu.Unlock() // reached only when a test replaced exit

@@ -232,10 +232,11 @@ func exitCode(err error) int {
 func TestAPI(t *testing.T) {
 	setup(t)
 	// Two real traces under the default goal, one under a fit goal (its
-	// min capacities take a bisection each).
-	cases := []string{"../traces/shared_s1.fst|reserved", "../traces/train_s1.fst|reserved",
-		"../traces/train_s1.fst|fit:2GiB"}
-	traces := []string{"../traces/shared_s1.fst", "../traces/train_s1.fst"}
+	// min capacities take a bisection each): small ones of the
+	// conformance corpus (one with OOMs), so that the suite stays quick.
+	cases := []string{"../traces/conformance/plain_mixed.fst|reserved", "../traces/conformance/fraction_medium.fst|reserved",
+		"../traces/conformance/fraction_medium.fst|fit:1536MiB"}
+	traces := []string{"../traces/conformance/plain_mixed.fst", "../traces/conformance/fraction_medium.fst"}
 	script := `
 import json, pickle, sys
 import fragsim

@@ -482,9 +482,19 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 			cfg.Progress(merged)
 		}
 	}
+	if err := finishProcs(qs, sil, res); err != nil {
+		return nil, err
+	}
+	res.Total = t.result(merged)
+	return res, nil
+}
+
+// finishProcs ends every process's replay and adds its result, with its
+// OOMs' blame and its forecast, to res.
+func finishProcs(qs []*proc, sil *silent, res *CohostResult) error {
 	for _, q := range qs {
 		if err := q.e.finish(); err != nil {
-			return nil, fmt.Errorf("%s: %w", q.p.Name, err)
+			return fmt.Errorf("%s: %w", q.p.Name, err)
 		}
 		r := q.e.res
 		r.Conf = q.p.Conf
@@ -499,8 +509,7 @@ func Cohost(procs []Process, cfg CohostConfig) (*CohostResult, error) {
 		}
 		res.Processes = append(res.Processes, pr)
 	}
-	res.Total = t.result(merged)
-	return res, nil
+	return nil
 }
 
 // openProc opens process i's trace and starts its engine on the shared

@@ -23,6 +23,10 @@ var (
 	uplotCSS string
 )
 
+// Stylesheet is the report page's CSS, for other pages in the report's
+// style (the fleet's page).
+func Stylesheet() string { return pageCSS }
+
 // WriteHTML writes the report as one self-contained HTML page: no file,
 // network or server is needed to open it.
 func (rep *Report) WriteHTML(w io.Writer) error {

@@ -133,12 +133,14 @@ func committedTraces(t *testing.T) []string {
 // export --format memory_viz and import (a few of each kind unless
 // FRAGSIM_LONG=1): recorded live or imported, expandable segments, CUDA
 // graphs and MemPools, memory fractions with OOMs, empty_cache(), device
-// samples, ring buffers that start mid-run.
+// samples, ring buffers that start mid-run. The everyday pass leaves out
+// the co-hosted servers' traces (56 s under -race for one; their device
+// samples are fraction_large.live.fst's kind).
 func TestMemoryVizRoundTrip(t *testing.T) {
 	every := os.Getenv("FRAGSIM_LONG") == "1"
 	some := map[string]bool{"baseline_s1.fst": true, "expandable_mixed.fst": true, "graphs_recapture_expandable_s1.fst": true,
 		"graphs_mempool_s1.fst": true, "fraction_large.live.fst": true, "ring_streams.fst": true, "gc_mixed.fst": true,
-		"empty_cache_small.fst": true, "deferred_edges.fst": true, "cohost_leave4_p1.fst": true}
+		"empty_cache_small.fst": true, "deferred_edges.fst": true}
 	n := 0
 	for _, p := range committedTraces(t) {
 		if !every && !some[filepath.Base(p)] {
@@ -253,7 +255,7 @@ func multiTrace(t *testing.T) []byte {
 	put(trace.Event{Kind: trace.KindSetFraction, Device: 1, Aux: math.Float64bits(0.5)})
 	for i := range uint64(40) {
 		dev := trace.DeviceID(i % 2)
-		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerBegin, Device: dev, Text: w.String("step")})
+		put(trace.Event{Kind: trace.KindMarker, Marker: trace.MarkerBegin, Device: dev, Text: w.String("step"), Aux: i + 1}) // synth numbers its steps
 		put(trace.Event{Kind: trace.KindAlloc, Device: dev, Addr: (i + 1) << 32, SizeBytes: (i%5 + 1) * 3 * mib, Stack: stack})
 		if i >= 2 {
 			a := (i - 1) << 32 // alloc i-2's

@@ -6,8 +6,10 @@
 // recording calls) is C, in hook.c: it serves memory from the CUDA driver's
 // stream-ordered pool and appends each call to a queue of the calling
 // thread in the record region (package cuda/ring). Under `fragsim record`
-// ($FRAGSIM_SHM names the region file) the parent drains the region and
-// writes the trace, whatever way this process ends. Otherwise this Go side
+// ($FRAGSIM_SHM_DIR names a directory where each recording process makes
+// its region file; $FRAGSIM_SHM names the one region of `fragsim attach`)
+// the fragsim process drains the region and writes the trace, whatever way
+// this process ends. Otherwise this Go side
 // drains a private region in a background goroutine into the trace file
 // (fragsim_open), ends a chunk at least every second (fragsim_flush does it
 // on demand) and closes the file (fragsim_close, also registered with
@@ -29,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -59,6 +62,12 @@ type meta struct {
 	// trace, in place of $FRAGSIM_SHM: a variable the host sets after it
 	// started is not in the environment Go read when this library loaded.
 	Shm string `json:"shm"`
+	// ShmDir is fragsim record's region directory, in place of
+	// $FRAGSIM_SHM_DIR: the process makes its own region there.
+	ShmDir string `json:"shm_dir"`
+	// Launch holds the launcher's variables (ring.LaunchVars) the process
+	// has; nil: read from the environment.
+	Launch map[string]string `json:"launch"`
 }
 
 // recorder is the one open trace of this process.
@@ -107,9 +116,12 @@ func fragsim_last_error() *C.char {
 
 // fragsim_open starts recording into the trace file at path. metaJSON may
 // be NULL or a JSON object with torch_version, command_line,
-// memory_fraction, alloc_conf, device, tags and shm (the record region of
-// the fragsim process that writes the trace, else $FRAGSIM_SHM). It returns 0, or -1 with
-// the reason in fragsim_last_error.
+// memory_fraction, alloc_conf, device, tags, shm (the record region of
+// the fragsim process that writes the trace, else $FRAGSIM_SHM), shm_dir
+// (fragsim record's region directory, where this process makes a region
+// of its own, else $FRAGSIM_SHM_DIR) and launch (RANK, LOCAL_RANK,
+// WORLD_SIZE as the process has them, else from the environment). It
+// returns 0, or -1 with the reason in fragsim_last_error.
 //
 //export fragsim_open
 func fragsim_open(path, metaJSON *C.char) C.int {
@@ -148,11 +160,30 @@ func open(path string, metaJSON *C.char) error {
 	if shm == "" {
 		shm = os.Getenv("FRAGSIM_SHM")
 	}
+	// Under fragsim record every recording process makes its own region
+	// in fragsim's region directory, named for it once ready (ring.RegionName).
+	var made, dir string
+	if shm == "" {
+		if dir = m.ShmDir; dir == "" {
+			dir = os.Getenv("FRAGSIM_SHM_DIR")
+		}
+	}
+	if dir != "" {
+		reg, p, err := ring.Create(dir, ring.DefaultMaxChunks)
+		if err != nil {
+			return fmt.Errorf("fragsim: cannot make a record region in %s: %w", dir, err)
+		}
+		reg.Close() // the C side maps it
+		shm, made = p, p
+	}
 	if shm != "" {
 		p := C.CString(shm)
 		rc := C.fs_ring_attach(p, &cerr[0], C.size_t(len(cerr)))
 		C.free(unsafe.Pointer(p))
 		if rc != 0 {
+			if made != "" {
+				os.Remove(made)
+			}
 			return fmt.Errorf("fragsim: %s", C.GoString(&cerr[0]))
 		}
 		r.shared = true
@@ -165,7 +196,12 @@ func open(path string, metaJSON *C.char) error {
 		return fmt.Errorf("fragsim: %w", err)
 	}
 	if r.shared {
-		hj, err := json.Marshal(h)
+		// The header, and who records (for fragsim record's names of the
+		// traces of several processes).
+		hj, err := json.Marshal(struct {
+			*trace.Header
+			ring.ProcessMeta
+		}{h, ring.ProcessMeta{Process: &ring.Process{PID: r.pid, Env: launchEnv(m.Launch)}}})
 		if err != nil {
 			return fmt.Errorf("fragsim: %w", err)
 		}
@@ -173,6 +209,12 @@ func open(path string, metaJSON *C.char) error {
 			return fmt.Errorf("fragsim: %w", err)
 		}
 		r.reg.SetState(ring.StateOpen)
+		if made != "" {
+			if err := os.Rename(made, filepath.Join(dir, ring.RegionName(r.pid))); err != nil {
+				os.Remove(made)
+				return fmt.Errorf("fragsim: %w", err)
+			}
+		}
 	} else {
 		if r.w, err = trace.Create(path, h); err != nil {
 			return fmt.Errorf("fragsim: %w", err)
@@ -233,6 +275,22 @@ func header(m *meta) (*trace.Header, error) {
 		h.Tags[k] = v
 	}
 	return h, nil
+}
+
+// launchEnv returns those of ring.LaunchVars the process has: from the
+// host's metadata when it gave them, else from the environment.
+func launchEnv(given map[string]string) map[string]string {
+	env := map[string]string{}
+	for _, k := range ring.LaunchVars {
+		v, ok := given[k]
+		if given == nil {
+			v, ok = os.LookupEnv(k)
+		}
+		if ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // cudaVersion formats a driver API version (12040 -> "12.4").

@@ -133,6 +133,12 @@ def install(path=None, lib=None, tags=None):
         # library reads the environment it was loaded with, which lacks a
         # variable set by this process since it started.
         "shm": os.environ.get("FRAGSIM_SHM", ""),
+        # fragsim record's region directory: each recording process (a
+        # launcher's workers, say) makes its own region there.
+        "shm_dir": os.environ.get("FRAGSIM_SHM_DIR", ""),
+        # Which worker this is, when a launcher (torchrun) says so: fragsim
+        # record names and tags each process's trace after it.
+        "launch": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if k in os.environ},
     }
     if cdll.fragsim_open(os.fsencode(path), json.dumps(meta).encode()) != 0:
         raise FragsimError(_last_error(cdll))

@@ -13,12 +13,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fragsim/fragsim/cuda/python"
-	"github.com/fragsim/fragsim/cuda/ring"
 	"github.com/fragsim/fragsim/trace"
 )
 
@@ -44,6 +44,10 @@ type Config struct {
 	Env []string
 	// Tags are written to the trace header's tags (e.g. workload, seed).
 	Tags map[string]string
+	// Inputs are the files no trace may replace (the hook library, the
+	// program's files), checked for the name of each process's trace when
+	// several processes record (the caller checks Output).
+	Inputs []string
 }
 
 // Summary describes a finished recording.
@@ -79,6 +83,19 @@ type Summary struct {
 	OutsideEndBytes   int64 `json:"outside_end_bytes"`
 	// ExitCode is the program's exit status (128+N when killed by signal N).
 	ExitCode int `json:"exit_code"`
+	// Devices are the devices the trace allocates on, in ascending order.
+	Devices []int32 `json:"devices,omitempty"`
+	// PID and Rank are the recording process's, in the summary of one of
+	// several processes' traces (Rank "" when the process had none).
+	PID  int    `json:"pid,omitempty"`
+	Rank string `json:"rank,omitempty"`
+	// Traces are the traces written when several processes used the GPU,
+	// one each, by rank (then pid); the counts above are their sums, and
+	// Path the output they are named after, which is not written.
+	Traces []*Summary `json:"traces,omitempty"`
+	// IdleProcesses counts the other processes that recorded but never
+	// allocated (a launcher): no trace is written for them.
+	IdleProcesses int `json:"idle_processes,omitempty"`
 }
 
 // ErrNoTrace means the program ran but no trace was written, because
@@ -136,14 +153,29 @@ func findHookLib(exe string) (string, error) {
 
 // Run runs cfg.Args with the recording allocator installed through a
 // sitecustomize module on PYTHONPATH, forwards SIGINT and SIGTERM to it,
-// and summarises the trace. The program's hook records into a region file
-// that Run maps too: Run drains it into a temporary file beside
-// cfg.Output, and after the program ended, however it ended (exit,
-// os._exit, a signal, a crash), drains what is left, closes the trace and
-// renames it over cfg.Output. A run that records nothing keeps the
-// previous output. The summary's ExitCode is the program's; the error is
-// non-nil only when fragsim itself failed (the summary may then still say
-// how the program ended).
+// and summarises the trace. Each process that records (the program, and
+// the Python processes it starts, which record once they import torch)
+// makes a region file in a directory that Run maps too: Run drains each
+// into a temporary trace beside cfg.Output, and after the process ended,
+// however it ended (exit, os._exit, a signal, a crash), drains what is
+// left and closes its trace. Once the program ended (and the recording
+// processes it left, or exitGrace passed), the traces are put in place:
+//
+//   - When one process used the GPU (allocated), or none did, its trace
+//     (else the first process's) is renamed over cfg.Output, as it is.
+//   - When several did, or the one that did was given its rank by a
+//     launcher (RANK, LOCAL_RANK or WORLD_SIZE set otherwise than in the
+//     program's environment: torchrun with one worker), each writes its
+//     own trace, cfg.Output with .rankN before its extension, N its
+//     $RANK, else $LOCAL_RANK; .pidN, its pid, when it has neither (and
+//     .rankN.pidM when two share a rank). Each header gets the tags rank,
+//     local_rank and world_size (those it has), pid and device (the
+//     devices it allocated on); processes that never allocated get no
+//     trace.
+//
+// A run that records nothing keeps the previous output. The summary's
+// ExitCode is the program's; the error is non-nil only when fragsim itself
+// failed (the summary may then still say how the program ended).
 func Run(cfg Config) (*Summary, error) {
 	if len(cfg.Args) == 0 {
 		return nil, errors.New("no program to run")
@@ -174,21 +206,21 @@ func Run(cfg Config) (*Summary, error) {
 	if err := writePython(dir); err != nil {
 		return nil, err
 	}
-	reg, regPath, err := ring.Create("/dev/shm", ring.DefaultMaxChunks)
-	if err != nil { // no tmpfs: a file in the temporary directory works the same
-		if reg, regPath, err = ring.Create(dir, ring.DefaultMaxChunks); err != nil {
+	regions, err := os.MkdirTemp("/dev/shm", "fragsim-record-")
+	if err != nil { // no tmpfs: files in the temporary directory work the same
+		regions = filepath.Join(dir, "regions")
+		if err := os.Mkdir(regions, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	defer os.Remove(regPath)
-	defer reg.Close()
+	defer os.RemoveAll(regions)
 
 	env := cfg.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	cmd := exec.Command(cfg.Args[0], cfg.Args[1:]...)
-	cmd.Env = append(programEnv(env, dir, out, lib), "FRAGSIM_SHM="+regPath)
+	cmd.Env = append(programEnv(env, dir, out, lib), "FRAGSIM_SHM_DIR="+regions)
 	if len(cfg.Tags) > 0 {
 		b, err := json.Marshal(cfg.Tags)
 		if err != nil {
@@ -198,11 +230,12 @@ func Run(cfg Config) (*Summary, error) {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = orStd(cfg.Stdin, os.Stdin), orStdW(cfg.Stdout, os.Stdout), orStdW(cfg.Stderr, os.Stderr)
 
-	tw, err := newTraceWriter(reg, out)
+	spare, err := newTraceWriter(nil, out)
 	if err != nil {
 		return nil, err
 	}
-	defer tw.abort()
+	ps := &procs{dir: regions, out: out, spare: spare, seen: map[string]bool{}, stderr: cfg.Stderr}
+	defer ps.abort()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -225,7 +258,7 @@ wait:
 				cmd.Process.Signal(s)
 			}
 		case now := <-tick.C:
-			tw.step(now, cfg.Stderr)
+			ps.step(now)
 		case werr = <-waited:
 			break wait
 		}
@@ -241,19 +274,8 @@ wait:
 			code = 128 + int(ws.Signal())
 		}
 	}
-	closed := reg.State() == ring.StateClosed
-	missing, err := tw.finish()
-	if errors.Is(err, ErrNoTrace) {
-		return &Summary{Path: out, ExitCode: code}, fmt.Errorf("%w to %s", ErrNoTrace, out)
-	}
-	if err != nil {
-		return &Summary{Path: out, ExitCode: code}, err
-	}
-	s, err := Summarize(out)
-	if s != nil {
-		s.ExitCode, s.Closed, s.Missing = code, closed, missing
-	}
-	return s, err
+	ps.wind(sigs)
+	return ps.write(cfg.Output, code, env, cfg.Inputs)
 }
 
 func orStd(r io.Reader, d *os.File) io.Reader {
@@ -296,7 +318,7 @@ func programEnv(env []string, dir, out, lib string) []string {
 			if v != "" {
 				pythonPath = dir + string(os.PathListSeparator) + v
 			}
-		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_SHM", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
+		case "FRAGSIM_TRACE", "FRAGSIM_HOOK_LIB", "FRAGSIM_SHM", "FRAGSIM_SHM_DIR", "FRAGSIM_OWNER_PID", "FRAGSIM_STRICT", "FRAGSIM_FAIL_CODE", "FRAGSIM_TAGS":
 		default:
 			res = append(res, kv)
 		}
@@ -345,6 +367,10 @@ func Summarize(path string) (*Summary, error) {
 		s.Events++
 		switch e.Kind {
 		case trace.KindAlloc:
+			if !slices.Contains(s.Devices, int32(e.Device)) {
+				s.Devices = append(s.Devices, int32(e.Device))
+				slices.Sort(s.Devices)
+			}
 			s.Allocs++
 			cur += e.SizeBytes - live[e.Addr]
 			live[e.Addr] = e.SizeBytes

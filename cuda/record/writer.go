@@ -23,10 +23,12 @@ const (
 // recording.
 type traceWriter struct {
 	reg    *ring.Region
-	out    string
+	out    string // the output, symbolic links resolved
 	f      *os.File
+	tmp    string // the temporary trace, until renamed or removed
 	w      *trace.Writer
 	d      *ring.Drainer
+	proc   *ring.Process // who records, from the region's metadata
 	err    error
 	warned bool
 }
@@ -50,7 +52,7 @@ func newTraceWriter(reg *ring.Region, out string) (*traceWriter, error) {
 		mode = st.Mode().Perm()
 	}
 	f.Chmod(mode)
-	return &traceWriter{reg: reg, out: out, f: f}, nil
+	return &traceWriter{reg: reg, out: out, f: f, tmp: f.Name()}, nil
 }
 
 // start writes the trace header the program stored.
@@ -64,6 +66,7 @@ func (t *traceWriter) start() error {
 		return fmt.Errorf("%s: %w", t.out, err)
 	}
 	t.w, t.d = w, ring.NewDrainer(t.reg, w)
+	t.proc = t.reg.MetaProcess()
 	return nil
 }
 
@@ -90,6 +93,21 @@ func (t *traceWriter) step(now time.Time, stderr io.Writer) {
 // and renames it over out. It returns the calls the trace lacks, or
 // ErrNoTrace when the program never opened its recording.
 func (t *traceWriter) finish() (uint64, error) {
+	missing, err := t.complete()
+	if err != nil {
+		return 0, err
+	}
+	if err := t.rename(t.out); err != nil {
+		return 0, err
+	}
+	return missing, nil
+}
+
+// complete drains everything left once the recording process ended (or
+// closed its recording) and closes the temporary trace, which stays until
+// rename or abort. It returns the calls the trace lacks, or ErrNoTrace
+// when the process never opened its recording.
+func (t *traceWriter) complete() (uint64, error) {
 	now := time.Now()
 	if t.err == nil && t.d == nil && t.reg.State() != ring.StateInit {
 		t.err = t.start()
@@ -110,22 +128,32 @@ func (t *traceWriter) finish() (uint64, error) {
 	if cerr := t.f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(t.f.Name(), t.out)
-	}
+	t.f = nil
 	if err != nil {
 		t.err = fmt.Errorf("cannot write %s: %w", t.out, err)
 		return 0, t.err
 	}
-	t.f = nil
 	return t.d.Missing(), nil
 }
 
-// abort removes the temporary trace unless finish renamed it.
+// rename puts the completed trace in place at dst.
+func (t *traceWriter) rename(dst string) error {
+	if err := os.Rename(t.tmp, dst); err != nil {
+		t.err = fmt.Errorf("cannot write %s: %w", dst, err)
+		return t.err
+	}
+	t.tmp = ""
+	return nil
+}
+
+// abort removes the temporary trace unless it was renamed.
 func (t *traceWriter) abort() {
 	if t.f != nil {
 		t.f.Close()
-		os.Remove(t.f.Name())
 		t.f = nil
+	}
+	if t.tmp != "" {
+		os.Remove(t.tmp)
+		t.tmp = ""
 	}
 }

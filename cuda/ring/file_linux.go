@@ -42,3 +42,33 @@ func Create(dir string, maxChunks int) (*Region, string, error) {
 	r.unmap = func() error { return syscall.Munmap(mem) }
 	return r, f.Name(), nil
 }
+
+// Map maps the region file at path that a recording process made (in a
+// region directory, see RegionSuffix), for the reader. Close unmaps it.
+func Map(path string) (*Region, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var hdr [HdrBytes]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return nil, fmt.Errorf("record region %s: %w", path, err)
+	}
+	probe := &Region{mem: hdr[:]}
+	mc := probe.u64(offMaxChunks)
+	if probe.u64(offMagic) != Magic || probe.u32(offVersion) != Version || mc == 0 || mc > DefaultMaxChunks*16 {
+		return nil, fmt.Errorf("record region %s: not a fragsim record region of this version", path)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, Size(int(mc)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("record region %s: %w", path, err)
+	}
+	r, err := View(mem)
+	if err != nil {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("record region %s: %w", path, err)
+	}
+	r.unmap = func() error { return syscall.Munmap(mem) }
+	return r, nil
+}

@@ -79,6 +79,7 @@ func NewApp(stdout, stderr io.Writer) *cli.App {
 			synthCommand(),
 			reportCommand(),
 			exportCommand(),
+			fleetCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
@@ -119,6 +120,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && out.err != nil {
 		err = exitCode(1, fmt.Errorf("writing the output: %w", out.err))
+	}
+	var ce *childExit
+	if errors.As(err, &ce) {
+		return ce.code // the fleet binary said why
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "fragsim: %s\n", trace.PrintableLines(err.Error()))
@@ -265,14 +270,21 @@ func interspersed(app *cli.App, args []string) []string {
 	if cmd == nil || cmd.SkipFlagParsing {
 		return args
 	}
+	out := append([]string{}, args[:2]...)
+	return append(out, Intersperse(cmd.Flags, args[2:])...)
+}
+
+// Intersperse puts the flags among args (of the given definitions) in
+// front of the positional arguments, each flag with its value, as
+// interspersed does for a command; everything from a "--" on stays last.
+func Intersperse(defs []cli.Flag, rest []string) []string {
 	takesValue := map[string]bool{}
-	for _, f := range cmd.Flags {
+	for _, f := range defs {
 		_, isBool := f.(*cli.BoolFlag)
 		for _, n := range f.Names() {
 			takesValue[n] = !isBool
 		}
 	}
-	rest := args[2:]
 	var flags, pos []string
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
@@ -291,7 +303,5 @@ func interspersed(app *cli.App, args []string) []string {
 			i++
 		}
 	}
-	out := append([]string{}, args[:2]...)
-	out = append(out, flags...)
-	return append(out, pos...)
+	return append(flags, pos...)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,11 +45,26 @@ func recordCommand() *cli.Command {
 			"metrics at http://HOST:PORT/metrics while the program records: the model of\n" +
 			"PyTorch's allocator then runs from the first allocation and gives the allocator's\n" +
 			"figures; a scrape that finds the silent-OOM risk turned on says so on stderr.\n" +
+			"Several processes (fragsim record -o run.fst -- torchrun --nproc-per-node 2 train.py):\n" +
+			"the Python processes the program starts (torchrun's workers, those of\n" +
+			"torch.multiprocessing.spawn, any subprocess) record too, each into a trace of its\n" +
+			"own, from when they import torch. When one process used the GPU (made an\n" +
+			"allocation), or none did, its trace is FILE, as when one process records. When\n" +
+			"several did, or the one that did was given its rank by a launcher (RANK,\n" +
+			"LOCAL_RANK or WORLD_SIZE set in its environment, and set otherwise or not at all\n" +
+			"in fragsim's: torchrun --nproc-per-node 1), each writes FILE with .rankN before\n" +
+			"the extension (run.rank0.fst, run.rank1.fst, ...), N its $RANK, else its\n" +
+			"$LOCAL_RANK, else .pidN, N its pid (run.pid12345.fst; two processes of one rank:\n" +
+			"run.rank0.pid12345.fst), with the header tags rank (none for .pidN), local_rank\n" +
+			"and world_size (when it has them), pid and device (the devices it allocated on)\n" +
+			"beside the --tag ones; FILE itself is not written, nor a trace for a process that\n" +
+			"never allocated (the launcher). fragsim waits up to 10 s for recording processes\n" +
+			"the program left running. The summary names every trace written.\n" +
 			"fragsim exits with the program's exit code and prints a summary on stderr.\n" +
 			"The hook library is --lib, else $FRAGSIM_HOOK_LIB, else libfragsim_hook.so next to\n" +
 			"the fragsim binary or in build/ (cuda/build.sh builds it).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE`", Value: "record.fst"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the trace to `FILE` (several processes on the GPU: one trace each, FILE with .rankN before its extension)", Value: "record.fst"},
 			&cli.StringFlag{Name: "lib", Usage: "the hook library `PATH` (libfragsim_hook.so)"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "add `KEY=VALUE` to the trace header's tags (repeatable; e.g. workload=serve, seed=1)"},
 		},
@@ -82,6 +98,7 @@ func runRecord(c *cli.Context) error {
 		Stdin:   os.Stdin,
 		Stdout:  c.App.Writer,
 		Stderr:  c.App.ErrWriter,
+		Inputs:  append([]string{c.String("lib")}, args...),
 	})
 	prog := filepath.Base(args[0])
 	if err != nil {
@@ -98,13 +115,74 @@ func runRecord(c *cli.Context) error {
 			return exitCode(code, fmt.Errorf("record: %w: %s; %s %s", err, why, prog, ended(s.ExitCode)))
 		}
 		if s != nil {
+			if len(s.Traces) > 0 { // those written
+				printRecordSummary(c.App.ErrWriter, c.String("output"), prog, s)
+			}
 			return exitCode(code, fmt.Errorf("record: %w (%s %s)", err, prog, ended(s.ExitCode)))
 		}
 		return exitCode(code, fmt.Errorf("record: %w", err))
 	}
-	w := c.App.ErrWriter
-	fmt.Fprintf(w, "fragsim record: %s: %d allocs, %d frees, %d markers, %d OOMs (%d events) over %v\n",
-		c.String("output"), s.Allocs, s.Frees, s.Markers, s.OOMs, s.Events, s.Duration.Round(time.Microsecond))
+	printRecordSummary(c.App.ErrWriter, c.String("output"), prog, s)
+	if s.ExitCode != 0 {
+		return exitCode(s.ExitCode, fmt.Errorf("record: %s %s", prog, ended(s.ExitCode)))
+	}
+	return nil
+}
+
+// printRecordSummary prints the summary of a recording to FILE (output):
+// that of its one trace, or one per trace written, and which they are.
+func printRecordSummary(w io.Writer, output, prog string, s *record.Summary) {
+	if len(s.Traces) == 0 {
+		printTraceSummary(w, output, "", s)
+		fmt.Fprintf(w, "fragsim record: %s %s; %s\n", prog, ended(s.ExitCode), completeness(s))
+		if s.IdleProcesses > 0 {
+			fmt.Fprintf(w, "fragsim record: %s written; %s\n", output, idle(s.IdleProcesses))
+		}
+		return
+	}
+	var names []string
+	for _, t := range s.Traces {
+		who := fmt.Sprintf("process %d", t.PID)
+		if t.Rank != "" {
+			who = fmt.Sprintf("rank %s (process %d)", t.Rank, t.PID)
+		}
+		printTraceSummary(w, t.Path, who, t)
+		fmt.Fprintf(w, "fragsim record: %s: %s\n", t.Path, completeness(t))
+		names = append(names, t.Path)
+	}
+	fmt.Fprintf(w, "fragsim record: %s %s\n", prog, ended(s.ExitCode))
+	more := ""
+	if s.IdleProcesses > 0 {
+		more = "; " + idle(s.IdleProcesses)
+	}
+	n := fmt.Sprintf("%d traces", len(s.Traces))
+	if len(s.Traces) == 1 {
+		n = "1 trace"
+	}
+	fmt.Fprintf(w, "fragsim record: wrote %s, one per process that used the GPU, in place of %s: %s%s\n",
+		n, output, strings.Join(names, ", "), more)
+}
+
+// idle says that n more processes recorded and allocated nothing.
+func idle(n int) string {
+	if n == 1 {
+		return "1 more process recorded and allocated nothing: no trace for it"
+	}
+	return fmt.Sprintf("%d more processes recorded and allocated nothing: no trace for them", n)
+}
+
+// printTraceSummary prints the figures of one trace, written to path by
+// who ("": the program).
+func printTraceSummary(w io.Writer, path, who string, s *record.Summary) {
+	if who != "" {
+		dev := make([]string, len(s.Devices))
+		for i, d := range s.Devices {
+			dev[i] = fmt.Sprint(d)
+		}
+		who = fmt.Sprintf("%s on device %s: ", who, strings.Join(dev, ","))
+	}
+	fmt.Fprintf(w, "fragsim record: %s: %s%d allocs, %d frees, %d markers, %d OOMs (%d events) over %v\n",
+		path, who, s.Allocs, s.Frees, s.Markers, s.OOMs, s.Events, s.Duration.Round(time.Microsecond))
 	perEvent := 0.0
 	if s.Events > 0 {
 		perEvent = float64(s.FileBytes) / float64(s.Events)
@@ -116,11 +194,6 @@ func runRecord(c *cli.Context) error {
 			s.OutsideDevice, s.DeviceSamples, signedSize(s.OutsideStartBytes), signedSize(s.OutsidePeakBytes),
 			signedSize(s.OutsidePeakBytes-s.OutsideStartBytes), signedSize(s.OutsideEndBytes))
 	}
-	fmt.Fprintf(w, "fragsim record: %s %s; %s\n", prog, ended(s.ExitCode), completeness(s))
-	if s.ExitCode != 0 {
-		return exitCode(s.ExitCode, fmt.Errorf("record: %s %s", prog, ended(s.ExitCode)))
-	}
-	return nil
 }
 
 // ended says how the program ended, from its exit code (128+N: signal N).

@@ -182,3 +182,42 @@ func TestRecordSummaryOneTruth(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordSummaryRanks checks the summary of a run whose processes each
+// wrote a trace: one block per trace, who wrote it, and at the end which
+// files were written in place of -o's; a run with one trace prints as it
+// did, and says when other processes recorded nothing.
+func TestRecordSummaryRanks(t *testing.T) {
+	s := &record.Summary{Path: "/d/run.fst", Closed: true, IdleProcesses: 1, Traces: []*record.Summary{
+		{Path: "run.rank0.fst", Rank: "0", PID: 11, Devices: []int32{0}, Allocs: 3, Frees: 2, Events: 8, Closed: true},
+		{Path: "run.pid12.fst", PID: 12, Devices: []int32{1}, Allocs: 5, Frees: 2, Events: 9, Closed: true},
+	}}
+	var b bytes.Buffer
+	printRecordSummary(&b, "run.fst", "torchrun", s)
+	for _, want := range []string{
+		"fragsim record: run.rank0.fst: rank 0 (process 11) on device 0: 3 allocs, 2 frees",
+		"fragsim record: run.pid12.fst: process 12 on device 1: 5 allocs, 2 frees",
+		"fragsim record: run.rank0.fst: the trace is complete\n",
+		"fragsim record: torchrun exited with code 0\n",
+		"fragsim record: wrote 2 traces, one per process that used the GPU, in place of run.fst: run.rank0.fst, run.pid12.fst; " +
+			"1 more process recorded and allocated nothing: no trace for it\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	b.Reset()
+	one := &record.Summary{Path: "/d/run.fst", Allocs: 3, Closed: true}
+	printRecordSummary(&b, "run.fst", "python", one)
+	if got := b.String(); !strings.HasPrefix(got, "fragsim record: run.fst: 3 allocs,") || strings.Contains(got, "more process") ||
+		!strings.HasSuffix(got, "fragsim record: python exited with code 0; the trace is complete\n") {
+		t.Errorf("one trace's summary:\n%s", got)
+	}
+	b.Reset()
+	one.IdleProcesses = 2
+	printRecordSummary(&b, "run.fst", "python", one)
+	if !strings.HasSuffix(b.String(), "fragsim record: run.fst written; 2 more processes recorded and allocated nothing: no trace for them\n") {
+		t.Errorf("one trace, two idle processes:\n%s", b.String())
+	}
+}

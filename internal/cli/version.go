@@ -14,3 +14,7 @@ var Version = "0.9.0"
 // -ldflags "-X github.com/fragsim/fragsim/internal/cli.Commit=<hash>".
 // The toolchain's stamp wins when there is one.
 var Commit = ""
+
+// VersionString is what --version prints: Version, with the commit the
+// binary was built from when known (for fragsim-fleet, which shares it).
+func VersionString() string { return version() }

@@ -3,6 +3,7 @@
 package lint
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -30,8 +31,10 @@ const module = "github.com/fragsim/fragsim"
 // (cuda/hook) runs PyTorch's allocator (allocator/caching, on a replay
 // device) beside its own, to fail allocations where PyTorch would under a
 // memory fraction; analysis drives the engine,
-// analysis/plot draws what analysis measured; the command line sits on
-// top. traces holds data only, in trace files.
+// analysis/plot draws what analysis measured; fleet analyses many traces
+// through analysis, beside the command line and below the fleet's binary,
+// which alone imports Beam; the command line sits on top. traces holds
+// data only, in trace files.
 var rank = map[string]int{
 	"outfile":            0,
 	"trace":              1,
@@ -49,6 +52,7 @@ var rank = map[string]int{
 	"cuda/hook":          6,
 	"analysis":           7,
 	"analysis/plot":      8,
+	"fleet":              9,
 	"internal":           9,
 	"cmd":                10,
 	"bench":              10,
@@ -62,6 +66,8 @@ var only = map[string][]string{
 	"github.com/urfave/cli/v2":            {"internal/cli", "cmd"},
 	"gonum.org/v1/plot":                   {"analysis/plot"},
 	"github.com/prometheus/client_golang": {"cuda/hook"},
+	// Beam, the fleet's engine, is heavy: the fleet's binary alone links it.
+	"github.com/apache/beam": {"cmd/fragsim-fleet"},
 }
 
 func top(rel string) string { return strings.Split(rel, "/")[0] }
@@ -117,6 +123,10 @@ func TestRanks(t *testing.T) {
 		{"analysis/plot", "outfile", true},
 		{"outfile", "trace", false},
 		{"outfile", "internal/cli", false},
+		{"fleet", "analysis", true},
+		{"fleet", "internal/cli", false},
+		{"internal/cli", "fleet", false},
+		{"cmd/fragsim-fleet", "fleet", true},
 	} {
 		if got := mayImport(tt.from, tt.to); got != tt.ok {
 			t.Errorf("mayImport(%s, %s) = %v, want %v", tt.from, tt.to, got, tt.ok)
@@ -186,5 +196,49 @@ func TestLayering(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d files: is the walk rooted at the module?", checked)
+	}
+}
+
+// maxFuncLines bounds a function outside tests: a longer one is split
+// along its steps.
+const maxFuncLines = 150
+
+func TestFunctionLength(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n != "." && (strings.HasPrefix(n, ".") || n == "testdata" || n == "build" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line
+			if lines > maxFuncLines {
+				t.Errorf("%s: %s is %d lines, over %d: split it along its steps", fset.Position(fn.Pos()), fn.Name.Name, lines, maxFuncLines)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

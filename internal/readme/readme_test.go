@@ -43,6 +43,8 @@ var skips = []struct {
 	{regexp.MustCompile(`^go test -bench Compare3Policies1M `), "a benchmark of about three minutes on two cores; bench/RESULTS.md records its run"},
 	{regexp.MustCompile(`^bench/import/gzip\.sh`), "a benchmark of minutes (Python's pickle.load of a 1M-entry snapshot, five rounds); bench/RESULTS.md records its run"},
 	{regexp.MustCompile(`--runner[ =](dataflow|universal|flink)|--endpoint[ =]`), "needs a Beam job server or Dataflow (the network)"},
+	{regexp.MustCompile(`^(CORES=\d+ )?bench/fleet\.sh`), "a benchmark of minutes (every trace compared alone, then the fleet); bench/RESULTS.md records its run"},
+	{regexp.MustCompile(`^traces/workloads/`), "runs PyTorch workloads on a GPU"},
 }
 
 // placeholders are the README's names for a file of the user's, and what
@@ -66,6 +68,13 @@ var fixtures = map[string]string{
 	"oom_history.pickle.gz": "trace/pytorch/testdata/real/fraction_retry.pickle.gz",
 	"a.fst":                 "traces/baseline_s2.fst",
 	"b.fst":                 "traces/baseline_s3.fst",
+	// A job of four ranks, and two snapshots taken at an OOM.
+	"runs/train/rank0.fst":              "traces/train_ranks/rank0.fst",
+	"runs/train/rank1.fst":              "traces/train_ranks/rank1.fst",
+	"runs/train/rank2.fst":              "traces/train_ranks/rank2.fst",
+	"runs/train/rank3.fst":              "traces/train_ranks/rank3.fst",
+	"oom/snapshot_oom_rank-0.pickle.gz": "trace/pytorch/testdata/real/fraction_retry.pickle.gz",
+	"oom/snapshot_oom_rank-1.pickle.gz": "trace/pytorch/testdata/real/gc_threshold.pickle.gz",
 }
 
 // expect is what the README says a command shows: every want matches its
@@ -111,6 +120,9 @@ var expectations = map[string]expect{
 	"go install ./cmd/fragsim":                               {files: []string{"gobin/fragsim"}},
 	"go test ./allocator/caching -run TestRealTraces":        {want: []string{`(?m)^ok `}},
 	"go test ./traces -run Conformance":                      {want: []string{`(?m)^ok `}},
+	"fragsim fleet runs/ 'oom/*.pickle.gz' --out fleet/ # embedded: Prism, in this process": {
+		want:  []string{`Inputs: 6 analysed 6 failed 0`, `Recommended for the fleet: `, `Most imbalanced job: train, \d\.\d\dx \(rank 3 peaks`, `OOM classes: fragmentation 2`},
+		files: []string{"fleet/traces.jsonl", "fleet/fleet.json", "fleet/settings.csv", "fleet/fleet.html"}},
 }
 
 // compareExample returns the lines of the README's block that shows what
@@ -237,6 +249,9 @@ func setup(t *testing.T) (string, []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -244,8 +259,7 @@ func setup(t *testing.T) (string, []string) {
 	deviceLog(t, dir)
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
-	build.Dir = abs
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Dir = abs // cgo as the tests build it: the same build cache (fragsim-fleet links Beam)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
 	}

@@ -54,7 +54,8 @@ type extension struct {
 // the events of the "fragsim" key.
 func auxInAddr(k trace.Kind) bool {
 	switch k {
-	case trace.KindOOM, trace.KindSetFraction, trace.KindDeviceMem, trace.KindPoolBegin, trace.KindPoolEnd, trace.KindPoolRelease:
+	case trace.KindOOM, trace.KindSetFraction, trace.KindDeviceMem, trace.KindPoolBegin, trace.KindPoolEnd, trace.KindPoolRelease,
+		trace.KindMarker: // a synthetic trace's step markers number their steps
 		return true
 	}
 	return false

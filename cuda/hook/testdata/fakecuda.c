@@ -12,7 +12,8 @@
  * bytes once FAKE_CUDA_OUTSIDE_AFTER allocations were made (kernels loaded
  * lazily). Events: an event is ready at its FAKE_CUDA_EVENT_QUERIES-th
  * cuEventQuery (default 1), or once cuEventSynchronize waited on it;
- * fake_events counts the events alive.
+ * fake_events counts the events alive. FAKE_CUDA_DEVICES=N: N devices
+ * (default 1), which share one pool and one context.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -51,9 +52,13 @@ CUresult cuInit(unsigned int flags) {
 	return s && *s == '1' ? 100 : 0;
 }
 CUresult cuDriverGetVersion(int *v) { *v = 12040; return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+static int devices(void) {
+	unsigned long long n = env_u64("FAKE_CUDA_DEVICES");
+	return n > 0 && n <= 64 ? (int)n : 1;
+}
+CUresult cuDeviceGetCount(int *n) { *n = devices(); return 0; }
 CUresult cuDeviceGet(int *d, int ordinal) {
-	if (ordinal != 0)
+	if (ordinal < 0 || ordinal >= devices())
 		return 101;
 	*d = ordinal;
 	return 0;

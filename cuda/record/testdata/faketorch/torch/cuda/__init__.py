@@ -49,16 +49,16 @@ def mem_get_info(device=None):
     return (80 << 30) - _info_calls * (1 << 20), 80 << 30
 
 
-def alloc(size, stream=0):
+def alloc(size, stream=0, device=0):
     """Allocate like a tensor would: through the installed allocator."""
     global _initialized
     _initialized = True
     if _c10 is None:
-        return memory._current.alloc_fn(size, 0, stream)
+        return memory._current.alloc_fn(size, device, stream)
     out = ctypes.c_void_p()
     msg = ctypes.create_string_buffer(2048)
     fn = ctypes.cast(memory._current.alloc_fn, ctypes.c_void_p)
-    rc = _c10.fake_torch_alloc(fn, size, 0, stream, ctypes.byref(out), msg, len(msg))
+    rc = _c10.fake_torch_alloc(fn, size, device, stream, ctypes.byref(out), msg, len(msg))
     if rc == 1:
         raise OutOfMemoryError(msg.value.decode())
     if rc != 0:
@@ -66,8 +66,8 @@ def alloc(size, stream=0):
     return out.value
 
 
-def free(ptr, size, stream=0):
-    memory._current.free_fn(ptr, size, 0, stream)
+def free(ptr, size, stream=0, device=0):
+    memory._current.free_fn(ptr, size, device, stream)
 
 
 def record_stream(ptr, stream):
