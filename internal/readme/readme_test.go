@@ -120,9 +120,9 @@ var expectations = map[string]expect{
 	"go install ./cmd/fragsim":                               {files: []string{"gobin/fragsim"}},
 	"go test ./allocator/caching -run TestRealTraces":        {want: []string{`(?m)^ok `}},
 	"go test ./traces -run Conformance":                      {want: []string{`(?m)^ok `}},
-	"fragsim fleet runs/ 'oom/*.pickle.gz' --out fleet/ # embedded: Prism, in this process": {
+	"fragsim fleet runs/ 'oom/*.pickle.gz' --out report/ # embedded: Prism, in this process": {
 		want:  []string{`Inputs: 6 analysed 6 failed 0`, `Recommended for the fleet: `, `Most imbalanced job: train, \d\.\d\dx \(rank 3 peaks`, `OOM classes: fragmentation 2`},
-		files: []string{"fleet/traces.jsonl", "fleet/fleet.json", "fleet/settings.csv", "fleet/fleet.html"}},
+		files: []string{"report/traces.jsonl", "report/fleet.json", "report/settings.csv", "report/fleet.html"}},
 }
 
 // compareExample returns the lines of the README's block that shows what
