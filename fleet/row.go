@@ -1,11 +1,9 @@
 package fleet
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -256,7 +254,7 @@ func summarize(open analysis.Opener) (*trace.Summary, error) {
 // openInput opens a trace as it is and imports anything else into a
 // scratch trace; cleanup removes the scratch.
 func openInput(input string, p *parsed, scratchDir string) (analysis.Opener, string, func(), error) {
-	if isTrace(input) {
+	if trace.IsTraceFile(input) {
 		return replay.OpenFile(input), "trace", func() {}, nil
 	}
 	if _, err := os.Stat(input); err != nil {
@@ -279,16 +277,4 @@ func openInput(input string, p *parsed, scratchDir string) (analysis.Opener, str
 		return nil, "", nil, fmt.Errorf("import: %w", err)
 	}
 	return replay.OpenFile(scratch.Path()), format, scratch.Remove, nil
-}
-
-// isTrace reports whether the file at path begins with a trace's magic.
-func isTrace(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	b := make([]byte, len(trace.Magic))
-	_, err = io.ReadFull(bufio.NewReader(f), b)
-	return err == nil && string(b) == trace.Magic
 }

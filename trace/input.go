@@ -161,3 +161,17 @@ func fill(path string, r io.Reader, opt InputOptions) (f *os.File, kept string, 
 	}
 	return f, kept, size, nil
 }
+
+// IsTraceFile reports whether the file at path begins with a trace's
+// magic (false when it cannot be read): a trace is opened as it is, other
+// inputs are imported first.
+func IsTraceFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, len(Magic))
+	_, err = io.ReadFull(f, b)
+	return err == nil && string(b) == Magic
+}

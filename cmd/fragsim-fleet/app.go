@@ -110,7 +110,7 @@ func runFleet(c *cli.Context) error {
 	if dir == "" {
 		return usage("--out DIR is required")
 	}
-	o := fleet.Options{Goal: c.String("goal"), Policies: splitList(c.String("policies")), Conf: c.String("conf"),
+	o := fleet.Options{Goal: c.String("goal"), Policies: fcli.SplitList(c.String("policies")), Conf: c.String("conf"),
 		Capacity: c.String("capacity"), GPUTotal: c.String("gpu-total"), MemoryFraction: c.Float64("memory-fraction"),
 		Label: c.String("label"), Stacks: c.Int("stacks")}
 	if c.IsSet("setting") {
@@ -328,14 +328,4 @@ func setBeamOptions(c *cli.Context) error {
 // warnings and errors still show.
 func quietBeam() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -64,7 +64,7 @@ func compareFlags() []cli.Flag {
 // callError makes a usage error. The trace, its name, progress and
 // outputs are the caller's to set.
 func compareOptions(c *cli.Context) (analysis.CompareOptions, error) {
-	opts := analysis.CompareOptions{Policies: splitList(c.String("policies")), Conf: c.String("conf")}
+	opts := analysis.CompareOptions{Policies: SplitList(c.String("policies")), Conf: c.String("conf")}
 	var err error
 	if opts.Goal, err = analysis.ParseGoal(c.String("goal")); err != nil {
 		return opts, exitCode(2, fmt.Errorf("%s: --goal: %w", c.Command.Name, err))
@@ -92,8 +92,8 @@ func goalFlag() cli.Flag {
 		"runs with no OOM on a device of SIZE, then the lowest cost in device calls and allocator time)"}
 }
 
-// splitList splits a comma-separated flag value.
-func splitList(s string) []string {
+// SplitList splits a comma-separated flag value (for fragsim-fleet too).
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

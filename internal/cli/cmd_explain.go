@@ -1,12 +1,9 @@
 package cli
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -117,7 +114,7 @@ func runExplain(c *cli.Context) error {
 // figures of opts in its header (a snapshot records neither the GPU's
 // memory nor the memory fraction). cleanup removes the temporary trace.
 func explainSource(in string, opts analysis.ExplainOptions) (analysis.Opener, func(), error) {
-	if in != "-" && isTrace(in) {
+	if in != "-" && trace.IsTraceFile(in) {
 		return replay.OpenFile(in), func() {}, nil
 	}
 	// A scratch file, removed by cleanup and on an interrupt.
@@ -137,16 +134,4 @@ func explainSource(in string, opts analysis.ExplainOptions) (analysis.Opener, fu
 		return nil, nil, fmt.Errorf("explain: %w", err)
 	}
 	return replay.OpenFile(tmp), cleanup, nil
-}
-
-// isTrace reports whether the file at path begins with a trace's magic.
-func isTrace(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	b := make([]byte, len(trace.Magic))
-	_, err = io.ReadFull(bufio.NewReader(f), b)
-	return err == nil && string(b) == trace.Magic
 }

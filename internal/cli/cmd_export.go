@@ -52,7 +52,7 @@ func runExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := report.ExportOptions{Policy: c.String("policy"), Policies: splitList(c.String("policies")), Conf: c.String("conf"), Name: name}
+	opts := report.ExportOptions{Policy: c.String("policy"), Policies: SplitList(c.String("policies")), Conf: c.String("conf"), Name: name}
 	if s := c.String("capacity"); s != "" {
 		if opts.Config.CapacityBytes, err = replay.ParseCapacity(s); err != nil {
 			return exitCode(2, err)
