@@ -215,26 +215,12 @@ func execute(c *cli.Context, inputs []string, o fleet.Options, dir string) ([]fl
 	if _, err := beam.Run(ctx, c.String("runner"), p); err != nil {
 		return nil, nil, fmt.Errorf("the pipeline failed on runner %s: %w", c.String("runner"), err)
 	}
-	var rows []fleet.Row
-	if err := readLines(ctx, rowsPath, func(b []byte) error {
-		var r fleet.Row
-		if err := json.Unmarshal(b, &r); err != nil {
-			return err
-		}
-		rows = append(rows, r)
-		return nil
-	}); err != nil {
+	rows, err := readLines[fleet.Row](ctx, rowsPath)
+	if err != nil {
 		return nil, nil, fmt.Errorf("reading the pipeline's rows: %w", err)
 	}
-	var parts []fleet.Part
-	if err := readLines(ctx, partsPath, func(b []byte) error {
-		var p fleet.Part
-		if err := json.Unmarshal(b, &p); err != nil {
-			return err
-		}
-		parts = append(parts, p)
-		return nil
-	}); err != nil {
+	parts, err := readLines[fleet.Part](ctx, partsPath)
+	if err != nil {
 		return nil, nil, fmt.Errorf("reading the pipeline's aggregates: %w", err)
 	}
 	if len(rows) != len(inputs) && !anyScheme(inputs) {
@@ -252,30 +238,28 @@ func anyScheme(inputs []string) bool {
 	return false
 }
 
-// readLines reads a file the pipeline wrote, local or remote, a line at a
-// time.
-func readLines(ctx context.Context, path string, fn func([]byte) error) error {
+// readLines reads a file of JSON values the pipeline wrote, local or
+// remote.
+func readLines[T any](ctx context.Context, path string) ([]T, error) {
 	fs, err := filesystem.New(ctx, path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer fs.Close()
 	r, err := fs.OpenRead(ctx, path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
-	dec := json.NewDecoder(r)
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err == io.EOF {
-			return nil
+	var out []T
+	for dec := json.NewDecoder(r); ; {
+		var v T
+		if err := dec.Decode(&v); err == io.EOF {
+			return out, nil
 		} else if err != nil {
-			return err
+			return nil, err
 		}
-		if err := fn(raw); err != nil {
-			return err
-		}
+		out = append(out, v)
 	}
 }
 
