@@ -240,6 +240,30 @@ func TestSparseMemoAndPop(t *testing.T) {
 	}
 }
 
+func TestDeepNestingIsAnError(t *testing.T) {
+	// Lists nested one in the next decode; turning them into Go values
+	// stops past the depth bound with a *Error at the STOP opcode.
+	nested := func(n int) []byte {
+		data := []byte{opProto, 2}
+		for range n {
+			data = append(data, opEmptyList)
+		}
+		for range n - 1 {
+			data = append(data, opAppend)
+		}
+		return append(data, opStop)
+	}
+	data := nested(maxDepth + 2)
+	_, err := Decode(data)
+	var pe *Error
+	if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.Offset != int64(len(data)-1) {
+		t.Fatalf("got %v, want a malformed *Error at byte %d", err, len(data)-1)
+	}
+	if _, err := Decode(nested(maxDepth + 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, name := range []string{"values.p2.pickle", "values.p5.pickle", "evil_reduce.p2.pickle"} {
 		data, err := os.ReadFile("testdata/" + name)

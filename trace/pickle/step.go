@@ -227,7 +227,7 @@ func (d *Decoder) stepControl(off int, op byte) (done bool, err error) {
 		if d.Progress != nil {
 			d.Progress(d.abs(d.pos), d.progressTotal(d.abs(d.pos)))
 		}
-		d.doc.root = d.stack[0]
+		d.doc.root, d.doc.stop = d.stack[0], d.abs(off)
 		return true, nil
 	}
 	return false, nil

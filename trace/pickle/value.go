@@ -149,6 +149,7 @@ type Doc struct {
 	chunks []chunk
 	items  []Value
 	root   Value
+	stop   int64 // byte offset of the STOP opcode that returned root
 	intern map[string]uint32
 	// A worker's chunk: the items of its lists of fetched values (see
 	// RefList), and where each list's are (start<<32 | count).
@@ -457,7 +458,8 @@ const maxDepth = 1000
 
 // ToAny converts v to the Go representation of the package doc (*Dict,
 // *List, Tuple, ...), preserving shared containers. It fails on nesting
-// deeper than 1000 (which includes cyclic values).
+// deeper than 1000 (which includes cyclic values) with a *Error at the
+// STOP opcode.
 func (d *Doc) ToAny(v Value) (any, error) {
 	seen := map[Value]any{}
 	return d.toAny(v, seen, 0)
@@ -465,7 +467,7 @@ func (d *Doc) ToAny(v Value) (any, error) {
 
 func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, fmt.Errorf("%w: values nested deeper than %d (or cyclic)", ErrMalformed, maxDepth)
+		return nil, &Error{Offset: d.stop, Op: opStop, Msg: fmt.Sprintf("the value it returns nests deeper than %d (or is cyclic)", maxDepth), Err: ErrMalformed}
 	}
 	x := d.val(v)
 	switch x.kind {
@@ -535,5 +537,5 @@ func (d *Doc) toAny(v Value, seen map[Value]any, depth int) (any, error) {
 		}
 		return dict, nil
 	}
-	return nil, fmt.Errorf("%w: bad value kind %d", ErrMalformed, x.kind)
+	return nil, &Error{Offset: d.stop, Op: opStop, Msg: fmt.Sprintf("bad value kind %d", x.kind), Err: ErrMalformed}
 }
