@@ -57,9 +57,10 @@ func usage(format string, a ...any) error { return &exitError{2, fmt.Errorf(form
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
-		Name:     "fragsim fleet",
-		HelpName: "fragsim fleet",
-		Usage:    "analyse many traces at once, the ranks of a job or the jobs of a fleet, on Apache Beam",
+		Name:                      "fragsim fleet",
+		DisableSliceFlagSeparator: true, // a --setting or --beam-option value keeps its commas
+		HelpName:                  "fragsim fleet",
+		Usage:                     "analyse many traces at once, the ranks of a job or the jobs of a fleet, on Apache Beam",
 		UsageText: "fragsim fleet INPUT... --out DIR [options]\n" +
 			"INPUT: a file, a directory searched for traces and snapshots, a glob, @list.txt, gs://...\n" +
 			"fragsim fleet job-server [--port 8073]: a Prism job server for --runner universal",

@@ -51,8 +51,12 @@ func ranAction(action cli.ActionFunc) cli.ActionFunc {
 // Tests run the whole CLI in-process through it.
 func NewApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
-		Name:  "fragsim",
-		Usage: "find, explain and remove GPU memory fragmentation",
+		Name: "fragsim",
+		// A repeatable flag's value is one value: a setting such as
+		// expandable_segments:True,max_split_size_mb:128 or a tag's value
+		// keeps its commas.
+		DisableSliceFlagSeparator: true,
+		Usage:                     "find, explain and remove GPU memory fragmentation",
 		Description: "fragsim records the allocations of a PyTorch run (or imports the memory snapshot\n" +
 			"PyTorch already writes), replays them offline through allocator policies (PyTorch's\n" +
 			"caching allocator reproduced exactly, expandable segments, CUDA's stream-ordered\n" +

@@ -48,7 +48,7 @@ func compareFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "policies", Usage: "comma-separated policies to replay", Value: strings.Join(allocator.Defaults(), ",")},
 		&cli.StringFlag{Name: "conf", Usage: "PYTORCH_CUDA_ALLOC_CONF string for every policy (default: the trace's own settings)"},
-		&cli.StringSliceFlag{Name: "setting", Usage: "a setting of the baseline policy to consider, e.g. max_split_size_mb:128 (repeatable; replaces the default variants; 'none' for none)"},
+		&cli.StringSliceFlag{Name: "setting", Usage: "a setting of the baseline policy to consider, e.g. max_split_size_mb:128, or several knobs as PYTORCH_CUDA_ALLOC_CONF joins them (max_split_size_mb:128,garbage_collection_threshold:0.8) (repeatable; replaces the default variants; 'none' for none)"},
 		&cli.StringFlag{Name: "capacity", Usage: "device memory: bytes, a size (80GiB) or a preset (h200, a100-80g, ...); default: the trace's GPU"},
 		goalFlag(),
 	}
