@@ -147,8 +147,9 @@ print("ok")`)
 }
 
 // A fragment embedded in a pickle reads as if written in place, batches
-// included: 1,500 fragments in a list (more than a batch of 1,000), one in
-// fifty of them of 1,200 items (more than a batch too), the others of 7.
+// included: 1,500 fragments in a list (more than a batch of 1,000), three
+// in a hundred of them of 1,200 items (more than a batch too), the others
+// of 7.
 func TestEncoderEmbed(t *testing.T) {
 	size := func(i int) int {
 		if i%100 == 0 || i%100 == 99 || i%100 == 50 {

@@ -119,7 +119,7 @@ func dumpAll(xs []any, depth int) string {
 }
 
 // readerCorpus returns the pickles the reader's tests decode: the
-// package's test files, the first 48 KiB of the real snapshots of
+// package's test files, the first 24 KiB of the real snapshots of
 // realSet (1 MiB of all nine with FRAGSIM_LONG=1), and the synthetic
 // snapshots of the other tests.
 func readerCorpus(t *testing.T) map[string][]byte {
@@ -132,7 +132,7 @@ func readerCorpus(t *testing.T) map[string][]byte {
 		}
 		out[filepath.Base(f)] = data
 	}
-	n := 48 << 10
+	n := 24 << 10
 	if longTests() {
 		n = 1 << 20
 	}
