@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -17,20 +18,34 @@ func TestTableBudget(t *testing.T) {
 	// Three table chunks of 60 MiB strings: the second takes the strings
 	// past the budget, and the third, which holds as much, is never read.
 	// More chunks would only make the file bigger to build (each 60 MiB
-	// payload costs seconds under the race detector); the reader stops at
-	// the first refusal.
+	// of payload costs seconds under the race detector); the reader stops
+	// at the first refusal. One payload is built, and framed three times:
+	// the second time with its IDs moved past the first's, the third time
+	// as the second (a reader that went on would refuse its IDs too, but
+	// not with the budget's error).
 	big := strings.Repeat("a", maxStringLen)
-	var chunks [][2]any
-	id := StringID(1)
-	for range 3 {
-		p := make([]byte, 0, 60*(len(big)+2*binary.MaxVarintLen64+1))
-		for range 60 {
-			p = appendStringRecord(p, id, big)
-			id++
-		}
-		chunks = append(chunks, [2]any{byte(chunkTable), p})
+	p := make([]byte, 0, 60*(len(big)+2*binary.MaxVarintLen64+1))
+	var idAt []int // the offset of each record's ID: one byte (IDs below 128)
+	for id := range StringID(60) {
+		idAt = append(idAt, len(p)+1)
+		p = appendStringRecord(p, id+1, big)
 	}
-	data := craftedFile(t, chunks)
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, &Header{Producer: ProducerSynthetic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range 3 {
+		if c == 1 {
+			for _, i := range idAt {
+				p[i] += 60
+			}
+		}
+		if err := w.writeChunk(chunkTable, p); err != nil { // written before it returns: no Concurrency
+			t.Fatal(err)
+		}
+	}
+	data := buf.Bytes()
 	if len(data) > 1<<20 {
 		t.Fatalf("crafted file of %d bytes, want a small one", len(data))
 	}
@@ -60,9 +75,11 @@ func TestTableBudget(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > limit {
 		t.Errorf("reading a %d-byte file allocated %d bytes, more than %d", len(data), got, limit)
 	}
-	// Within the budget, a file with the same strings reads.
-	data = craftedFile(t, chunks[:1])
-	r, err := NewReader(strings.NewReader(string(data)))
+	// Within the budget, a file with the same strings reads: the file up
+	// to the second table chunk (a chunk's bytes do not depend on the
+	// chunks after it).
+	data = data[:chunkBounds(t, data)[2]]
+	r, err := NewReader(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,8 @@ func TestBudgetSnapshot(t *testing.T) {
 // TestBudgetSmall checks the budget's check with a small budget: the
 // error comes at the first check past it, and a pickle within it decodes.
 func TestBudgetSmall(t *testing.T) {
-	data := append(append([]byte{opProto, 4, opEmptyList, opMark}, bytes.Repeat([]byte{opNone}, 2<<20)...), opAppends, opStop)
+	// Past the first check (budgetEvery), 13 MiB of values at it.
+	data := append(append([]byte{opProto, 4, opEmptyList, opMark}, bytes.Repeat([]byte{opNone}, budgetEvery+64<<10)...), opAppends, opStop)
 	d := NewDecoder(data)
 	d.budget = 8 << 20
 	_, err := d.DecodeDoc()

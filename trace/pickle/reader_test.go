@@ -119,7 +119,7 @@ func dumpAll(xs []any, depth int) string {
 }
 
 // readerCorpus returns the pickles the reader's tests decode: the
-// package's test files, the first 48 KiB of the real snapshots of
+// package's test files, the first 24 KiB of the real snapshots of
 // realSet (1 MiB of all nine with FRAGSIM_LONG=1), and the synthetic
 // snapshots of the other tests.
 func readerCorpus(t *testing.T) map[string][]byte {
@@ -132,7 +132,7 @@ func readerCorpus(t *testing.T) map[string][]byte {
 		}
 		out[filepath.Base(f)] = data
 	}
-	n := 48 << 10
+	n := 24 << 10
 	if longTests() {
 		n = 1 << 20
 	}
@@ -237,16 +237,16 @@ func TestReaderErrors(t *testing.T) {
 	}
 }
 
-// TestReaderBounded decodes a snapshot of 0.7 MB, gzip'd, through a
-// window of 64 KiB, and checks that the decoder never held more than
+// TestReaderBounded decodes a snapshot of 180 KB, gzip'd, through a
+// window of 16 KiB, and checks that the decoder never held more than
 // its window of input, and that a string longer than the window grows
 // the window only for as long as it is read.
 func TestReaderBounded(t *testing.T) {
-	withWindow(64<<10, 4<<10, func() { testReaderBounded(t) })
+	withWindow(16<<10, 1<<10, func() { testReaderBounded(t) })
 }
 
 func testReaderBounded(t *testing.T) {
-	data := []byte(stackSnapshot(15000, 5))
+	data := []byte(stackSnapshot(3750, 5))
 	if len(data) < 8*windowSize {
 		t.Fatalf("the snapshot is %d bytes, not much more than the window", len(data))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/fragsim/fragsim/trace"
@@ -51,7 +52,9 @@ func (s eventOnly) WriteRangeEnd(n int, fill func(dst []trace.Event, i int)) err
 // merges in (inferred empty_cache() calls, annotations), writes the bytes
 // it writes one event at a time, merging with each entry: on every test
 // snapshot, with the import's writer options and with small chunks
-// compressed on 3 goroutines. Some snapshots must have events merged in.
+// compressed on 3 goroutines (of the real snapshots, in the everyday pass,
+// those with events merged in and with stacks; all with FRAGSIM_LONG=1).
+// Some snapshots must have events merged in.
 func TestEmitBatchedSameBytes(t *testing.T) {
 	merged := 0
 	for name, data := range testSnapshots(t) {
@@ -68,7 +71,11 @@ func TestEmitBatchedSameBytes(t *testing.T) {
 				merged++
 			}
 		}
-		for _, opts := range [][]trace.WriterOption{s.WriterOptions(), {trace.ChunkEvents(100), trace.Concurrency(3)}} {
+		allOpts := [][]trace.WriterOption{s.WriterOptions(), {trace.ChunkEvents(100), trace.Concurrency(3)}}
+		if !longTests() && strings.HasSuffix(name, ".gz") && !strings.Contains(name, "empty_cache") && !strings.Contains(name, "stacks") {
+			allOpts = allOpts[:1]
+		}
+		for _, opts := range allOpts {
 			write := func(one bool) []byte {
 				var buf bytes.Buffer
 				w, err := trace.NewWriter(&buf, s.Header(), opts...)
