@@ -184,13 +184,22 @@ func (c *checker) event(i int, e trace.Event, r *trace.Reader) error {
 // In the shared modes the records go through a region file that this test
 // drains while the harness runs, as fragsim record does, or only once it
 // ended: the harness then grows the file to hold every record.
+// Each thread makes 2000 calls (5000 when drained at exit: 8 threads'
+// 10000 records each fill 80 chunks, past the 64 the file starts with);
+// with FRAGSIM_LONG=1, 10000 in every mode.
 func TestHookThreads(t *testing.T) {
+	long := os.Getenv("FRAGSIM_LONG") == "1"
 	for _, c := range []struct {
 		name         string
 		shared, late bool
 		cacheMB      int
-	}{{"private", false, false, 0}, {"shared", true, false, 0}, {"shared drained at exit", true, true, 0}, {"reuse cache", true, false, 2}} {
-		t.Run(c.name, func(t *testing.T) { testHookThreads(t, c.shared, c.late, c.cacheMB) })
+		calls        int
+	}{{"private", false, false, 0, 2000}, {"shared", true, false, 0, 2000}, {"shared drained at exit", true, true, 0, 5000},
+		{"reuse cache", true, false, 2, 2000}} {
+		if long {
+			c.calls = 10000
+		}
+		t.Run(c.name, func(t *testing.T) { testHookThreads(t, c.shared, c.late, c.cacheMB, c.calls) })
 	}
 }
 
@@ -268,12 +277,14 @@ func runShared(t *testing.T, cmd *exec.Cmd, path string, killAfter uint64, late 
 	}
 }
 
-// testHookThreads runs the thread harness; with cacheMB > 0 the reuse
-// cache keeps that many MiB of freed blocks, and the threads' frees and
-// allocations race on it.
-func testHookThreads(t *testing.T, shared, late bool, cacheMB int) {
+// testHookThreads runs the thread harness, calls allocations a thread
+// (a multiple of 1000, as the harness marks a step every 1000); with
+// cacheMB > 0 the reuse cache keeps that many MiB of freed blocks, and the
+// threads' frees and allocations race on it.
+func testHookThreads(t *testing.T, shared, late bool, cacheMB, n int) {
 	dir, _, harness := build(t)
-	const threads, calls = 8, 10000
+	const threads = 8
+	calls := int64(n)
 	path := filepath.Join(t.TempDir(), "run.fragsim")
 	cmd := harnessCmd(dir, harness, built.lib, path, fmt.Sprint(threads), fmt.Sprint(calls))
 	cmd.Env = append(cmd.Env, fmt.Sprintf("FRAGSIM_HOOK_CACHE_MB=%d", cacheMB))
@@ -361,16 +372,16 @@ func testHookThreads(t *testing.T, shared, late bool, cacheMB int) {
 			t.Fatal(err)
 		}
 	}
-	if c.nAllocs != threads*calls || c.nFrees != threads*calls || len(c.live) != 0 {
-		t.Errorf("trace has %d allocs, %d frees, %d live; want %d, %d, 0", c.nAllocs, c.nFrees, len(c.live), threads*calls, threads*calls)
+	if c.nAllocs != threads*n || c.nFrees != threads*n || len(c.live) != 0 {
+		t.Errorf("trace has %d allocs, %d frees, %d live; want %d, %d, 0", c.nAllocs, c.nFrees, len(c.live), threads*n, threads*n)
 	}
-	for th, n := range c.next {
-		if n != calls {
-			t.Errorf("thread %d: %d allocs, want %d", th, n, calls)
+	for th, got := range c.next {
+		if got != calls {
+			t.Errorf("thread %d: %d allocs, want %d", th, got, calls)
 		}
 	}
-	if len(c.steps) != calls/1000 {
-		t.Errorf("%d step markers, want %d", len(c.steps), calls/1000)
+	if len(c.steps) != n/1000 {
+		t.Errorf("%d step markers, want %d", len(c.steps), n/1000)
 	}
 	for i, s := range c.steps {
 		if s != fmt.Sprint(i) {
@@ -394,7 +405,7 @@ func testHookThreads(t *testing.T, shared, late bool, cacheMB int) {
 	if first[2].SizeBytes != 1<<50 || first[2].Aux != 80<<30 {
 		t.Errorf("oom event %+v: want size 2^50, device free 80 GiB", first[2])
 	}
-	if kinds[trace.KindMarker] != calls/1000+2 {
+	if kinds[trace.KindMarker] != n/1000+2 {
 		t.Errorf("%d markers", kinds[trace.KindMarker])
 	}
 }
