@@ -3,6 +3,7 @@ package allocator
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"testing"
 
@@ -16,13 +17,23 @@ import (
 // (so its free is skipped); nothing panics, the rounding does not wrap
 // around to a small block, and the replay's heap does not grow by more
 // than 256 MiB.
+//
+// A request that fits takes the paged policy one device call per page:
+// 2 MiB pages make 1 TiB half a million calls, and the everyday pass
+// gives it 64 MiB pages (16,384 calls: the heap's bound is still far below
+// what memory in proportion to the bytes would take); the long pass
+// (FRAGSIM_LONG=1, without the race detector) the default pages.
 func TestHugeRequests(t *testing.T) {
 	sizes := []uint64{1 << 40, 1 << 47, 1 << 62, math.MaxUint64}
+	conf := map[string]string{"paged": "page_mb:64"}
+	if os.Getenv("FRAGSIM_LONG") == "1" {
+		conf = nil
+	}
 	for _, name := range []string{"pooled", "async", "bfc", "ideal", "paged"} {
 		for _, capacity := range []uint64{0, 80 << 30} {
 			for _, s := range sizes {
 				t.Run(fmt.Sprintf("%s/cap=%d/S=%d", name, capacity, s), func(t *testing.T) {
-					f, err := NewFactory(name, "", nil)
+					f, err := NewFactory(name, conf[name], nil)
 					if err != nil {
 						t.Fatal(err)
 					}

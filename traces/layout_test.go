@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,8 +32,8 @@ import (
 // decides a tie, the replay differs, and layoutDiffers lists the trace and
 // how.
 //
-// The everyday pass replays the traces layoutCover picks (7 of the 16, a
-// quarter of their bytes); the long pass (FRAGSIM_LONG=1) replays all.
+// The everyday pass replays the traces layoutCover picks (5 of the 16);
+// the long pass (FRAGSIM_LONG=1) replays all.
 func TestLayoutWithoutSegmentAddresses(t *testing.T) {
 	files, _ := filepath.Glob("*.fst")
 	real, _ := filepath.Glob("../allocator/caching/testdata/real/*.fst")
@@ -134,9 +135,12 @@ type layoutRun struct {
 }
 
 // layoutCover returns the traces the everyday pass replays (see
-// longTests): those listed in layoutDiffers, and from the smallest up,
-// each that brings allocator settings, or settings under a memory
-// fraction, that no trace taken before it brings.
+// longTests): those listed in layoutDiffers, then from the smallest up,
+// each that brings an allocator setting (a key of its conf, or none), a
+// run under a memory fraction or without one, or a start mid-run (a ring
+// buffer's initial state), that no trace taken before it brings. The
+// settings are taken key by key, not as whole confs: the layout is the
+// driver's for whatever segments the settings make.
 func layoutCover(t *testing.T, files []string, runs map[string]layoutRun) []string {
 	t.Helper()
 	size := map[string]int64{}
@@ -148,19 +152,53 @@ func layoutCover(t *testing.T, files []string, runs map[string]layoutRun) []stri
 		size[path] = st.Size()
 	}
 	sorted := slices.Clone(files)
-	slices.SortStableFunc(sorted, func(a, b string) int { return cmp.Compare(size[a], size[b]) })
+	slices.SortStableFunc(sorted, func(a, b string) int {
+		_, la := layoutDiffers[filepath.Base(a)]
+		_, lb := layoutDiffers[filepath.Base(b)]
+		if la != lb {
+			return map[bool]int{true: -1, false: 1}[la]
+		}
+		return cmp.Compare(size[a], size[b])
+	})
 	met := map[string]bool{}
 	var out []string
 	for _, path := range sorted {
 		name := filepath.Base(path)
 		m := runs[strings.TrimSuffix(name, ".fst")]
-		tag := fmt.Sprintf("%s, fraction %v", m.AllocConf, m.Fraction > 0)
-		if _, listed := layoutDiffers[name]; listed || !met[tag] {
+		tags := []string{fmt.Sprintf("fraction %v", m.Fraction > 0), fmt.Sprintf("mid-run %v", midRun(t, path))}
+		if m.AllocConf == "" {
+			tags = append(tags, "default settings")
+		}
+		for _, k := range confKey.FindAllString(m.AllocConf, -1) {
+			tags = append(tags, "setting "+k)
+		}
+		_, listed := layoutDiffers[name]
+		adds := listed
+		for _, tag := range tags {
+			adds = adds || !met[tag]
+			met[tag] = true
+		}
+		if adds {
 			out = append(out, path)
 		}
-		met[tag] = true
 	}
 	return out
+}
+
+// confKey matches the keys of a PYTORCH_CUDA_ALLOC_CONF string (not the
+// bounds of a roundup_power2_divisions list).
+var confKey = regexp.MustCompile(`[a-z_]+:`)
+
+// midRun reports whether the trace at path starts mid-run: its header
+// holds the allocator's initial state.
+func midRun(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return f.Header().Initial != nil
 }
 
 // layoutDiffers lists the real traces whose replay without segment

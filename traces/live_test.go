@@ -113,8 +113,19 @@ func TestLiveTracesMatchTheirSnapshots(t *testing.T) {
 }
 
 // TestLiveBaselineVerdict checks that the live recording of the scenario
-// gives the verdict of its snapshot: above 10% before, under 10% after.
+// gives the verdict of its snapshot: above 10% before, under 10% after,
+// with expandable segments.
+//
+// The everyday pass weighs caching against expandable alone (see
+// longTests); the long pass (FRAGSIM_LONG=1) against the default settings
+// too (max_split_size_mb, roundup_power2_divisions, the garbage collection
+// threshold, injected empty_cache calls: fourteen more replays), as
+// fragsim compare does, and expandable must still come out best.
 func TestLiveBaselineVerdict(t *testing.T) {
+	var settings []analysis.Setting // nil: analysis.DefaultSettings
+	if !longTests() {
+		settings = []analysis.Setting{}
+	}
 	path := "baseline_s1.live.fst"
 	open := func() (*trace.Reader, io.Closer, error) {
 		f, err := trace.Open(path)
@@ -123,7 +134,7 @@ func TestLiveBaselineVerdict(t *testing.T) {
 		}
 		return f.Reader, f, nil
 	}
-	c, err := analysis.Compare(open, analysis.CompareOptions{Policies: []string{"caching", "expandable"}})
+	c, err := analysis.Compare(open, analysis.CompareOptions{Policies: []string{"caching", "expandable"}, Settings: settings})
 	if err != nil {
 		t.Fatal(err)
 	}

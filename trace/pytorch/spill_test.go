@@ -38,21 +38,27 @@ func emptyDir(t *testing.T, dir string) {
 // loadBoth imports data in memory and spilled beyond events (in blocks of
 // block events, into dir), by
 // the path the import takes and, when the snapshot streams, decoded as a
-// whole, and checks that the traces and summaries are the same. It returns
-// the spilled import (not closed).
-func loadBoth(t *testing.T, name string, data []byte, opt Options, dir string, events, block int) *Snapshot {
+// whole, and checks that the traces and summaries are the same. The
+// import in memory is ref's when ref is not nil (a test snapshot imported
+// with Options{}: opt must be Options{} then). It returns the spilled
+// import (not closed).
+func loadBoth(t *testing.T, name string, data []byte, opt Options, ref *reference, dir string, events, block int) *Snapshot {
 	t.Helper()
-	mem, err := LoadPickle(data, opt)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
+	if ref == nil {
+		mem, err := LoadPickle(data, opt)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer mem.Close()
+		ref = &reference{spilled: mem.raw.spilled()}
+		ref.trace, ref.sum = written(t, mem)
+		// Whether the streaming path follows the snapshot in memory.
+		_, ref.streamErr = loadPickle(data, opt, true, nil)
 	}
-	defer mem.Close()
-	if mem.raw.spilled() {
-		t.Fatalf("%s: %d events spilled below the threshold", name, mem.raw.Len())
+	if ref.spilled {
+		t.Fatalf("%s: events spilled below the threshold", name)
 	}
-	wantTrace, wantSum := written(t, mem)
-	// Whether the streaming path follows the snapshot in memory.
-	_, memErr := loadPickle(data, opt, true, nil)
+	wantTrace, wantSum, memErr := ref.trace, ref.sum, ref.streamErr
 	defer withSpill(t, events, block)()
 	opt.SpillDir = dir
 	var out *Snapshot
@@ -86,7 +92,9 @@ func loadBoth(t *testing.T, name string, data []byte, opt Options, dir string, e
 // TestSpilledMatchesMemory imports every test snapshot, hand-made and
 // real, with its events in memory and spilled to a file in blocks of
 // three (a thousand for the real ones): the traces are byte for byte the
-// same, and no file is left.
+// same, and no file is left. The import in memory with Options{} is the
+// package's reference (imported), made once for the tests that compare
+// with it.
 func TestSpilledMatchesMemory(t *testing.T) {
 	dir := t.TempDir()
 	for name, data := range testSnapshots(t) {
@@ -96,8 +104,12 @@ func TestSpilledMatchesMemory(t *testing.T) {
 		if strings.HasSuffix(name, ".gz") {
 			events, block, opts = 4096, 1000, opts[:1]
 		}
-		for _, opt := range opts {
-			s := loadBoth(t, name, data, opt, dir, events, block)
+		for i, opt := range opts {
+			var ref *reference // the in-memory import with Options{}: the package's
+			if i == 0 {
+				ref = imported(t, name)
+			}
+			s := loadBoth(t, name, data, opt, ref, dir, events, block)
 			s.Close()
 		}
 	}
@@ -159,7 +171,7 @@ func TestSpilledSynthetic(t *testing.T) {
 	}
 	p = append(p, 'e', 'u', '.')
 	dir := t.TempDir()
-	s := loadBoth(t, "synthetic", p, Options{}, dir, 5, 3)
+	s := loadBoth(t, "synthetic", p, Options{}, nil, dir, 5, 3)
 	if len(s.seqs) != 4 || s.summary.EmptyCaches == 0 || s.summary.Markers != 4 || len(s.summary.UnknownActs) != 2 {
 		t.Errorf("%d sequences, %d empty_caches, %d markers, unknown %v", len(s.seqs), s.summary.EmptyCaches, s.summary.Markers, s.summary.UnknownActs)
 	}

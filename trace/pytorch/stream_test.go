@@ -101,21 +101,31 @@ func sameAsWhole(t *testing.T, name string, data []byte, opt Options, streamed b
 }
 
 // TestStreamedMatchesWhole imports every test snapshot, hand-made and
-// real, streamed and as a whole: the traces are byte for byte the same,
-// and the streamed decode keeps no value per entry.
+// real, streamed (LoadPickle's import, made once for the package's tests:
+// reference) and as a whole: the traces are byte for byte the same, and
+// the streamed decode keeps no value per entry.
 func TestStreamedMatchesWhole(t *testing.T) {
 	for name, data := range testSnapshots(t) {
-		s, whole := sameAsWhole(t, name, data, Options{}, true)
+		ref := imported(t, name)
+		if ref.streamErr != nil {
+			t.Fatalf("%s: not streamed: %v", name, ref.streamErr)
+		}
+		whole, err := loadPickle(data, Options{}, false, nil)
+		if err != nil {
+			t.Fatalf("%s: whole: %v", name, err)
+		}
+		wantTrace, wantSum := written(t, whole)
+		if !bytes.Equal(ref.trace, wantTrace) {
+			t.Errorf("%s: the traces differ (%d and %d bytes)", name, len(ref.trace), len(wantTrace))
+		}
+		if ref.sum != wantSum {
+			t.Errorf("%s: summary\n%s\nwant\n%s", name, ref.sum, wantSum)
+		}
 		// Decoded whole, each entry is at least a dict in the value table.
-		n := 0
-		for _, counts := range s.summary.Actions {
-			for _, k := range counts {
-				n += k
-			}
+		if whole.doc.NumValues()-ref.values < ref.entries {
+			t.Errorf("%s: %d values kept for %d entries, %d decoded whole", name, ref.values, ref.entries, whole.doc.NumValues())
 		}
-		if whole.doc.NumValues()-s.doc.NumValues() < n {
-			t.Errorf("%s: %d values kept for %d entries, %d decoded whole", name, s.doc.NumValues(), n, whole.doc.NumValues())
-		}
+		whole.Close()
 	}
 }
 
@@ -156,18 +166,20 @@ func TestParallelMatchesSequential(t *testing.T) {
 // TestForkMemoryLate imports the real snapshots on workers with the
 // events' memory Fork makes for the rest of the input held back: the
 // decoder goes on without it (the log grows as it did before), and the
-// traces are those of a decode on one goroutine.
+// traces are LoadPickle's (reference), which TestParallelMatchesSequential
+// holds to those of a decode on one goroutine.
 func TestForkMemoryLate(t *testing.T) {
+	snaps := testSnapshots(t)
+	want := map[string]*reference{}
+	for name := range snaps {
+		if strings.Contains(name, "real/") {
+			want[name] = imported(t, name) // before Fork's memory is held
+		}
+	}
 	forkHold = make(chan struct{})
 	defer func() { close(forkHold); forkHold = nil }()
-	for name, data := range testSnapshots(t) {
-		if !strings.Contains(name, "real/") {
-			continue
-		}
-		seq, err := loadPickle(data, Options{Workers: 1}, true, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for name, ref := range want {
+		data := snaps[name]
 		done := make(chan *Snapshot)
 		go func() {
 			par, err := loadPickle(data, Options{Workers: 4, tune: &pickle.ParallelTuning{After: 8, ChunkBytes: 3000}}, true, nil)
@@ -186,9 +198,8 @@ func TestForkMemoryLate(t *testing.T) {
 			continue
 		}
 		gotTrace, gotSum := written(t, par)
-		wantTrace, wantSum := written(t, seq)
-		if !bytes.Equal(gotTrace, wantTrace) || gotSum != wantSum || par.par.Chunks < 2 {
-			t.Errorf("%s: Fork's memory held, the trace (%d bytes, %d alone) or summary differ, or the workers took %d chunks", name, len(gotTrace), len(wantTrace), par.par.Chunks)
+		if !bytes.Equal(gotTrace, ref.trace) || gotSum != ref.sum || par.par.Chunks < 2 {
+			t.Errorf("%s: Fork's memory held, the trace (%d bytes, %d alone) or summary differ, or the workers took %d chunks", name, len(gotTrace), len(ref.trace), par.par.Chunks)
 		}
 	}
 }
@@ -616,6 +627,78 @@ var (
 	snapshots     map[string][]byte
 	snapshotsErr  error
 )
+
+// reference is a test snapshot's import by LoadPickle with Options{}, with
+// the package's default tuning: the import the tests that import the
+// snapshot in a mode of their own (whole, spilled, on workers) compare
+// with. imported makes it once for the package's tests: the real
+// snapshots are large, and importing them again in the default mode in
+// every such test was most of the package's time under the race detector.
+type reference struct {
+	trace     []byte // the trace written (written)
+	sum       string // the summary, as JSON
+	streamErr error  // the streaming path's error: nil when LoadPickle streamed it
+	values    int    // the values the import's document kept
+	entries   int    // the trace entries, by the summary's counts of actions
+	spilled   bool   // whether the import spilled its events
+	ok        bool   // made without failing
+}
+
+// imported returns the reference import of the test snapshot name (a key
+// of testSnapshots), made on first use. A test that changes the package's
+// tuning (spill thresholds, parallel minimums, Fork's hold) gets its
+// references before it does.
+func imported(t *testing.T, name string) *reference {
+	t.Helper()
+	refs.Lock()
+	r := refs.m[name]
+	if r == nil {
+		r = &refOnce{}
+		refs.m[name] = r
+	}
+	refs.Unlock()
+	r.once.Do(func() {
+		data, ok := testSnapshots(t)[name]
+		if !ok {
+			t.Errorf("%s: not a test snapshot", name)
+			return
+		}
+		s, err := loadPickle(data, Options{}, true, nil)
+		r.ref.streamErr = err
+		if err != nil {
+			// What LoadPickle does when the streaming path does not follow.
+			if s, err = LoadPickle(data, Options{}); err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+		}
+		defer s.Close()
+		r.ref.trace, r.ref.sum = written(t, s)
+		r.ref.values = s.doc.NumValues()
+		for _, counts := range s.summary.Actions {
+			for _, k := range counts {
+				r.ref.entries += k
+			}
+		}
+		r.ref.spilled = s.raw.spilled()
+		r.ref.ok = true
+	})
+	if !r.ref.ok {
+		t.Fatalf("%s: no reference import", name)
+	}
+	return &r.ref
+}
+
+// refs holds the reference imports made so far, by test snapshot.
+var refs = struct {
+	sync.Mutex
+	m map[string]*refOnce
+}{m: map[string]*refOnce{}}
+
+type refOnce struct {
+	once sync.Once
+	ref  reference
+}
 
 // everydayReal are the real snapshots the everyday tests import: between
 // them, a ring buffer that starts mid-run (ring), a capped run's retries
