@@ -143,7 +143,12 @@ func TestDecideGoals(t *testing.T) {
 // candidates, and returns both decisions.
 func decisionOn(t *testing.T, path string, g Goal, policies []string, settings []Setting) (*Comparison, *Analysis) {
 	t.Helper()
-	open := replay.OpenFile(path)
+	return decisionOf(t, replay.OpenFile(path), g, policies, settings)
+}
+
+// decisionOf is decisionOn of the trace open opens.
+func decisionOf(t *testing.T, open Opener, g Goal, policies []string, settings []Setting) (*Comparison, *Analysis) {
+	t.Helper()
 	c, err := Compare(open, CompareOptions{Policies: policies, Settings: settings, Goal: g, MaxPoints: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -162,15 +167,26 @@ func decisionOn(t *testing.T, path string, g Goal, policies []string, settings [
 // TestGoalsDisagreeOnKVDecode checks that the goals pick different
 // settings on the KV-cache decode trace, where emptying the cache lowers
 // at_peak_pct most and expandable segments lower peak reserved most, and
-// that compare and analyze recommend the same, with the same line.
+// that compare and analyze recommend the same, with the same line. The
+// everyday pass reads the trace's first 60,000 events (a tenth: the
+// decode steps' pattern, on which the goals already disagree); the long
+// pass (FRAGSIM_LONG=1), the whole trace, and there the device calls
+// too: emptying the cache every 100 allocations needs many times the
+// baseline's calls only over the whole run (the cut's baseline calls are
+// mostly its start's; TestDecideGoals checks the note on made-up runs).
 func TestGoalsDisagreeOnKVDecode(t *testing.T) {
 	path := filepath.Join("..", "traces", "kv_decode_s1.fst")
 	if _, err := os.Stat(path); err != nil {
 		t.Skip("no kv_decode_s1.fst in this checkout")
 	}
+	long := os.Getenv("FRAGSIM_LONG") == "1"
+	open := replay.OpenFile(path)
+	if !long {
+		open = opener(tracePrefix(t, path, 60_000))
+	}
 	// Both goals weigh the same replays: decide each on one comparison
 	// and one analysis.
-	c, a := decisionOn(t, path, Goal{Kind: GoalReserved}, []string{"caching", "expandable", "ideal"},
+	c, a := decisionOf(t, open, Goal{Kind: GoalReserved}, []string{"caching", "expandable", "ideal"},
 		[]Setting{{Policy: "caching", EmptyCacheEvery: 100}, {Policy: "caching", EmptyCacheEvery: 10000}})
 	for goal, want := range map[GoalKind]string{
 		GoalReserved:      "expandable_segments:True",
@@ -186,6 +202,9 @@ func TestGoalsDisagreeOnKVDecode(t *testing.T) {
 	}
 	// Emptying the cache every 100 allocations ties on bytes with expandable
 	// segments but needs 18x the device calls, and says so.
+	if !long {
+		return
+	}
 	for _, o := range c.Decision.Results {
 		if o.Setting == "empty_cache every 100 allocations" && !strings.Contains(o.CallsNote, "x the baseline's device calls") {
 			t.Errorf("empty_cache every 100 allocations: calls note %q", o.CallsNote)
@@ -205,14 +224,22 @@ func TestFitGoalsOnKVDecode(t *testing.T) {
 
 // TestFitGoal checks the fit goal on a small trace in the everyday suite:
 // each candidate's min capacity is found, the recommendation fits, and a
-// size below every min capacity recommends nothing.
+// size below every min capacity recommends nothing. Each min capacity
+// is a bisection of replays: the everyday pass reads the first 25,000
+// events of the training trace (a quarter: its first training steps,
+// each allocating and freeing as the later ones do), the long pass
+// (FRAGSIM_LONG=1) the whole trace.
 func TestFitGoal(t *testing.T) {
 	path := filepath.Join("..", "traces", "train_s1.fst")
 	if _, err := os.Stat(path); err != nil {
 		t.Skip("no train_s1.fst in this checkout")
 	}
+	open := replay.OpenFile(path)
+	if os.Getenv("FRAGSIM_LONG") != "1" {
+		open = opener(tracePrefix(t, path, 25_000))
+	}
 	g, _ := ParseGoal("fit:80GiB")
-	c, err := Compare(replay.OpenFile(path), CompareOptions{Policies: []string{"caching", "expandable"},
+	c, err := Compare(open, CompareOptions{Policies: []string{"caching", "expandable"},
 		Settings: []Setting{}, Goal: g, MaxPoints: 16})
 	if err != nil {
 		t.Fatal(err)

@@ -282,17 +282,18 @@ func realTrace(t testing.TB, name string) string {
 }
 
 // TestCohostRealMinCapacity co-hosts two real traces: in the everyday
-// pass two short H200 recordings (empty_cache, and ring, which starts
-// mid-run: 92,000 events), in the long pass (FRAGSIM_LONG=1, without the
-// race detector) the baseline and training workloads (227,000). The
-// search and the replays are the same code at either length;
-// TestCohostMinCapacity runs them on hand-made traces too.
+// pass two short H200 recordings of the conformance set (empty_cache_mixed,
+// whose empty_cache() calls give memory back mid-run, and ring_mixed, a
+// ring buffer that starts mid-run with segments live: 21,000 events), in
+// the long pass (FRAGSIM_LONG=1, without the race detector) the baseline
+// and training workloads (227,000). The search and the replays are the
+// same code at either length; TestCohostMinCapacity runs them on
+// hand-made traces too.
 func TestCohostRealMinCapacity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	real := filepath.Join("..", "allocator", "caching", "testdata", "real")
-	a, b := filepath.Join(real, "empty_cache.fst"), filepath.Join(real, "ring.fst")
+	a, b := realTrace(t, "conformance/empty_cache_mixed.fst"), realTrace(t, "conformance/ring_mixed.fst")
 	if os.Getenv("FRAGSIM_LONG") == "1" {
 		a, b = realTrace(t, "baseline_s1.fst"), realTrace(t, "train_s1.fst")
 	}
@@ -356,19 +357,31 @@ func TestCohostMemoryBounded(t *testing.T) {
 		t.Skip("short")
 	}
 	dir := t.TempDir()
-	mk := func(name string, n int) string {
-		var ops []op
+	// mk writes the trace of n allocations and their frees to the files
+	// named, once: the processes run the same trace. (Under -race every
+	// freed object costs the detector its size at the next GC, and the
+	// test collects hundreds of times: the garbage of building the trace
+	// once per file, its op slice grown by doubling, was most of its
+	// cost.)
+	mk := func(n int, names ...string) []string {
+		ops := make([]op, 0, 2*n)
 		for i := 0; i < n; i++ {
 			ops = append(ops, op{'m', int64(2 * i), i, uint64(1+i%7) * mib}, op{'f', int64(2*i + 1), i, 0})
 		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, traceBytes(t, ops), 0o644); err != nil {
-			t.Fatal(err)
+		data := traceBytes(t, ops)
+		var paths []string
+		for _, name := range names {
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, p)
 		}
-		return p
+		return paths
 	}
 	peakHeap := func(n int) uint64 {
-		a, b := mk("a.fst", n), mk("b.fst", n)
+		ab := mk(n, "a.fst", "b.fst")
+		a, b := ab[0], ab[1]
 		runtime.GC()
 		runtime.GC() // pooled encoders from the writing go at the second
 		var ms runtime.MemStats

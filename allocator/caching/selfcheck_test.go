@@ -186,13 +186,13 @@ func factory(cfg caching.Config) driver.Factory {
 // TestReplayReproducesRecording records synthetic workloads with the
 // allocator itself, under several settings, and checks that the engine's
 // replay of the recording puts every allocation and device event where
-// the recording has it: workloads of 30,000 events in the everyday pass,
+// the recording has it: workloads of 15,000 events in the everyday pass,
 // of 120,000 in the long pass (FRAGSIM_LONG=1, without the race
 // detector). The caps and other processes' memory are set from the
 // workload's own peak, so that they bite at either size.
 func TestReplayReproducesRecording(t *testing.T) {
 	const total = 150109880320
-	n := int64(30_000)
+	n := int64(15_000)
 	if longTests() {
 		n = 120_000
 	}

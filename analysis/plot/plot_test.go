@@ -209,7 +209,9 @@ func TestFiguresDecodeAtSize(t *testing.T) {
 
 // TestComparisonNames: the names a command checks before drawing are
 // those of the figures drawn, and a figure that would replace an input
-// (here through a symbolic link) is refused and leaves it whole.
+// (here through a symbolic link) is refused and leaves it whole. The link
+// stands where the first figure goes, so that the refusal comes before
+// any figure is drawn (TestFiguresDecodeAtSize draws them all).
 func TestComparisonNames(t *testing.T) {
 	figs, err := Figures(comparison())
 	if err != nil {
@@ -225,7 +227,7 @@ func TestComparisonNames(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.fst")
 	os.WriteFile(in, []byte("input"), 0o644)
-	if err := os.Symlink(in, filepath.Join(dir, "views.png")); err != nil {
+	if err := os.Symlink(in, filepath.Join(dir, ComparisonNames[0]+".png")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := WriteAll(dir, comparison(), in); err == nil || !strings.Contains(err.Error(), "is the input") {

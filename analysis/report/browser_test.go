@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fragsim/fragsim/analysis"
 )
 
 // chromium returns the path of a Chromium or Chrome binary. Without one
@@ -48,19 +46,15 @@ type selftestResult struct {
 	EmptyDrawn     int    `json:"emptyDrawn"`
 }
 
-// openInBrowser writes the report's page and opens it in headless
+// openInBrowser writes a report's page (doc) and opens it in headless
 // Chromium with no network, within limit, and returns what the page's
 // self-test saw, with the DOM.
-func openInBrowser(t *testing.T, rep *Report, limit time.Duration) (selftestResult, []byte) {
+func openInBrowser(t *testing.T, doc []byte, limit time.Duration) (selftestResult, []byte) {
 	t.Helper()
 	bin := chromium(t)
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
-	var buf bytes.Buffer
-	if err := rep.WriteHTML(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(page, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(page, doc, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
@@ -88,10 +82,12 @@ func openInBrowser(t *testing.T, rep *Report, limit time.Duration) (selftestResu
 // TestReportInBrowser opens the report of a committed trace in headless
 // Chromium, with no network, and reads back what the page's self-test saw:
 // no script error, every canvas drawn, the recommendation shown, and the
-// segment map redrawn when another moment is selected.
+// segment map redrawn when another moment is selected. It runs in
+// parallel: most of its time is spent waiting on Chromium.
 func TestReportInBrowser(t *testing.T) {
+	t.Parallel()
 	rep := baseline(t)
-	res, out := openInBrowser(t, rep, 90*time.Second)
+	res, out := openInBrowser(t, baselinePage(t), 90*time.Second)
 	if len(res.Errors) > 0 {
 		t.Errorf("script errors: %q", res.Errors)
 	}
@@ -122,12 +118,10 @@ func TestReportInBrowser(t *testing.T) {
 // stalled Chromium past 120 s) and whose moments after an empty_cache()
 // hold no segment (once written as "segments": null, on which the page
 // threw): the page draws in time, without a script error, every moment
-// included.
+// included. It runs in parallel, as TestReportInBrowser does.
 func TestReportHostileInBrowser(t *testing.T) {
-	rep, err := Build(hostileTrace(t), Options{Compare: analysis.CompareOptions{Name: strings.Repeat("N", 200_000)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	rep := hostileReport(t)
 	empty := 0
 	for _, l := range rep.Layouts {
 		if len(l.Segments) == 0 {
@@ -137,7 +131,11 @@ func TestReportHostileInBrowser(t *testing.T) {
 	if empty == 0 {
 		t.Fatalf("no moment without segments among %d", len(rep.Layouts))
 	}
-	res, out := openInBrowser(t, rep, 60*time.Second)
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	res, out := openInBrowser(t, page.Bytes(), 60*time.Second)
 	if len(res.Errors) > 0 {
 		t.Errorf("script errors: %q", res.Errors)
 	}

@@ -18,16 +18,6 @@ import (
 	"github.com/fragsim/fragsim/trace/pytorch"
 )
 
-func exportViz(t *testing.T, policy string) ([]byte, *replay.Result) {
-	t.Helper()
-	var buf bytes.Buffer
-	res, err := WriteMemoryViz(&buf, replay.OpenFile(committedTrace), ExportOptions{Policy: policy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes(), res
-}
-
 func num(t *testing.T, d *pickle.Dict, key string) uint64 {
 	t.Helper()
 	v, ok := d.Get(key)

@@ -134,13 +134,14 @@ func committedTraces(t *testing.T) []string {
 // FRAGSIM_LONG=1): recorded live or imported, expandable segments, CUDA
 // graphs and MemPools, memory fractions with OOMs, empty_cache(), device
 // samples, ring buffers that start mid-run. The everyday pass leaves out
-// the co-hosted servers' traces (56 s under -race for one; their device
-// samples are fraction_large.live.fst's kind).
+// the long traces (the co-hosted servers', the serving runs', the
+// built-in one): the conformance traces stand for an imported run's
+// entries, and the first events of two serving runs (roundTripCuts) for
+// their CUDA graphs and MemPools.
 func TestMemoryVizRoundTrip(t *testing.T) {
 	every := os.Getenv("FRAGSIM_LONG") == "1"
-	some := map[string]bool{"baseline_s1.fst": true, "expandable_mixed.fst": true, "graphs_recapture_expandable_s1.fst": true,
-		"graphs_mempool_s1.fst": true, "fraction_large.live.fst": true, "ring_streams.fst": true, "gc_mixed.fst": true,
-		"empty_cache_small.fst": true, "deferred_edges.fst": true}
+	some := map[string]bool{"expandable_mixed.fst": true, "fraction_large.live.fst": true, "ring_streams.fst": true,
+		"gc_mixed.fst": true, "empty_cache_small.fst": true, "deferred_edges.fst": true}
 	n := 0
 	for _, p := range committedTraces(t) {
 		if !every && !some[filepath.Base(p)] {
@@ -154,6 +155,38 @@ func TestMemoryVizRoundTrip(t *testing.T) {
 	if n < len(some) {
 		t.Errorf("%d traces round-tripped, want at least %d", n, len(some))
 	}
+	for _, c := range roundTripCuts {
+		t.Run(fmt.Sprintf("%s/first_%d", c.path, c.events), func(t *testing.T) {
+			data := tracePrefix(t, filepath.Join("..", "..", "traces", c.path), c.events)
+			kinds := kindsOf(t, data)
+			for _, k := range c.holds {
+				if kinds[k] == 0 {
+					t.Fatalf("the cut holds no %s event: it no longer stands for the run (%v)", k, kinds)
+				}
+			}
+			roundTrip(t, c.path, bytesOpener(data))
+		})
+	}
+}
+
+// roundTripCuts are the serving runs whose first events the round trip
+// reads in both passes: each cut ends past what it stands for, and holds
+// it (holds; trace.KindInvalid counts a MemPool's pool_begin).
+var roundTripCuts = []struct {
+	path   string
+	events int64
+	holds  []trace.Kind
+}{
+	// Four CUDA graphs captured into their private pools, with the
+	// empty_cache() and cudaFree before each capture, then ten
+	// torch.cuda.MemPool scopes on the default stream.
+	{"serving/graphs_mempool_s1.fst", 16_200, []trace.Kind{trace.KindPoolBegin, trace.KindPoolEnd,
+		trace.KindSegmentFree, trace.KindEmptyCache, trace.KindInvalid}},
+	// Expandable segments under CUDA graphs: four captures, their pools
+	// released (pool_release) with the segments unmapped, and the first
+	// capture again on another stream.
+	{"serving/graphs_recapture_expandable_s1.fst", 41_100, []trace.Kind{trace.KindPoolBegin, trace.KindPoolEnd,
+		trace.KindPoolRelease, trace.KindSegmentMap, trace.KindSegmentUnmap, trace.KindEmptyCache}},
 }
 
 // servedOOMs counts the OOM events of a live recording (which its
@@ -328,22 +361,28 @@ func TestMemoryVizDevicesAndEvents(t *testing.T) {
 
 // The settings written are those the replay ran under: an expandable
 // trace's say so (once False beside expandable_segments:True), as do
-// those of the expandable policy; a CUDA graph trace's segments keep
-// their pool (once always (0, 0)).
+// those of the expandable policy on a trace recorded without them; a
+// CUDA graph trace's segments keep their pool (once always (0, 0)).
 func TestMemoryVizSettingsAndPools(t *testing.T) {
 	for _, tc := range []struct {
 		path, policy string
 		expandable   bool
 	}{
 		{"../../traces/conformance/expandable_mixed.fst", "", true},
-		{"../../traces/baseline_s1.fst", "expandable", true},
-		{"../../traces/baseline_s1.fst", "caching", false},
+		{vizTrace, "expandable", true},
+		{vizTrace, "caching", false},
 	} {
-		var out bytes.Buffer
-		if _, err := WriteMemoryViz(&out, replay.OpenFile(tc.path), ExportOptions{Policy: tc.policy}); err != nil {
-			t.Fatal(err)
+		var snap []byte
+		if tc.path == vizTrace {
+			snap, _ = exportViz(t, tc.policy) // the export tests' snapshots
+		} else {
+			var out bytes.Buffer
+			if _, err := WriteMemoryViz(&out, replay.OpenFile(tc.path), ExportOptions{Policy: tc.policy}); err != nil {
+				t.Fatal(err)
+			}
+			snap = out.Bytes()
 		}
-		s, err := pytorch.Load(bytes.NewReader(out.Bytes()), "x.pickle", pytorch.Options{})
+		s, err := pytorch.Load(bytes.NewReader(snap), "x.pickle", pytorch.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +394,7 @@ func TestMemoryVizSettingsAndPools(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if _, err := WriteMemoryViz(&out, replay.OpenFile("../../traces/serving/graphs_s1.fst"), ExportOptions{}); err != nil {
+	if _, err := WriteMemoryViz(&out, graphsOpener(t), ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := pickle.Decode(out.Bytes())

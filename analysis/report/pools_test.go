@@ -5,16 +5,26 @@ import (
 	"testing"
 
 	"github.com/fragsim/fragsim/analysis"
-	"github.com/fragsim/fragsim/replay"
 )
+
+// graphsEvents is how much of the CUDA-graph serving run
+// (serving/graphs_s1.fst) the pool tests read: its first 5,000 events
+// capture the four graphs into their private pools and serve a few
+// requests after, so that the pools hold segments at the cut's peak
+// reserved, as they do at the whole run's.
+const graphsEvents = 5_000
+
+// graphsOpener opens the pool tests' cut of the CUDA-graph serving run.
+func graphsOpener(t *testing.T) analysis.Opener {
+	return bytesOpener(tracePrefix(t, "../../traces/serving/graphs_s1.fst", graphsEvents))
+}
 
 // TestReportRowsCarryPool checks the segment map of a CUDA-graph serving
 // run: at peak reserved, the rows of the graphs' private pools carry
 // their pool, come after the default pool's and add up to what analyze
 // says the pools hold, and the report has the by-pool table.
 func TestReportRowsCarryPool(t *testing.T) {
-	const path = "../../traces/serving/graphs_s1.fst"
-	rep, err := Build(replay.OpenFile(path), Options{Moments: 2, Compare: analysis.CompareOptions{Name: "graphs_s1.fst",
+	rep, err := Build(graphsOpener(t), Options{Moments: 2, Compare: analysis.CompareOptions{Name: "graphs_s1.fst",
 		Policies: []string{"caching"}, Settings: []analysis.Setting{}}})
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +35,9 @@ func TestReportRowsCarryPool(t *testing.T) {
 	want := map[uint64]uint64{}
 	for _, p := range rep.Pools {
 		want[p.ID] = p.ReservedAtPeakBytes
+		if p.ReservedAtPeakBytes == 0 {
+			t.Errorf("pool %d holds nothing at peak reserved: the cut ends before the graphs hold their pools", p.ID)
+		}
 	}
 	var peak *Layout
 	for i := range rep.Layouts {
