@@ -139,9 +139,17 @@ func writeGzip(t *testing.T, path string, b []byte) {
 // ones are analysed all the same; an OOM snapshot is classed.
 func TestDeadLetters(t *testing.T) {
 	d := t.TempDir()
-	good := filepath.Join("..", "traces", "train_ranks", "rank0.fst")
-	src, err := os.ReadFile(good)
+	// The good input is a rank of a job (its folder and name say which):
+	// a small real trace put where a job's rank 0 would be.
+	src, err := os.ReadFile(filepath.Join("..", "traces", "conformance", "ring_mixed.fst"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(d, "train_ranks", "rank0.fst")
+	if err := os.MkdirAll(filepath.Dir(good), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(d, "corrupt.fst")
@@ -200,7 +208,7 @@ func TestDeadLetters(t *testing.T) {
 func TestReports(t *testing.T) {
 	d := t.TempDir()
 	dir := filepath.Join(d, "out", fleet.ReportsSub)
-	a := filepath.Join("..", "traces", "conformance", "plain_small.fst")
+	a := filepath.Join("..", "traces", "conformance", "ring_mixed.fst")
 	r := fleet.Analyze(a, fleet.Options{ReportsDir: dir}, d)
 	if r.Error != "" || r.Report != fleet.ReportsSub+"/"+fleet.ReportName(a) {
 		t.Fatalf("report %q (error %q), want %s/%s", r.Report, r.Error, fleet.ReportsSub, fleet.ReportName(a))
@@ -209,8 +217,8 @@ func TestReports(t *testing.T) {
 	if err != nil || !bytes.Contains(html, []byte(r.Recommendation.Line)) {
 		t.Errorf("%s: %v; the report does not say the row's recommendation %q", r.Report, err, r.Recommendation.Line)
 	}
-	b := filepath.Join(d, "other", "conformance", "plain_small.fst")
-	if fleet.ReportName(a) == fleet.ReportName(b) || !strings.HasPrefix(fleet.ReportName(b), "conformance_plain_small-") {
+	b := filepath.Join(d, "other", "conformance", "ring_mixed.fst")
+	if fleet.ReportName(a) == fleet.ReportName(b) || !strings.HasPrefix(fleet.ReportName(b), "conformance_ring_mixed-") {
 		t.Errorf("report names %s and %s: want apart, after the folder and the name", fleet.ReportName(a), fleet.ReportName(b))
 	}
 }
