@@ -47,62 +47,68 @@ func compareJSON(t *testing.T, args ...string) map[string]json.RawMessage {
 // TestRowsAreCompares checks that the row of every trace under traces/
 // holds what `compare --json` gives for it under the same flags: the same
 // recommendation object, and the same peak reserved and OOMs for every
-// candidate. The everyday pass takes a small real trace with OOMs under
-// the default candidates. FRAGSIM_LONG=1 takes every trace, under a few
-// candidates (three policies, the physical limit and two settings: a
-// quarter of the replays), and a fit goal on the traces with a memory
-// fraction.
+// candidate. The everyday pass takes a small real trace with OOMs under a
+// few candidates (three policies, the physical limit and two settings: a
+// quarter of the replays). FRAGSIM_LONG=1 takes every trace under those,
+// a fit goal on the traces with a memory fraction, and the small trace
+// under the default candidates (no flags, fleet.Options{}).
 func TestRowsAreCompares(t *testing.T) {
-	some := map[string]bool{"fraction_medium.fst": true}
 	every := os.Getenv("FRAGSIM_LONG") == "1"
-	var opts fleet.Options
-	var flags []string
-	if every {
-		opts = fleet.Options{Policies: []string{"caching", "expandable", "pooled", "ideal"}, SettingsSet: true,
-			Settings: []string{"max_split_size_mb:128", "garbage_collection_threshold:0.8"}}
-		flags = []string{"--policies", "caching,expandable,pooled,ideal", "--setting", opts.Settings[0], "--setting", opts.Settings[1]}
+	few := fleet.Options{Policies: []string{"caching", "expandable", "pooled", "ideal"}, SettingsSet: true,
+		Settings: []string{"max_split_size_mb:128", "garbage_collection_threshold:0.8"}}
+	fewFlags := []string{"--policies", "caching,expandable,pooled,ideal", "--setting", few.Settings[0], "--setting", few.Settings[1]}
+	type rowCase struct {
+		path, goal string
+		opts       fleet.Options
+		flags      []string
 	}
-	for _, goal := range []string{"reserved", "fit:1536MiB"} {
-		for _, p := range committed(t) {
-			if !every && !some[filepath.Base(p)] {
-				continue
-			}
-			// A fit goal bisects every candidate's capacity: the long pass
-			// takes it on the traces with OOMs under a memory fraction.
-			if goal != "reserved" && (!every || !strings.Contains(filepath.Base(p), "fraction")) {
-				continue
-			}
-			o := opts
-			o.Goal = goal
-			row := fleet.Analyze(p, o, t.TempDir())
-			if row.Error != "" {
-				t.Errorf("%s: %s", p, row.Error)
-				continue
-			}
-			m := compareJSON(t, append(append([]string{"--goal", goal}, flags...), p)...)
-			got, _ := json.Marshal(row.Recommendation)
-			if !jsonEqual(t, got, m["recommendation"]) {
-				t.Errorf("%s --goal %s: the row's recommendation\n%s\ncompare's\n%s", p, goal, got, m["recommendation"])
-			}
-			var dec struct {
-				Results []struct {
-					Label string `json:"label"`
-					Peak  uint64 `json:"peak_reserved_bytes"`
-					OOMs  int64  `json:"ooms"`
-				} `json:"results"`
-			}
-			if err := json.Unmarshal(m["decision"], &dec); err != nil {
-				t.Fatal(err)
-			}
-			if len(dec.Results) != len(row.Candidates) {
-				t.Errorf("%s: %d candidates, compare weighs %d", p, len(row.Candidates), len(dec.Results))
-				continue
-			}
-			for i, r := range dec.Results {
-				c := row.Candidates[i]
-				if c.Label != r.Label || c.PeakReservedBytes != r.Peak || c.OOMs != r.OOMs {
-					t.Errorf("%s: candidate %d: %s %d B %d OOMs, compare's %s %d B %d OOMs", p, i, c.Label, c.PeakReservedBytes, c.OOMs, r.Label, r.Peak, r.OOMs)
+	small := filepath.Join("..", "traces", "conformance", "fraction_medium.fst")
+	cases := []rowCase{{small, "reserved", few, fewFlags}}
+	if every {
+		cases = []rowCase{{small, "reserved", fleet.Options{}, nil}}
+		for _, goal := range []string{"reserved", "fit:1536MiB"} {
+			for _, p := range committed(t) {
+				// A fit goal bisects every candidate's capacity: the long
+				// pass takes it on the traces with OOMs under a memory
+				// fraction.
+				if goal == "reserved" || strings.Contains(filepath.Base(p), "fraction") {
+					cases = append(cases, rowCase{p, goal, few, fewFlags})
 				}
+			}
+		}
+	}
+	for _, rc := range cases {
+		p, goal, flags := rc.path, rc.goal, rc.flags
+		o := rc.opts
+		o.Goal = goal
+		row := fleet.Analyze(p, o, t.TempDir())
+		if row.Error != "" {
+			t.Errorf("%s: %s", p, row.Error)
+			continue
+		}
+		m := compareJSON(t, append(append([]string{"--goal", goal}, flags...), p)...)
+		got, _ := json.Marshal(row.Recommendation)
+		if !jsonEqual(t, got, m["recommendation"]) {
+			t.Errorf("%s --goal %s: the row's recommendation\n%s\ncompare's\n%s", p, goal, got, m["recommendation"])
+		}
+		var dec struct {
+			Results []struct {
+				Label string `json:"label"`
+				Peak  uint64 `json:"peak_reserved_bytes"`
+				OOMs  int64  `json:"ooms"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(m["decision"], &dec); err != nil {
+			t.Fatal(err)
+		}
+		if len(dec.Results) != len(row.Candidates) {
+			t.Errorf("%s: %d candidates, compare weighs %d", p, len(row.Candidates), len(dec.Results))
+			continue
+		}
+		for i, r := range dec.Results {
+			c := row.Candidates[i]
+			if c.Label != r.Label || c.PeakReservedBytes != r.Peak || c.OOMs != r.OOMs {
+				t.Errorf("%s: candidate %d: %s %d B %d OOMs, compare's %s %d B %d OOMs", p, i, c.Label, c.PeakReservedBytes, c.OOMs, r.Label, r.Peak, r.OOMs)
 			}
 		}
 	}
@@ -139,9 +145,17 @@ func writeGzip(t *testing.T, path string, b []byte) {
 // ones are analysed all the same; an OOM snapshot is classed.
 func TestDeadLetters(t *testing.T) {
 	d := t.TempDir()
-	good := filepath.Join("..", "traces", "train_ranks", "rank0.fst")
-	src, err := os.ReadFile(good)
+	// The good input is a rank of a job (its folder and name say which):
+	// a small real trace put where a job's rank 0 would be.
+	src, err := os.ReadFile(filepath.Join("..", "traces", "conformance", "ring_mixed.fst"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(d, "train_ranks", "rank0.fst")
+	if err := os.MkdirAll(filepath.Dir(good), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(d, "corrupt.fst")
@@ -200,7 +214,7 @@ func TestDeadLetters(t *testing.T) {
 func TestReports(t *testing.T) {
 	d := t.TempDir()
 	dir := filepath.Join(d, "out", fleet.ReportsSub)
-	a := filepath.Join("..", "traces", "conformance", "plain_small.fst")
+	a := filepath.Join("..", "traces", "conformance", "ring_mixed.fst")
 	r := fleet.Analyze(a, fleet.Options{ReportsDir: dir}, d)
 	if r.Error != "" || r.Report != fleet.ReportsSub+"/"+fleet.ReportName(a) {
 		t.Fatalf("report %q (error %q), want %s/%s", r.Report, r.Error, fleet.ReportsSub, fleet.ReportName(a))
@@ -209,8 +223,8 @@ func TestReports(t *testing.T) {
 	if err != nil || !bytes.Contains(html, []byte(r.Recommendation.Line)) {
 		t.Errorf("%s: %v; the report does not say the row's recommendation %q", r.Report, err, r.Recommendation.Line)
 	}
-	b := filepath.Join(d, "other", "conformance", "plain_small.fst")
-	if fleet.ReportName(a) == fleet.ReportName(b) || !strings.HasPrefix(fleet.ReportName(b), "conformance_plain_small-") {
+	b := filepath.Join(d, "other", "conformance", "ring_mixed.fst")
+	if fleet.ReportName(a) == fleet.ReportName(b) || !strings.HasPrefix(fleet.ReportName(b), "conformance_ring_mixed-") {
 		t.Errorf("report names %s and %s: want apart, after the folder and the name", fleet.ReportName(a), fleet.ReportName(b))
 	}
 }

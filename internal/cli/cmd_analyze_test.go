@@ -7,7 +7,7 @@ import (
 )
 
 func TestAnalyzeReportAndJSON(t *testing.T) {
-	path := synthTrace(t, 20000)
+	path := synthAgents(t, 5000, 1)
 	out, errOut, code := runCLI("analyze", path, "--top", "3")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

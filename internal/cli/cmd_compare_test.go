@@ -19,6 +19,15 @@ import (
 // synthTrace writes a small multi-agent trace and returns its path.
 func synthTrace(t *testing.T, events int64) string {
 	t.Helper()
+	return synthAgents(t, events, synth.DefaultConfig().Agents)
+}
+
+// synthAgents writes a trace of the given agents (synthTrace's defaults
+// otherwise) and returns its path. Every agent holds its own model's
+// weights, so fewer agents make every replay's measure of the segments
+// cheaper: the tests of a command's plumbing take one or two.
+func synthAgents(t *testing.T, events int64, agents int) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "agents.fst")
 	h := &trace.Header{Producer: trace.ProducerSynthetic, GPUName: "NVIDIA H200", GPUTotalBytes: 140 << 30,
 		TorchVersion: "2.11.0", Created: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
@@ -28,6 +37,7 @@ func synthTrace(t *testing.T, events int64) string {
 	}
 	cfg := synth.DefaultConfig()
 	cfg.Events = events
+	cfg.Agents = agents
 	if _, err := synth.Generate(w, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +136,13 @@ func TestCompareTableAndVerdict(t *testing.T) {
 }
 
 func TestCompareJSONCSVAndPlots(t *testing.T) {
-	path := synthTrace(t, 20000)
+	path := synthAgents(t, 5000, 1)
 	dir := filepath.Join(t.TempDir(), "plots")
-	// Flags after the trace are honoured too.
-	out, errOut, code := runCLI("compare", path, "--policies", "caching,expandable,ideal", "--json", "--out", dir)
+	// Flags after the trace are honoured too. One setting stands for the
+	// default variants, which TestCompareAndAnalyzeRecommendTheSame weighs:
+	// the plots and the JSON are the same code for any candidates.
+	out, errOut, code := runCLI("compare", path, "--policies", "caching,expandable,ideal", "--setting", "max_split_size_mb:64",
+		"--json", "--out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

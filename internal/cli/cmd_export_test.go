@@ -28,7 +28,7 @@ func replayPeak(t *testing.T, args ...string) uint64 {
 // policy the caching allocator reproduces, imports the pickle and replays
 // it: the same peak reserved.
 func TestExportMemoryVizImportsBackToSamePeak(t *testing.T) {
-	tr := synthTrace(t, 20_000)
+	tr := synthAgents(t, 5000, 2)
 	dir := t.TempDir()
 	for _, policy := range []string{"caching", "expandable"} {
 		pk := filepath.Join(dir, policy+".pickle")

@@ -8,7 +8,7 @@ import (
 )
 
 func TestReportWritesPage(t *testing.T) {
-	trace := synthTrace(t, 20_000)
+	trace := synthAgents(t, 5000, 1)
 	out := filepath.Join(t.TempDir(), "r.html")
 	_, stderr, code := runCLI("report", trace, "-o", out, "--moments", "4")
 	if code != 0 {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestCompareHTMLWritesTheReport(t *testing.T) {
-	tr := synthTrace(t, 20_000)
+	tr := synthAgents(t, 5000, 1)
 	out := filepath.Join(t.TempDir(), "r.html")
 	stdout, stderr, code := runCLI("compare", tr, "--html", out)
 	if code != 0 {

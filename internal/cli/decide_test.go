@@ -28,7 +28,7 @@ func unwrapped(out, prefix string) string {
 }
 
 func TestCompareAndAnalyzeRecommendTheSame(t *testing.T) {
-	path := synthTrace(t, 20000)
+	path := synthAgents(t, 5000, 1)
 	args := []string{"--policies", "caching,expandable,ideal", "--setting", "max_split_size_mb:64", "--setting", "roundup_power2_divisions:4"}
 	for _, goal := range []string{"reserved", "fragmentation"} {
 		cout, errs, code := runCLI(append([]string{"compare", path, "--goal", goal}, args...)...)

@@ -5,6 +5,8 @@ package readme
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -257,17 +259,49 @@ func setup(t *testing.T) (string, []string) {
 		}
 	}
 	deviceLog(t, dir)
-	bin := t.TempDir()
+	bin := binaries(t, abs)
+	if _, err := exec.LookPath("less"); err != nil {
+		pager := t.TempDir()
+		os.WriteFile(filepath.Join(pager, "less"), []byte("#!/bin/sh\nexec cat \"$@\"\n"), 0o755)
+		bin += string(os.PathListSeparator) + pager
+	}
+	// The mirror's path is new on every run, and the go command hashes a
+	// package's directory into its build unless -trimpath: with it, the go
+	// commands the README runs here (go run ./cmd/fragsim, and with
+	// FRAGSIM_LONG=1 go install and go test) hit the build cache instead
+	// of compiling the whole module again.
+	goflags := strings.TrimSpace(os.Getenv("GOFLAGS") + " -trimpath")
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "GOBIN="+filepath.Join(dir, "gobin"),
+		"GOFLAGS="+goflags)
+	return dir, env
+}
+
+// binaries builds ./cmd/... of the repository at abs and returns the
+// directory of the binaries. go build skips the link of a binary already
+// there with the build ID it would write, so the directory is one kept in
+// the user's cache, one per repository: a run with nothing changed links
+// nothing. GOTMPDIR beside it makes go build rename each new binary into
+// place, never rewrite one that another run is executing. Without a
+// user's cache directory, a test's own directory serves.
+func binaries(t *testing.T, abs string) string {
+	t.Helper()
+	bin, tmp := t.TempDir(), ""
+	if cache, err := os.UserCacheDir(); err == nil {
+		sum := sha256.Sum256([]byte(abs))
+		keep := filepath.Join(cache, "fragsim-readme-test", hex.EncodeToString(sum[:8]))
+		if os.MkdirAll(filepath.Join(keep, "tmp"), 0o755) == nil && os.MkdirAll(filepath.Join(keep, "bin"), 0o755) == nil {
+			bin, tmp = filepath.Join(keep, "bin"), filepath.Join(keep, "tmp")
+		}
+	}
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
 	build.Dir = abs // cgo as the tests build it: the same build cache (fragsim-fleet links Beam)
+	if tmp != "" {
+		build.Env = append(os.Environ(), "GOTMPDIR="+tmp)
+	}
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
 	}
-	if _, err := exec.LookPath("less"); err != nil {
-		os.WriteFile(filepath.Join(bin, "less"), []byte("#!/bin/sh\nexec cat \"$@\"\n"), 0o755)
-	}
-	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "GOBIN="+filepath.Join(dir, "gobin"))
-	return dir, env
+	return bin
 }
 
 // deviceLog writes the FILE placeholder's device log: one sample in the
