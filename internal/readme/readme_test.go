@@ -229,10 +229,25 @@ func heavy(cmd string) bool {
 // the fragsim binaries on PATH (and a pager, where the system has none).
 func setup(t *testing.T) (string, []string) {
 	t.Helper()
-	dir := t.TempDir()
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The go command hashes a package's directory into its build: in a
+	// mirror at the same path on every run, the go commands the README
+	// runs here (go run ./cmd/fragsim, and with FRAGSIM_LONG=1 go install
+	// and go test) hit the build cache instead of compiling the module
+	// again. The mirror is made anew, and removed after the test.
+	dir := t.TempDir()
+	if keep := keptDir(abs); keep != "" {
+		dir = filepath.Join(keep, "mirror")
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	entries, err := os.ReadDir(abs)
 	if err != nil {
@@ -265,14 +280,7 @@ func setup(t *testing.T) (string, []string) {
 		os.WriteFile(filepath.Join(pager, "less"), []byte("#!/bin/sh\nexec cat \"$@\"\n"), 0o755)
 		bin += string(os.PathListSeparator) + pager
 	}
-	// The mirror's path is new on every run, and the go command hashes a
-	// package's directory into its build unless -trimpath: with it, the go
-	// commands the README runs here (go run ./cmd/fragsim, and with
-	// FRAGSIM_LONG=1 go install and go test) hit the build cache instead
-	// of compiling the whole module again.
-	goflags := strings.TrimSpace(os.Getenv("GOFLAGS") + " -trimpath")
-	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "GOBIN="+filepath.Join(dir, "gobin"),
-		"GOFLAGS="+goflags)
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "GOBIN="+filepath.Join(dir, "gobin"))
 	return dir, env
 }
 
@@ -286,12 +294,8 @@ func setup(t *testing.T) (string, []string) {
 func binaries(t *testing.T, abs string) string {
 	t.Helper()
 	bin, tmp := t.TempDir(), ""
-	if cache, err := os.UserCacheDir(); err == nil {
-		sum := sha256.Sum256([]byte(abs))
-		keep := filepath.Join(cache, "fragsim-readme-test", hex.EncodeToString(sum[:8]))
-		if os.MkdirAll(filepath.Join(keep, "tmp"), 0o755) == nil && os.MkdirAll(filepath.Join(keep, "bin"), 0o755) == nil {
-			bin, tmp = filepath.Join(keep, "bin"), filepath.Join(keep, "tmp")
-		}
+	if keep := keptDir(abs); keep != "" && os.MkdirAll(filepath.Join(keep, "tmp"), 0o755) == nil && os.MkdirAll(filepath.Join(keep, "bin"), 0o755) == nil {
+		bin, tmp = filepath.Join(keep, "bin"), filepath.Join(keep, "tmp")
 	}
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
 	build.Dir = abs // cgo as the tests build it: the same build cache (fragsim-fleet links Beam)
@@ -302,6 +306,21 @@ func binaries(t *testing.T, abs string) string {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// keptDir returns the directory this test keeps between runs for the
+// repository at abs, in the user's cache ("" without one).
+func keptDir(abs string) string {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(abs))
+	keep := filepath.Join(cache, "fragsim-readme-test", hex.EncodeToString(sum[:8]))
+	if os.MkdirAll(keep, 0o755) != nil {
+		return ""
+	}
+	return keep
 }
 
 // deviceLog writes the FILE placeholder's device log: one sample in the
