@@ -121,6 +121,84 @@ func cohostServing(t *testing.T, leave string, measured bool) (*replay.CohostRes
 	return res, cs, t0
 }
 
+// opener opens a trace, as replay.Process.Open does.
+type opener = func() (*trace.Reader, io.Closer, error)
+
+// cutAfter returns an opener of the trace open reads, cut before its
+// first event later than end (the trace's own clock, ns). The cut holds
+// every event at or before end: it fails the test if an event after the
+// cut comes at or before end (a clock going back). A co-hosted replay of
+// such cuts is the whole traces' replay up to end (Cohost merges the
+// processes' events by time, and a process whose trace ends keeps what it
+// holds), so what the forecast says of moments up to end is the whole
+// replay's.
+func cutAfter(t *testing.T, open opener, end int64) opener {
+	t.Helper()
+	r, c, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, r.Header(), trace.FastCompression())
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := map[trace.StringID]trace.StringID{trace.NoString: trace.NoString}
+	str := func(id trace.StringID) trace.StringID {
+		s, ok := strs[id]
+		if !ok {
+			s = w.String(r.String(id))
+			strs[id] = s
+		}
+		return s
+	}
+	stks := map[trace.StackID]trace.StackID{trace.NoStack: trace.NoStack}
+	kept, cut := 0, false
+	for {
+		e, err := r.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut = cut || e.TimeNS > end
+		if cut {
+			if e.TimeNS != 0 && e.TimeNS <= end {
+				t.Fatalf("an event at %d ns follows the cut after %d ns: the cut would miss it", e.TimeNS, end)
+			}
+			continue
+		}
+		e.Text = str(e.Text)
+		s, ok := stks[e.Stack]
+		if !ok {
+			frames := append([]trace.Frame(nil), r.Stack(e.Stack)...)
+			for i := range frames {
+				frames[i].Func, frames[i].File = str(frames[i].Func), str(frames[i].File)
+			}
+			s = w.Stack(frames)
+			stks[e.Stack] = s
+		}
+		e.Stack = s
+		if err := w.WriteEvent(e); err != nil {
+			t.Fatal(err)
+		}
+		kept++
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kept == 0 {
+		t.Fatalf("no event at or before %d ns", end)
+	}
+	data := buf.Bytes()
+	return func() (*trace.Reader, io.Closer, error) {
+		r, err := trace.NewReader(bytes.NewReader(data))
+		return r, io.NopCloser(nil), err
+	}
+}
+
 // firstTime returns the first timestamp of the trace at path: the merged
 // clock's origin is the earliest of the servers'.
 func firstTime(t *testing.T, open func() (*trace.Reader, io.Closer, error)) int64 {
@@ -262,6 +340,14 @@ func TestForecastLiveRecordings(t *testing.T) {
 			t.Fatal(err)
 		}
 		procs[i] = replay.Process{Name: filepath.Base(path), Open: replay.OpenFile(path), Factory: f}
+	}
+	if !longTests() {
+		// The checks are of the moments up to the first OOMs: the everyday
+		// pass replays the traces cut after the later one (cutAfter).
+		end := max(firstOOM[0], firstOOM[1])
+		for i := range procs {
+			procs[i].Open = cutAfter(t, procs[i].Open, end)
+		}
 	}
 	res, err := replay.Cohost(procs, replay.CohostConfig{CapacityBytes: cs.BlockerFreeBeforeBytes - cs.BlockerHeldBytes,
 		ContextOverheadBytes: replay.DefaultContextOverheadBytes, SharedClock: true, Forecast: true})
