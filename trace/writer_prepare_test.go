@@ -15,11 +15,13 @@ import (
 // size and more than one chunk) write the same bytes as writers without,
 // and that they take what was prepared.
 func TestPrepareWriterSameBytes(t *testing.T) {
-	// Two chunks of events: the writer's first chunk is a whole one. The
+	// Three chunks of events, so that each of two workers compresses one
+	// or more and takes its prepared encoder, even on one CPU (with two,
+	// the first worker may compress both before the second runs). The
 	// bytes without prepared writers are written once a level: the
 	// sequential writer's, which a concurrent writer's are too
 	// (TestConcurrencySameBytes).
-	const n = DefaultChunkEvents + 123
+	const n = 2*DefaultChunkEvents + 123
 	var byLevel [2][]byte
 	var evs []Event
 	for c := range 4 {
