@@ -232,19 +232,7 @@ func copyEdited(src *trace.Reader, w io.Writer, note string, edit func(e *trace.
 	if err != nil {
 		return err
 	}
-	strs := map[trace.StringID]trace.StringID{}
-	str := func(id trace.StringID) trace.StringID {
-		if id == trace.NoString {
-			return id
-		}
-		if n, ok := strs[id]; ok {
-			return n
-		}
-		n := tw.String(src.String(id))
-		strs[id] = n
-		return n
-	}
-	stacks := map[trace.StackID]trace.StackID{}
+	ids := trace.NewRemap(src, tw)
 	buf := make([]trace.Event, 4096)
 	for {
 		n, rerr := src.ReadEvents(buf)
@@ -252,19 +240,7 @@ func copyEdited(src *trace.Reader, w io.Writer, note string, edit func(e *trace.
 			if e.Kind.IsDevice() || !edit(&e) {
 				continue
 			}
-			e.Text = str(e.Text)
-			if e.Stack != trace.NoStack {
-				ns, ok := stacks[e.Stack]
-				if !ok {
-					frames := append([]trace.Frame(nil), src.Stack(e.Stack)...)
-					for i := range frames {
-						frames[i].Func, frames[i].File = str(frames[i].Func), str(frames[i].File)
-					}
-					ns = tw.Stack(frames)
-					stacks[e.Stack] = ns
-				}
-				e.Stack = ns
-			}
+			e = ids.Event(e)
 			if err := tw.WriteEvent(e); err != nil {
 				return err
 			}

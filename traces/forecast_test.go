@@ -144,16 +144,7 @@ func cutAfter(t *testing.T, open opener, end int64) opener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strs := map[trace.StringID]trace.StringID{trace.NoString: trace.NoString}
-	str := func(id trace.StringID) trace.StringID {
-		s, ok := strs[id]
-		if !ok {
-			s = w.String(r.String(id))
-			strs[id] = s
-		}
-		return s
-	}
-	stks := map[trace.StackID]trace.StackID{trace.NoStack: trace.NoStack}
+	ids := trace.NewRemap(r, w)
 	kept, cut := 0, false
 	for {
 		e, err := r.ReadEvent()
@@ -170,17 +161,7 @@ func cutAfter(t *testing.T, open opener, end int64) opener {
 			}
 			continue
 		}
-		e.Text = str(e.Text)
-		s, ok := stks[e.Stack]
-		if !ok {
-			frames := append([]trace.Frame(nil), r.Stack(e.Stack)...)
-			for i := range frames {
-				frames[i].Func, frames[i].File = str(frames[i].Func), str(frames[i].File)
-			}
-			s = w.Stack(frames)
-			stks[e.Stack] = s
-		}
-		e.Stack = s
+		e = ids.Event(e)
 		if err := w.WriteEvent(e); err != nil {
 			t.Fatal(err)
 		}

@@ -54,16 +54,7 @@ func cutTrace(path string, n int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	strs := map[trace.StringID]trace.StringID{trace.NoString: trace.NoString}
-	str := func(id trace.StringID) trace.StringID {
-		if s, ok := strs[id]; ok {
-			return s
-		}
-		s := w.String(f.String(id))
-		strs[id] = s
-		return s
-	}
-	stks := map[trace.StackID]trace.StackID{trace.NoStack: trace.NoStack}
+	ids := trace.NewRemap(f.Reader, w)
 	var read int64
 	for read < n {
 		e, err := f.ReadEvent()
@@ -74,17 +65,7 @@ func cutTrace(path string, n int64) ([]byte, error) {
 			return nil, err
 		}
 		read++
-		e.Text = str(e.Text)
-		s, ok := stks[e.Stack]
-		if !ok {
-			frames := append([]trace.Frame(nil), f.Stack(e.Stack)...)
-			for i := range frames {
-				frames[i].Func, frames[i].File = str(frames[i].Func), str(frames[i].File)
-			}
-			s = w.Stack(frames)
-			stks[e.Stack] = s
-		}
-		e.Stack = s
+		e = ids.Event(e)
 		if err := w.WriteEvent(e); err != nil {
 			return nil, err
 		}
